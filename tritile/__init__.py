@@ -1,0 +1,18 @@
+"""tritile: TileLang's tile programming model on Triton's toolchain."""
+from tritile.errors import CompileError, HazardError  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The runtime imports the frontend and backends; load it on first use so that
+    # `import tritile.language as T` stays cheap.
+    if name in ("jit", "compile", "JITKernel"):
+        from tritile.runtime import jit as _jit
+
+        return getattr(_jit, name)
+    if name == "autotune":
+        from tritile.runtime.autotune import autotune
+
+        return autotune
+    raise AttributeError(f"module 'tritile' has no attribute {name!r}")

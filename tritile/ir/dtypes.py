@@ -1,0 +1,96 @@
+"""Scalar element types of the tile IR.
+
+One `DType` object per type; they are compared by name.  `T.float16`, the string
+"float16" and `torch.float16` all normalise to the same object via `as_dtype`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bits: int
+    kind: str  # "float" | "int" | "uint" | "bool"
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def torch(self) -> torch.dtype:
+        return _TO_TORCH[self.name]
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __call__(self, value):
+        """`T.float32(0)` builds a typed constant (TileLang spelling)."""
+        from tritile.ir.nodes import Const, Cast, Expr
+
+        if isinstance(value, Expr):
+            return Cast(value, self)
+        return Const(value, self)
+
+
+float16 = DType("float16", 16, "float")
+bfloat16 = DType("bfloat16", 16, "float")
+float32 = DType("float32", 32, "float")
+float64 = DType("float64", 64, "float")
+float8_e4m3 = DType("float8_e4m3", 8, "float")
+float8_e5m2 = DType("float8_e5m2", 8, "float")
+int8 = DType("int8", 8, "int")
+int16 = DType("int16", 16, "int")
+int32 = DType("int32", 32, "int")
+int64 = DType("int64", 64, "int")
+uint8 = DType("uint8", 8, "uint")
+uint16 = DType("uint16", 16, "uint")
+uint32 = DType("uint32", 32, "uint")
+uint64 = DType("uint64", 64, "uint")
+bool_ = DType("bool", 8, "bool")
+
+ALL = [float16, bfloat16, float32, float64, float8_e4m3, float8_e5m2, int8, int16, int32, int64,
+       uint8, uint16, uint32, uint64, bool_]
+
+_BY_NAME = {d.name: d for d in ALL}
+# TileLang / TVM spellings
+_BY_NAME.update({
+    "float": float32, "half": float16, "double": float64, "fp16": float16, "bf16": bfloat16,
+    "fp32": float32, "fp64": float64, "int": int32, "float8_e4m3fn": float8_e4m3,
+    "float8_e5m2fn": float8_e5m2, "e4m3_float8": float8_e4m3, "e5m2_float8": float8_e5m2,
+})
+
+_TO_TORCH = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float64": torch.float64, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+    "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
+    "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64,
+    "bool": torch.bool,
+}
+_FROM_TORCH = {v: _BY_NAME[k] for k, v in _TO_TORCH.items()}
+
+
+def as_dtype(value) -> DType:
+    """Normalise a DType, a dtype name or a torch.dtype; raise TypeError otherwise."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str) and value in _BY_NAME:
+        return _BY_NAME[value]
+    if isinstance(value, torch.dtype) and value in _FROM_TORCH:
+        return _FROM_TORCH[value]
+    raise TypeError(f"unknown dtype {value!r}")
+
+
+def from_torch(dtype: torch.dtype) -> DType:
+    return as_dtype(dtype)

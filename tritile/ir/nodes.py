@@ -1,0 +1,460 @@
+"""The tile IR: plain, typed dataclasses.
+
+Every stage of the compiler (the frontend's output and the output of every pass) is a
+`PrimFunc` made of these nodes, can be printed (`tritile.ir.printer`) and executed by the
+reference interpreter (`tritile.interpreter`).
+
+Identity rules
+--------------
+* `Var` and `Buffer` are compared by identity (``eq=False``): two buffers with the same
+  name are different buffers.  Passes that change a buffer (versioning adds a leading
+  stage dimension) build a new `Buffer` whose `origin` points at the frontend's buffer, and
+  substitute it everywhere in one step (`tritile.ir.transform.substitute_buffers`).  No pass
+  ever expands a buffer that already has versions.
+* All other nodes are values; passes rebuild them with `dataclasses.replace`.
+
+Shapes and regions
+------------------
+A buffer's `shape` is its allocation shape; entries are `int` or an `Expr` (a runtime
+`T.dynamic` dimension of a global tensor).  Tile ops address buffers through `Region`s:
+a start per dimension and a static extent per dimension.  A tile op's operand shape is the
+region's extents with unit dimensions dropped (`Region.tile_shape`), so `A_shared` of a
+versioned buffer ``[4, 64, 32]`` is addressed as ``A_shared[slot, 0:64, 0:32]`` with extents
+``(1, 64, 32)`` and tile shape ``(64, 32)``.
+
+Async model (after `pipeline_injection`)
+----------------------------------------
+* `AsyncCopy` issues a global->shared copy whose data becomes visible only when a
+  `WaitGroup` covers the commit group it belongs to.
+* `CommitGroup` closes the current group of async copies (possibly empty).
+* `WaitGroup(pending=n)` blocks until at most `n` committed groups are still in flight.
+* `Gemm(is_async=True)` reads its A/B operands until a `WaitMMA(pending=n)` leaves at most
+  `n` async gemms in flight; its accumulator may not be touched before that either.
+The `iteration`/`slot` fields on these nodes are descriptive (which pipeline iteration and
+which buffer version they serve); code generators use them to index mbarrier rings, the
+interpreter uses them to check that a wait really covers what it claims to cover.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from tritile.ir.dtypes import DType, bool_, float32, int32
+
+# --------------------------------------------------------------------------------------
+# source locations
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    filename: str
+    lineno: int
+    col: int = 0
+    line: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+
+# --------------------------------------------------------------------------------------
+# expressions
+# --------------------------------------------------------------------------------------
+
+
+class Expr:
+    dtype: DType
+
+
+_var_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    """A scalar name: loop variable, block index, runtime dimension or `Let` binding."""
+
+    name: str
+    dtype: DType = int32
+    uid: int = field(default_factory=lambda: next(_var_ids))
+
+    def __repr__(self) -> str:
+        return f"Var({self.name})"
+
+
+@dataclass
+class Const(Expr):
+    value: Union[int, float, bool]
+    dtype: DType = int32
+
+
+BINARY_OPS = ("+", "-", "*", "/", "//", "%", "**", "<", "<=", ">", ">=", "==", "!=",
+              "and", "or", "&", "|", "^", "<<", ">>", "max", "min")
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+@dataclass
+class BinOp(Expr):
+    """``lhs op rhs``.  ``//`` and ``%`` are floor division / floor modulo (Python and
+    TileLang's `T.floordiv` / `T.floormod`); ``/`` on integers is C-style truncation as in
+    TileLang.  `dtype` is the result type (bool for comparisons and logic)."""
+
+    op: str
+    lhs: Expr
+    rhs: Expr
+    dtype: DType = int32
+
+
+UNARY_OPS = ("-", "not", "~")
+
+
+@dataclass
+class UnaryOp(Expr):
+    op: str
+    operand: Expr
+    dtype: DType = int32
+
+
+# math intrinsics understood by every backend; "if_then_else" has three arguments
+INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
+              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma")
+
+
+@dataclass
+class Call(Expr):
+    fn: str
+    args: tuple
+    dtype: DType = float32
+
+
+@dataclass
+class Cast(Expr):
+    value: Expr
+    dtype: DType = float32
+
+
+@dataclass
+class Load(Expr):
+    """Element read ``buffer[indices]`` (one index per buffer dimension)."""
+
+    buffer: "Buffer"
+    indices: tuple
+    dtype: DType = float32
+
+
+# --------------------------------------------------------------------------------------
+# buffers and regions
+# --------------------------------------------------------------------------------------
+
+SCOPES = ("global", "shared", "fragment", "local", "var")
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A tensor argument (scope "global") or an on-chip allocation.
+
+    `origin` is the frontend's buffer this one was derived from (None for frontend
+    buffers); `num_versions` is how many pipeline versions the leading dimension holds
+    (1 = not versioned).  `layout` is filled by layout inference (a codegen encoding
+    object); `annotated_layout` is what the user pinned with `T.annotate_layout`.
+    """
+
+    name: str
+    shape: tuple
+    dtype: DType
+    scope: str
+    origin: Optional["Buffer"] = None
+    num_versions: int = 1
+    layout: object = None
+    annotated_layout: object = None
+    loc: Optional[SourceLoc] = None
+
+    @property
+    def root(self) -> "Buffer":
+        return self.origin.root if self.origin is not None else self
+
+    @property
+    def tile_shape(self) -> tuple:
+        """Shape of one version (the allocation shape without the stage dimension)."""
+        return tuple(self.shape[1:]) if self.num_versions > 1 else tuple(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"
+
+
+@dataclass
+class Region:
+    """``buffer[starts[i] : starts[i] + extents[i], ...]`` with static extents."""
+
+    buffer: Buffer
+    starts: tuple
+    extents: tuple
+
+    @property
+    def tile_shape(self) -> tuple:
+        shape = tuple(e for e in self.extents if e != 1)
+        return shape if shape else (1,)
+
+    @staticmethod
+    def full(buffer: Buffer) -> "Region":
+        return Region(buffer, tuple(Const(0) for _ in buffer.shape), tuple(buffer.shape))
+
+
+# --------------------------------------------------------------------------------------
+# statements
+# --------------------------------------------------------------------------------------
+
+
+class Stmt:
+    loc: Optional[SourceLoc]
+
+
+@dataclass
+class Seq(Stmt):
+    stmts: list
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Alloc(Stmt):
+    """Declares an on-chip buffer; for scope "var" `init` is its initial value."""
+
+    buffer: Buffer
+    init: Optional[Expr] = None
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Let(Stmt):
+    """Binds an immutable scalar: ``var = value`` for the rest of the enclosing Seq."""
+
+    var: Var
+    value: Expr
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Store(Stmt):
+    """Element write ``buffer[indices] = value``."""
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Copy(Stmt):
+    """Tile copy with TileLang semantics: out-of-bounds global reads give 0 and
+    out-of-bounds global writes are dropped; values are cast to the destination dtype."""
+
+    src: Region
+    dst: Region
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class AsyncCopy(Stmt):
+    """A global->shared `Copy` whose data is visible only after a covering `WaitGroup`.
+    `iteration` is the pipeline iteration it loads for; `slot` the version it writes."""
+
+    src: Region
+    dst: Region
+    iteration: Optional[Expr] = None
+    slot: Optional[Expr] = None
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class CommitGroup(Stmt):
+    iteration: Optional[Expr] = None
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class WaitGroup(Stmt):
+    """Wait until at most `pending` commit groups are in flight.  `iteration` names the
+    group this wait is meant to complete (checked by the interpreter)."""
+
+    pending: int
+    iteration: Optional[Expr] = None
+    loc: Optional[SourceLoc] = None
+
+
+GEMM_POLICIES = ("Square", "FullRow", "FullCol")
+
+
+@dataclass
+class Gemm(Stmt):
+    """``C (+)= op(A) @ op(B)``; transpose_A means A is stored (K, M), transpose_B means B
+    is stored (N, K).  clear_accum=True overwrites C."""
+
+    a: Region
+    b: Region
+    c: Region
+    transpose_a: bool = False
+    transpose_b: bool = False
+    policy: str = "Square"
+    clear_accum: bool = False
+    is_async: bool = False
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class WaitMMA(Stmt):
+    pending: int
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Fill(Stmt):
+    dst: Region
+    value: Expr
+    loc: Optional[SourceLoc] = None
+
+
+REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
+
+
+@dataclass
+class Reduce(Stmt):
+    """``dst (op)= reduce_op(src, dim)``; with clear=False the old `dst` takes part."""
+
+    kind: str
+    src: Region
+    dst: Region
+    dim: int
+    clear: bool = True
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Cumsum(Stmt):
+    src: Region
+    dst: Region
+    dim: int = 0
+    reverse: bool = False
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class AtomicAdd(Stmt):
+    """``dst += value`` atomically; `value` is a Region (tile form) or an Expr (scalar form,
+    `dst` then has all extents 1)."""
+
+    dst: Region
+    value: Union[Region, Expr]
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Evaluate(Stmt):
+    """A side-effect-free marker kept for printing (e.g. `T.use_swizzle`,
+    `T.annotate_layout`); `args` are plain Python values."""
+
+    name: str
+    args: tuple = ()
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class PipelineSchedule:
+    """Per top-level body statement of a pipelined loop: its stage and its order."""
+
+    stages: list
+    orders: list
+
+
+LOOP_KINDS = ("serial", "unroll", "pipelined")
+
+
+@dataclass
+class For(Stmt):
+    """``for var in range(start, stop, step)``.
+
+    kind "pipelined" carries TileLang's `num_stages` / `order` / `stage`; `schedule` is
+    filled by pipeline planning.  After pipeline injection the loop is "serial" again and
+    `pipelined_from` keeps the number of stages it was software-pipelined with."""
+
+    var: Var
+    start: Expr
+    stop: Expr
+    body: Seq
+    kind: str = "serial"
+    step: Expr = field(default_factory=lambda: Const(1))
+    num_stages: int = 0
+    order: Optional[list] = None
+    stage: Optional[list] = None
+    schedule: Optional[PipelineSchedule] = None
+    pipelined_from: int = 0
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class Parallel(Stmt):
+    """``for i, j in T.Parallel(M, N)``: every point of the iteration space is independent."""
+
+    vars: tuple
+    extents: tuple
+    body: Seq
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class If(Stmt):
+    cond: Expr
+    then_body: Seq
+    else_body: Optional[Seq] = None
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class While(Stmt):
+    cond: Expr
+    body: Seq
+    loc: Optional[SourceLoc] = None
+
+
+# --------------------------------------------------------------------------------------
+# the kernel
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Kernel:
+    """One `with T.Kernel(*grid, threads=...) as (bx, by, bz)` block."""
+
+    grid: tuple  # Exprs, 1 to 3
+    block_vars: tuple  # Vars bound to the program ids
+    threads: int
+    body: Seq
+    swizzle: Optional[tuple] = None  # (panel_size, order) from T.use_swizzle
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class PrimFunc:
+    """A compiled-program unit: global tensor parameters, runtime dims and one kernel.
+
+    `params` are the global Buffers in call order; `out_idx` the indices of params the
+    runtime allocates and returns; `dynamic_vars` the `T.dynamic` Vars, each bound at
+    call time from `dim_bindings[var] = (param index, dim)`."""
+
+    name: str
+    params: list
+    kernel: Kernel
+    out_idx: list = field(default_factory=list)
+    dynamic_vars: list = field(default_factory=list)
+    dim_bindings: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)  # facts passes record (e.g. "shared_bytes")
+    loc: Optional[SourceLoc] = None
+
+
+def const(value, dtype: DType = None) -> Const:
+    if dtype is None:
+        dtype = bool_ if isinstance(value, bool) else int32 if isinstance(value, int) else float32
+    return Const(value, dtype)

@@ -1,0 +1,132 @@
+"""Generic traversal of the tile IR.
+
+`walk` yields every node below a root; `Transformer` rebuilds a tree bottom-up, calling
+`visit_<ClassName>` where a subclass defines one.  Both treat `Buffer` and `Var` as leaves
+(they are identities, not children), so a pass that rewrites buffers does it with
+`substitute_buffers` in one step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator
+
+from tritile.ir import nodes as ir
+
+_LEAVES = (ir.Buffer, ir.Var, ir.Const, ir.SourceLoc, ir.PipelineSchedule, str, int, float, bool, type(None))
+
+
+def _child_values(node):
+    for f in dataclasses.fields(node):
+        if f.name in ("loc", "dtype", "origin", "layout", "annotated_layout"):
+            continue
+        yield f.name, getattr(node, f.name)
+
+
+def walk(node) -> Iterator:
+    """Pre-order iteration over `node` and all IR nodes below it (Buffers excluded)."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, (list, tuple)):
+            stack.extend(reversed(cur))
+            continue
+        if isinstance(cur, dict) or isinstance(cur, _LEAVES) or not dataclasses.is_dataclass(cur):
+            if isinstance(cur, (ir.Var, ir.Const)):
+                yield cur
+            continue
+        yield cur
+        stack.extend(reversed([v for _, v in _child_values(cur)]))
+
+
+class Transformer:
+    """Bottom-up rebuilder.  Override `visit_<Class>(self, node)`; the node passed in
+    already has transformed children.  Return a node (or, for statements inside a `Seq`,
+    a list of statements to splice, or None to delete)."""
+
+    def __call__(self, node):
+        return self.transform(node)
+
+    def transform(self, node):
+        if isinstance(node, list):
+            return self._transform_list(node)
+        if isinstance(node, tuple):
+            return tuple(self.transform(v) for v in node)
+        if isinstance(node, (ir.Var, ir.Const)):
+            visit = getattr(self, "visit_" + type(node).__name__, None)
+            return visit(node) if visit else node
+        if isinstance(node, _LEAVES) or isinstance(node, dict) or not dataclasses.is_dataclass(node):
+            return node
+        changes = {}
+        for name, value in _child_values(node):
+            new = self.transform(value)
+            if new is not value:
+                changes[name] = new
+        if changes:
+            node = dataclasses.replace(node, **changes)
+        visit = getattr(self, "visit_" + type(node).__name__, None)
+        return visit(node) if visit else node
+
+    def _transform_list(self, items: list):
+        out = []
+        changed = False
+        for item in items:
+            new = self.transform(item)
+            if new is not item:
+                changed = True
+            if new is None:
+                continue
+            if isinstance(new, list) and isinstance(item, ir.Stmt):
+                out.extend(new)
+            else:
+                out.append(new)
+        return out if changed else items
+
+
+def substitute_buffers(node, mapping: dict):
+    """Replace every reference to a key of `mapping` (Region, Load, Store, Alloc, params)
+    by its value."""
+
+    class _Sub(Transformer):
+        def _swap(self, n):
+            new = mapping.get(n.buffer)
+            return dataclasses.replace(n, buffer=new) if new is not None else n
+
+        visit_Region = visit_Load = visit_Store = visit_Alloc = _swap
+
+        def visit_PrimFunc(self, f):
+            return dataclasses.replace(f, params=[mapping.get(p, p) for p in f.params])
+
+    return _Sub().transform(node)
+
+
+def substitute_vars(node, mapping: dict):
+    """Replace Var occurrences (by identity) with the mapped expressions."""
+
+    class _Sub(Transformer):
+        def visit_Var(self, v):
+            return mapping.get(v, v)
+
+    return _Sub().transform(node)
+
+
+def buffers_used(node) -> list:
+    """Buffers referenced below `node`, in first-use order, without duplicates."""
+    seen = {}
+    for n in walk(node):
+        buf = getattr(n, "buffer", None)
+        if isinstance(buf, ir.Buffer):
+            seen.setdefault(id(buf), buf)
+    return list(seen.values())
+
+
+def map_stmts(node, fn: Callable):
+    """Apply `fn` to every statement bottom-up (convenience over Transformer)."""
+
+    class _Map(Transformer):
+        def transform(self, n):
+            out = super().transform(n)
+            if isinstance(out, ir.Stmt) and not isinstance(out, ir.Seq):
+                return fn(out)
+            return out
+
+    return _Map().transform(node)

@@ -1,0 +1,1 @@
+"""Runtime: targets, the Kernel object, argument checks, compile and launch."""
