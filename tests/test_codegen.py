@@ -1,0 +1,301 @@
+"""Gluon backend: CPU compile tests (no GPU needed) for sm_90 and sm_80.
+
+Programs are built as the frontend's IR (`pipelined_gemm` mirrors a TileLang GEMM with
+``T.Pipelined(K // BK, num_stages=S)``), run through the whole pass list
+(`tritile.lowering.run_passes`: pipelining, versioning, injection, budget, layouts) and
+compiled to PTX.  `tests/test_gpu.py` launches the same
+kernels on a GPU.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tritile.errors import CompileError
+from tritile.ir import dtypes as dt
+from tritile.ir import layouts as lay
+from tritile.ir import nodes as ir
+from tritile.runtime.target import Target
+
+LOC = ir.SourceLoc("test_codegen.py", 1, 0, "for ko in T.Pipelined(K // BK, num_stages=S):")
+H100 = Target("cuda", 90)
+A100 = Target("cuda", 80)
+
+
+def c(v):
+    return ir.const(v)
+
+
+def add(a, b):
+    return ir.BinOp("+", a, b if isinstance(b, ir.Expr) else c(b))
+
+
+def mul(a, b):
+    return ir.BinOp("*", a, b if isinstance(b, ir.Expr) else c(b))
+
+
+def mod(a, b):
+    return ir.BinOp("%", a, b if isinstance(b, ir.Expr) else c(b))
+
+
+def region(buf, starts, extents):
+    return ir.Region(buf, tuple(s if isinstance(s, ir.Expr) else c(s) for s in starts), tuple(extents))
+
+
+def pipelined_gemm(M=256, N=256, K=256, BM=128, BN=128, BK=64, S=3, dtype=dt.float16, threads=128,
+                   transpose_b=False, dynamic_m=False):
+    """C = A @ B (or A @ B.T with transpose_b) as the frontend builds it from
+
+        with T.Kernel(T.ceildiv(N, BN), T.ceildiv(M, BM), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((BM, BK), dtype); B_shared = ...; C_local = T.alloc_fragment((BM, BN), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(K // BK, num_stages=S):
+                T.copy(A[by * BM, ko * BK], A_shared); T.copy(B[ko * BK, bx * BN], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * BM, bx * BN])
+    """
+    m_dim = ir.Var("M") if dynamic_m else M
+    A = ir.Buffer("A", (m_dim, K), dtype, "global")
+    B = ir.Buffer("B", (N, K) if transpose_b else (K, N), dtype, "global")
+    C = ir.Buffer("C", (m_dim, N), dtype, "global")
+    bx, by, ko = ir.Var("bx"), ir.Var("by"), ir.Var("ko")
+    A_s = ir.Buffer("A_shared", (BM, BK), dtype, "shared")
+    B_s = ir.Buffer("B_shared", (BN, BK) if transpose_b else (BK, BN), dtype, "shared")
+    C_l = ir.Buffer("C_local", (BM, BN), dt.float32, "fragment")
+    k0 = mul(ko, BK)
+    b_src = region(B, (mul(bx, BN), k0), (BN, BK)) if transpose_b else region(B, (k0, mul(bx, BN)), (BK, BN))
+    body = [ir.Copy(region(A, (mul(by, BM), k0), (BM, BK)), ir.Region.full(A_s), loc=LOC),
+            ir.Copy(b_src, ir.Region.full(B_s), loc=LOC),
+            ir.Gemm(ir.Region.full(A_s), ir.Region.full(B_s), ir.Region.full(C_l), transpose_b=transpose_b, loc=LOC)]
+    loop = ir.For(ko, c(0), c(K // BK), ir.Seq(body), kind="pipelined", num_stages=S, loc=LOC)
+    stmts = [ir.Alloc(A_s), ir.Alloc(B_s), ir.Alloc(C_l), ir.Fill(ir.Region.full(C_l), ir.const(0.0)), loop,
+             ir.Copy(ir.Region.full(C_l), region(C, (mul(by, BM), mul(bx, BN)), (BM, BN)), loc=LOC)]
+    m_blocks = ir.BinOp("//", add(m_dim, BM - 1), c(BM)) if dynamic_m else c(M // BM)
+    kernel = ir.Kernel((c(N // BN), m_blocks), (bx, by), threads, ir.Seq(stmts))
+    return ir.PrimFunc("matmul", [A, B, C], kernel, out_idx=[2],
+                       dynamic_vars=[m_dim] if dynamic_m else [], dim_bindings={m_dim: (0, 0)} if dynamic_m else {})
+
+
+def softmax_rows(M=256, N=64, BM=64, threads=128, dtype=dt.float16):
+    """Row softmax: a fragment load, reduce_max / reduce_sum and T.Parallel elementwise
+    with 1-D broadcasting, stored straight to global from T.Parallel."""
+    X = ir.Buffer("X", (M, N), dtype, "global")
+    Y = ir.Buffer("Y", (M, N), dtype, "global")
+    bx, i, j = ir.Var("bx"), ir.Var("i"), ir.Var("j")
+    x = ir.Buffer("x_frag", (BM, N), dt.float32, "fragment")
+    row_max = ir.Buffer("row_max", (BM,), dt.float32, "fragment")
+    row_sum = ir.Buffer("row_sum", (BM,), dt.float32, "fragment")
+    xij = ir.Load(x, (i, j), dt.float32)
+    loc = ir.SourceLoc("softmax.py", 12, 0, "for i, j in T.Parallel(BM, N):")
+    stmts = [
+        ir.Alloc(x), ir.Alloc(row_max), ir.Alloc(row_sum),
+        ir.Copy(region(X, (mul(bx, BM), 0), (BM, N)), ir.Region.full(x)),
+        ir.Reduce("max", ir.Region.full(x), ir.Region.full(row_max), dim=1),
+        ir.Parallel((i, j), (BM, N), ir.Seq([ir.Store(x, (i, j), ir.Call(
+            "exp2", (mul(ir.BinOp("-", xij, ir.Load(row_max, (i,), dt.float32), dt.float32), ir.const(1.4426950408889634)),),
+            dt.float32))]), loc=loc),
+        ir.Reduce("sum", ir.Region.full(x), ir.Region.full(row_sum), dim=1),
+        ir.Parallel((i, j), (BM, N), ir.Seq([ir.Store(Y, (add(mul(bx, BM), i), j), ir.Cast(
+            ir.BinOp("/", xij, ir.Load(row_sum, (i,), dt.float32), dt.float32), dtype))]), loc=loc),
+    ]
+    kernel = ir.Kernel((c(M // BM),), (bx,), threads, ir.Seq(stmts))
+    return ir.PrimFunc("softmax", [X, Y], kernel, out_idx=[1])
+
+
+def shared_operand_two_gemms(order=(0, 1), dtype=dt.float16, n=64):
+    """Seed 003 (FlashAttention-backward pattern): X_s feeds gemm(A_s, X_s, C1,
+    transpose_B=True) and gemm(Y_s, X_s, C2); `order` permutes the two gemms."""
+    A = ir.Buffer("A", (n, n), dtype, "global")
+    X = ir.Buffer("X", (n, n), dtype, "global")
+    Y = ir.Buffer("Y", (n, n), dtype, "global")
+    O1 = ir.Buffer("O1", (n, n), dt.float32, "global")
+    O2 = ir.Buffer("O2", (n, n), dt.float32, "global")
+    bx = ir.Var("bx")
+    A_s, X_s, Y_s = (ir.Buffer(nm, (n, n), dtype, "shared") for nm in ("A_s", "X_s", "Y_s"))
+    C1, C2 = (ir.Buffer(nm, (n, n), dt.float32, "fragment") for nm in ("C1", "C2"))
+    gemms = [ir.Gemm(ir.Region.full(A_s), ir.Region.full(X_s), ir.Region.full(C1), transpose_b=True, clear_accum=True),
+             ir.Gemm(ir.Region.full(Y_s), ir.Region.full(X_s), ir.Region.full(C2), clear_accum=True)]
+    stmts = [*(ir.Alloc(b) for b in (A_s, X_s, Y_s, C1, C2)),
+             *(ir.Copy(ir.Region.full(g), ir.Region.full(s)) for g, s in ((A, A_s), (X, X_s), (Y, Y_s))),
+             *(gemms[k] for k in order),
+             ir.Copy(ir.Region.full(C1), ir.Region.full(O1)), ir.Copy(ir.Region.full(C2), ir.Region.full(O2))]
+    kernel = ir.Kernel((c(1),), (bx,), 128, ir.Seq(stmts))
+    return ir.PrimFunc("two_gemms", [A, X, Y, O1, O2], kernel, out_idx=[3, 4])
+
+
+def lowered(func, target):
+    from tritile.lowering import run_passes
+
+    return run_passes(func, target)[-1][1]
+
+
+def compile_for(func, target):
+    from tritile.codegen.gluon import compile_kernel
+
+    return compile_kernel(lowered(func, target), target)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tritile-cache"))
+
+
+def test_sm90_pipelined_gemm_uses_tma_wgmma_mbarrier():
+    from tritile.codegen.gluon import compile_kernel
+
+    func = lowered(pipelined_gemm(S=3), H100)
+    k = compile_kernel(func, H100)
+    ptx = k.asm["ptx"]
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+    assert "cp.async.bulk.tensor" in ptx
+    assert "mbarrier" in ptx
+    planned = func.attrs["shared_bytes"]  # the budget pass: 3 versions of both tiles + a 3-slot mbarrier ring
+    assert planned == 3 * (128 * 64 + 64 * 128) * 2 + 3 * 8
+    assert planned <= k.metadata.shared <= planned + 1024
+    assert k.metadata.num_warps == 4
+
+
+def test_sm90_generated_source_is_readable():
+    k = compile_for(pipelined_gemm(S=3), H100)
+    src = k.source
+    for name in ("A_shared", "B_shared", "C_local", "ko_t", "bx", "by"):
+        assert re.search(rf"\b{name}\b", src), name
+    assert "warpgroup_mma(A_shared.index(((ko_t - 2) % 3)), B_shared.index(((ko_t - 2) % 3)), C_local" in src
+    assert "mbarrier.wait(ko_t_bars.index((ko_t - 2) % 3), ((ko_t - 2) // 3) & 1" in src
+    assert "tma.async_copy_global_to_shared(A_desc" in src
+    assert not any(";" in line for line in src.splitlines())
+    assert "ttgir" in k.asm and "ptx" in k.asm
+
+
+def test_sm80_pipelined_gemm_uses_mma_sync_and_cp_async():
+    k = compile_for(pipelined_gemm(S=3, transpose_b=True, dynamic_m=True), A100)
+    ptx = k.asm["ptx"]
+    assert "mma.sync" in ptx
+    assert "cp.async" in ptx
+    assert "wgmma" not in ptx
+
+
+def test_sm90_dynamic_m_transposed_b_compiles():
+    k = compile_for(pipelined_gemm(S=2, BN=64, transpose_b=True, dynamic_m=True), H100)
+    assert "wgmma.mma_async" in k.asm["ptx"]
+    assert ".permute((1, 0))" in k.source
+    assert "def tritile_launch(compiled, A, B, C, M):" in k.source
+
+
+def test_elementwise_and_reductions_compile():
+    k = compile_for(softmax_rows(), H100)
+    assert "gl.max(x_frag, axis=1)" in k.source
+    assert "gl.sum(x_frag, axis=1)" in k.source
+    assert "ex2" in k.asm["ptx"]
+
+
+def test_compile_cache_hits_memory_and_writes_source(tmp_path_factory):
+    from tritile.runtime import cache
+
+    from tritile.codegen.gluon import compile_kernel
+
+    func = lowered(pipelined_gemm(S=3), H100)
+    first = compile_kernel(func, H100)
+    assert compile_kernel(func, H100) is first
+    files = list((cache.cache_dir() / "gluon").glob("k_*.py"))
+    assert any(f.read_text() == first.source for f in files)
+
+
+def test_unsupported_construct_is_a_compile_error_with_location():
+    func = softmax_rows()
+    par = func.kernel.body.stmts[5]
+    bad = ir.Parallel(par.vars, (48, 64), par.body, loc=par.loc)
+    func.kernel.body.stmts[5] = bad
+    with pytest.raises(CompileError) as info:
+        compile_for(func, H100)
+    assert "not supported by the Gluon backend" in str(info.value)
+    assert "softmax.py:12" in str(info.value)
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)], ids=["transposed_first", "plain_first"])
+@pytest.mark.parametrize("target", [H100, A100], ids=["sm90", "sm80"])
+def test_seed003_shared_tile_for_two_gemm_transposes_compiles(target, order):
+    k = compile_for(shared_operand_two_gemms(order=order), target)
+    ptx = k.asm["ptx"]
+    assert ("wgmma.mma_async" if target is H100 else "mma.sync") in ptx
+
+
+def register_operand_gemm(n=64, d=64, dtype=dt.float16):
+    """O = cast(0.125 * Q @ K^T) @ V: the second gemm takes A from a fragment
+    (FlashAttention's P @ V), written by T.Parallel from the first gemm's accumulator."""
+    Q, K, V = (ir.Buffer(nm, (n, d), dtype, "global") for nm in ("Q", "K", "V"))
+    O = ir.Buffer("O", (n, d), dt.float32, "global")
+    bx, i, j = ir.Var("bx"), ir.Var("i"), ir.Var("j")
+    Q_s, K_s, V_s = (ir.Buffer(nm, (n, d), dtype, "shared") for nm in ("Q_shared", "K_shared", "V_shared"))
+    S = ir.Buffer("acc_s", (n, n), dt.float32, "fragment")
+    P = ir.Buffer("acc_s_cast", (n, n), dtype, "fragment")
+    acc_o = ir.Buffer("acc_o", (n, d), dt.float32, "fragment")
+    scaled = ir.BinOp("*", ir.Load(S, (i, j), dt.float32), ir.const(0.125), dt.float32)
+    stmts = [*(ir.Alloc(b) for b in (Q_s, K_s, V_s, S, P, acc_o)),
+             *(ir.Copy(ir.Region.full(g), ir.Region.full(s)) for g, s in ((Q, Q_s), (K, K_s), (V, V_s))),
+             ir.Gemm(ir.Region.full(Q_s), ir.Region.full(K_s), ir.Region.full(S), transpose_b=True, clear_accum=True),
+             ir.Parallel((i, j), (n, n), ir.Seq([ir.Store(P, (i, j), ir.Cast(scaled, dtype))])),
+             ir.Gemm(ir.Region.full(P), ir.Region.full(V_s), ir.Region.full(acc_o), clear_accum=True),
+             ir.Copy(ir.Region.full(acc_o), ir.Region.full(O))]
+    kernel = ir.Kernel((c(1),), (bx,), 128, ir.Seq(stmts))
+    return ir.PrimFunc("attention_block", [Q, K, V, O], kernel, out_idx=[3])
+
+
+@pytest.mark.parametrize("target", [H100, A100], ids=["sm90", "sm80"])
+def test_register_operand_gemm_compiles(target):
+    k = compile_for(register_operand_gemm(), target)
+    assert ("wgmma.mma_async" if target is H100 else "mma.sync") in k.asm["ptx"]
+    assert "operand_index=0" in k.source
+
+
+# the pipeline pass tests' programs: sibling loops with different stage counts, data-dependent
+# (block-sparse) guards, runtime trip counts, an outer loop around the pipeline
+PIPELINE_CASES = {
+    "siblings_2_4": dict(loops=[(2, 3, False, False), (4, 5, False, False)]),
+    "guarded": dict(loops=[(3, 5, True, False)]),
+    "dynamic_outer": dict(loops=[(3, 4, False, True)], outer=2),
+    "read_after_short": dict(loops=[(3, 2, False, False)], read_after=True),
+}
+
+
+def pipeline_program(name):
+    import dataclasses
+
+    from pipeline_programs import LoopSpec, gemm_program
+
+    cfg = dict(PIPELINE_CASES[name])
+    loops = [LoopSpec(s, n, guarded=g, dynamic=d) for s, n, g, d in cfg.pop("loops")]
+    prog = gemm_program(loops, tiles=(64, 64, 64), grid=(2, 1), **cfg)
+    prog.func = dataclasses.replace(prog.func, dynamic_vars=list(prog.dims))
+    return prog
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINE_CASES))
+def test_pipeline_pass_programs_compile_for_sm90(name):
+    k = compile_for(pipeline_program(name).func, H100)
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    if name == "guarded":  # data-dependent producers: cp.async groups, never a possibly-empty mbarrier phase
+        assert "cp.async.bulk.tensor" not in ptx and "cp.async.cg" in ptx
+    if name in ("siblings_2_4", "dynamic_outer"):
+        assert "cp.async.bulk.tensor" in ptx
+
+
+def test_layouts_chosen_for_another_target_are_reinferred():
+    from tritile.codegen.gluon import compile_kernel
+
+    planned_for_hopper = lowered(pipelined_gemm(S=2, BK=32), H100)
+    k = compile_kernel(planned_for_hopper, A100)
+    assert "mma.sync" in k.asm["ptx"]
+    assert "version=[2, 0]" in k.source and "version=[3, 0]" not in k.source
+
+
+def test_undeclared_runtime_value_is_a_compile_error():
+    func = pipeline_program("dynamic_outer").func
+    import dataclasses
+
+    func = dataclasses.replace(func, dynamic_vars=[])  # n0 used but never declared T.dynamic
+    with pytest.raises(CompileError, match="n0"):
+        compile_for(func, H100)

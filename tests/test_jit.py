@@ -1,0 +1,124 @@
+"""Entry points: @tritile.jit (lazy and eager), tritile.compile, JITKernel caching, out_idx
+handling and get_source stages."""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+import tritile.runtime.target
+from tritile.lowering import PASS_NAMES
+
+
+@tritile.jit(out_idx=[-1])
+def scale_lazy(M, N, factor, block=32, dtype="float32"):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block)) as bx:
+            for i, j in T.Parallel(block, N):
+                Y[bx * block + i, j] = X[bx * block + i, j] * factor
+
+    return main
+
+
+@tritile.jit
+def scale_eager(X, factor: float = 2.0, block: int = 32):
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float32)
+    Y = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, block)) as bx:
+        for i, j in T.Parallel(block, N):
+            Y[bx * block + i, j] = X[bx * block + i, j] * factor
+    return Y
+
+
+def test_lazy_kernel_cached_per_arguments(assert_close):
+    k1 = scale_lazy(64, 32, 3.0)
+    assert scale_lazy(64, 32, 3.0) is k1
+    assert scale_lazy(64, 32, 4.0) is not k1
+    assert scale_lazy(64, 32, 3) is not k1  # an int constant is another specialisation
+    x = torch.randn(64, 32)
+    assert_close(k1(x), x * 3.0)
+
+
+def test_eager_call_specialises_on_const_dims(assert_close):
+    x = torch.randn(64, 32)
+    assert_close(scale_eager(x), x * 2.0)
+    assert_close(scale_eager(x, factor=0.5), x * 0.5)
+    y = torch.randn(96, 32)
+    assert_close(scale_eager(y), y * 2.0)
+    assert len(scale_eager._kernels) == 3
+
+
+def test_eager_compile_returns_cached_kernel(assert_close):
+    kernel = scale_eager.compile(M=64, N=16, factor=1.5)
+    assert isinstance(kernel, tritile.JITKernel)
+    assert scale_eager.compile(M=64, N=16, factor=1.5) is kernel
+    assert kernel.out_idx == [1]
+    x = torch.randn(64, 16)
+    assert_close(kernel(x), x * 1.5)
+
+
+def test_eager_rejects_out_idx():
+    with pytest.raises(ValueError, match="out_idx"):
+        @tritile.jit(out_idx=[-1])
+        def f(X):
+            X: T.Tensor((32,), T.float32)
+            Y = T.empty((32,), T.float32)
+            with T.Kernel(1):
+                T.copy(X, Y)
+            return Y
+
+
+def _copy_func():
+    @T.prim_func
+    def copy2(X: T.Tensor((32, 32), "float32"), Y: T.Tensor((32, 32), "float32"),
+              Z: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1) as bx:
+            for i, j in T.Parallel(32, 32):
+                Y[i, j] = X[i, j] + 1.0
+                Z[i, j] = X[i, j] * 2.0
+
+    return copy2
+
+
+@pytest.mark.parametrize("out_idx, expected", [(None, []), (-1, [2]), ([1, 2], [1, 2]), ([-2], [1])])
+def test_out_idx_variants(out_idx, expected, assert_close):
+    kernel = tritile.compile(_copy_func(), out_idx=out_idx, target="cpu")
+    assert kernel.out_idx == expected
+    x = torch.randn(32, 32)
+    if not expected:  # the caller passes every tensor and gets None back
+        y, z = torch.randn(32, 32), torch.randn(32, 32)
+        assert kernel(x, y, z) is None
+        assert_close(y, x + 1.0)
+        assert_close(z, x * 2.0)
+        return
+    result = kernel(x, *([torch.randn(32, 32)] * (3 - 1 - len(expected))))
+    results = result if isinstance(result, list) else [result]
+    refs = {1: x + 1.0, 2: x * 2.0}
+    for index, tensor in zip(expected, results):
+        assert_close(tensor, refs[index])
+
+
+def test_out_idx_out_of_range():
+    with pytest.raises(ValueError, match="out_idx"):
+        tritile.compile(_copy_func(), out_idx=[3])
+
+
+def test_get_source_stages():
+    kernel = scale_lazy(64, 32, 3.0)
+    tile = kernel.get_source("tile")
+    assert "T.Parallel(32, 32)" in tile and "X[bx * 32 + i, j] * 3.0" in tile
+    for name in PASS_NAMES:
+        assert "def main(" in kernel.get_source(name)
+    with pytest.raises(ValueError, match="unknown stage"):
+        kernel.get_source("sass")
+    assert isinstance(kernel.get_kernel_source(), str) and kernel.get_kernel_source()
+    assert kernel.func.params[0].name == "X"
+    assert kernel.target == tritile.runtime.target.parse_target("auto")
+
+
+def test_interpret_env_forces_interpreter(monkeypatch, assert_close):
+    monkeypatch.setenv("TRITILE_INTERPRET", "1")
+    kernel = scale_lazy(32, 32, 5.0)
+    x = torch.randn(32, 32)
+    assert_close(kernel(x), x * 5.0)

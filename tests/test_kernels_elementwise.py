@@ -1,0 +1,154 @@
+"""Element-wise `T.Parallel` kernels, row softmax and scalar control flow, TileLang style.
+
+* bias add with a 1-D broadcast, written directly on global tensors and on tiles (row and
+  column vectors);
+* row softmax over fragments (`T.reduce_max`, `T.exp`, `T.reduce_sum`), fp16 in and out;
+* `T.alloc_var` scalars as counters and accumulators in a serial loop;
+* Python `while` and `if` on runtime values (a per-row length read from a tensor).
+All on CPU tensors (the reference interpreter), against torch.
+"""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+@tritile.jit(out_idx=[-1])
+def bias_add_global(M, N, block_M, block_N, dtype="float16"):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Bias: T.Tensor((N,), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                C[by * block_M + i, bx * block_N + j] = (
+                    A[by * block_M + i, bx * block_N + j] + Bias[bx * block_N + j])
+
+    return main
+
+
+def test_bias_add_global(assert_close):
+    M, N = 128, 256
+    a = torch.randn(M, N, dtype=torch.float16)
+    bias = torch.randn(N, dtype=torch.float16)
+    assert_close(bias_add_global(M, N, 64, 64)(a, bias), a + bias)
+
+
+@tritile.jit(out_idx=[-1])
+def bias_add_tiles(M, N, block_M, block_N, along, dtype="float16", accum_dtype="float32"):
+    """`along` "row": one bias per column (shape N); "col": one bias per row (shape M)."""
+    bias_len = N if along == "row" else M
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Bias: T.Tensor((bias_len,), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            bias_row = T.alloc_shared((block_N,), dtype)
+            bias_col = T.alloc_shared((block_M,), dtype)
+            T.copy(A[by * block_M, bx * block_N], A_local)
+            if along == "row":
+                T.copy(Bias[bx * block_N], bias_row)
+                for i, j in T.Parallel(block_M, block_N):
+                    A_local[i, j] += bias_row[j]
+            else:
+                T.copy(Bias[by * block_M], bias_col)
+                for i, j in T.Parallel(block_M, block_N):
+                    A_local[i, j] = A_local[i, j] + bias_col[i]
+            T.copy(A_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("along", ["row", "col"])
+def test_bias_add_tiles_broadcast(along, assert_close):
+    M, N = 128, 192
+    a = torch.randn(M, N, dtype=torch.float16)
+    bias = torch.randn(N if along == "row" else M, dtype=torch.float16)
+    expected = a.float() + (bias.float() if along == "row" else bias.float()[:, None])
+    assert_close(bias_add_tiles(M, N, 64, 64, along)(a, bias), expected.to(torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def softmax_rows(M, N, block_M, dtype="float16", accum_dtype="float32"):
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            x = T.alloc_fragment((block_M, N), accum_dtype)
+            row_max = T.alloc_fragment((block_M,), accum_dtype)
+            row_sum = T.alloc_fragment((block_M,), accum_dtype)
+            T.copy(X[bx * block_M, 0], x)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(block_M, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.copy(x, Y[bx * block_M, 0])
+
+    return main
+
+
+def test_row_softmax(assert_close):
+    M, N = 128, 256
+    x = torch.randn(M, N, dtype=torch.float16) * 4
+    expected = torch.softmax(x.float(), dim=1).to(torch.float16)
+    assert_close(softmax_rows(M, N, 32)(x), expected)
+
+
+@tritile.jit(out_idx=[-2, -1])
+def count_and_sum_positives(M, N, dtype="float32"):
+    """One block per row; a serial loop keeps a counter and a running sum in `T.alloc_var`s."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Count: T.Tensor((M,), "int32"), Total: T.Tensor((M,), dtype)):
+        with T.Kernel(M, threads=128) as bx:
+            count = T.alloc_var("int32", init=0)
+            total = T.alloc_var(dtype, 0)
+            for j in T.serial(N):
+                if A[bx, j] > 0:
+                    count = count + 1
+                    total = total + A[bx, j]
+            Count[bx] = count
+            Total[bx] = total
+
+    return main
+
+
+def test_alloc_var_counter(assert_close):
+    M, N = 16, 64
+    a = torch.randn(M, N)
+    count, total = count_and_sum_positives(M, N)(a)
+    assert torch.equal(count, (a > 0).sum(1).to(torch.int32))
+    assert_close(total, torch.where(a > 0, a, torch.zeros_like(a)).sum(1))
+
+
+@tritile.jit(out_idx=[-1])
+def prefix_sums_by_sign(M, N, dtype="float32"):
+    """Row r sums its first Lengths[r] elements, positives and negatives separately: a `while`
+    whose trip count and an `if` whose branch are only known at run time."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Lengths: T.Tensor((M,), "int32"), Out: T.Tensor((M, 2), dtype)):
+        with T.Kernel(M, threads=128) as bx:
+            i = T.alloc_var("int32", init=0)
+            positive = T.alloc_var(dtype, init=0)
+            negative = T.alloc_var(dtype, init=0)
+            while i < Lengths[bx]:
+                if A[bx, i] >= 0:
+                    positive = positive + A[bx, i]
+                else:
+                    negative = negative + A[bx, i]
+                i = i + 1
+            Out[bx, 0] = positive
+            Out[bx, 1] = negative
+
+    return main
+
+
+def test_while_and_if_on_runtime_values(assert_close):
+    M, N = 16, 64
+    a = torch.randn(M, N)
+    lengths = torch.randint(1, N + 1, (M,), dtype=torch.int32)
+    prefix = torch.arange(N)[None, :] < lengths[:, None].long()
+    expected = torch.stack([torch.where(prefix & (a >= 0), a, 0.0).sum(1),
+                            torch.where(prefix & (a < 0), a, 0.0).sum(1)], dim=1)
+    assert_close(prefix_sums_by_sign(M, N)(a, lengths), expected)

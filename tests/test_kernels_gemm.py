@@ -1,0 +1,351 @@
+"""GEMM kernels written the TileLang way, run on CPU tensors (the reference interpreter).
+
+Covers both `@tritile.jit` styles (lazy: returns a `@T.prim_func`; eager: `T.const` / `T.empty` /
+`return C`) over the NN/TN/NT/TT layouts, fp16/bf16/fp32 and `num_stages` 0–3, padded shapes
+(out-of-bounds reads give 0, writes are dropped), register operands (`T.copy(A_shared, A_local)`
+then `T.gemm(A_local, ...)`), runtime `T.dynamic` sizes, a block-sparse GEMM guarded by a mask
+inside `T.Pipelined`, and `T.use_swizzle`.  References are torch matmuls in float32 of the same
+(rounded) inputs.
+"""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]  # (trans_A, trans_B)
+LAYOUT_IDS = ["NN", "TN", "NT", "TT"]
+
+
+@tritile.jit(out_idx=[-1])
+def matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, in_dtype, out_dtype, accum_dtype,
+           num_stages, threads=128):
+    A_shape = (K, M) if trans_A else (M, K)
+    B_shape = (N, K) if trans_B else (K, N)
+    A_shared_shape = (block_K, block_M) if trans_A else (block_M, block_K)
+    B_shared_shape = (block_N, block_K) if trans_B else (block_K, block_N)
+
+    @T.prim_func
+    def main(
+            A: T.Tensor(A_shape, in_dtype),
+            B: T.Tensor(B_shape, in_dtype),
+            C: T.Tensor((M, N), out_dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared(A_shared_shape, in_dtype)
+            B_shared = T.alloc_shared(B_shared_shape, in_dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[k * block_K, by * block_M], A_shared)
+                else:
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[bx * block_N, k * block_K], B_shared)
+                else:
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local, trans_A, trans_B)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@tritile.jit
+def matmul_eager(A, B, trans_A: bool = False, trans_B: bool = False, num_stages: int = 2,
+                 block_M: int = 64, block_N: int = 64, block_K: int = 32, in_dtype=T.float16,
+                 out_dtype=T.float16, accum_dtype=T.float32):
+    M, N, K = T.const("M, N, K")
+    A_shape = (K, M) if trans_A else (M, K)
+    B_shape = (N, K) if trans_B else (K, N)
+    A: T.Tensor[A_shape, in_dtype]
+    B: T.Tensor[B_shape, in_dtype]
+    C = T.empty((M, N), out_dtype)
+
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), in_dtype)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), in_dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            if trans_A:
+                T.copy(A[k * block_K, by * block_M], A_shared)
+            else:
+                T.copy(A[by * block_M, k * block_K], A_shared)
+            if trans_B:
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+            else:
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+        T.copy(C_local, C[by * block_M, bx * block_N])
+    return C
+
+
+def make_operands(M, N, K, trans_A, trans_B, dtype):
+    a = torch.randn((K, M) if trans_A else (M, K), dtype=dtype)
+    b = torch.randn((N, K) if trans_B else (K, N), dtype=dtype)
+    return a, b
+
+
+def reference(a, b, trans_A, trans_B, out_dtype):
+    a = a.float().T if trans_A else a.float()
+    b = b.float().T if trans_B else b.float()
+    return (a @ b).to(out_dtype)
+
+
+@pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
+def test_gemm_lazy(trans_A, trans_B, dtype, num_stages, assert_close):
+    M = N = K = 128
+    kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", num_stages)
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    c = kernel(a, b)
+    assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+
+
+@pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
+def test_gemm_eager(trans_A, trans_B, dtype, num_stages, assert_close):
+    M = N = K = 128
+    tl_dtype = getattr(T, dtype)
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    c = matmul_eager(a, b, trans_A=trans_A, trans_B=trans_B, num_stages=num_stages,
+                     in_dtype=tl_dtype, out_dtype=tl_dtype)
+    assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+
+
+def test_gemm_lazy_kernel_is_cached_per_arguments():
+    args = (128, 128, 128, 64, 64, 32, False, False, "float16", "float16", "float32", 2)
+    assert matmul(*args) is matmul(*args)
+
+
+def test_gemm_eager_compile_returns_a_kernel(assert_close):
+    kernel = matmul_eager.compile(M=128, N=128, K=128, num_stages=2)
+    a, b = make_operands(128, 128, 128, False, False, torch.float16)
+    assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
+def test_gemm_padded_shape(trans_A, trans_B, dtype, assert_close):
+    M, N, K = 200, 136, 72  # none a multiple of its tile: edge tiles read zeros, drop writes
+    kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", 2)
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+
+
+@pytest.mark.parametrize("num_stages", [0, 3])
+def test_gemm_padded_shape_eager(num_stages, assert_close):
+    a, b = make_operands(200, 136, 72, False, False, torch.float16)
+    c = matmul_eager(a, b, num_stages=num_stages)
+    assert_close(c, reference(a, b, False, False, torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_register_operand(M, N, K, block_M, block_N, block_K, trans_A, trans_B, operand, num_stages,
+                            dtype="float16", accum_dtype="float32"):
+    """`operand` "A" gives TileLang's matmul_rs (A from registers), "B" its matmul_sr."""
+    A_shape = (K, M) if trans_A else (M, K)
+    B_shape = (N, K) if trans_B else (K, N)
+    A_shared_shape = (block_K, block_M) if trans_A else (block_M, block_K)
+    B_shared_shape = (block_N, block_K) if trans_B else (block_K, block_N)
+
+    @T.prim_func
+    def main(
+            A: T.Tensor(A_shape, dtype),
+            B: T.Tensor(B_shape, dtype),
+            C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared(A_shared_shape, dtype)
+            B_shared = T.alloc_shared(B_shared_shape, dtype)
+            A_local = T.alloc_fragment(A_shared_shape, dtype)
+            B_local = T.alloc_fragment(B_shared_shape, dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[k * block_K, by * block_M], A_shared)
+                else:
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[bx * block_N, k * block_K], B_shared)
+                else:
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                if operand == "A":
+                    T.copy(A_shared, A_local)
+                    T.gemm(A_local, B_shared, C_local, trans_A, trans_B)
+                else:
+                    T.copy(B_shared, B_local)
+                    T.gemm(A_shared, B_local, C_local, trans_A, trans_B)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("num_stages", [0, 2])
+@pytest.mark.parametrize("operand", ["A", "B"], ids=["rs", "sr"])
+@pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
+def test_gemm_register_operand(trans_A, trans_B, operand, num_stages, assert_close):
+    M = N = K = 128
+    kernel = matmul_register_operand(M, N, K, 64, 64, 32, trans_A, trans_B, operand, num_stages)
+    a, b = make_operands(M, N, K, trans_A, trans_B, torch.float16)
+    assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_dynamic(block_M, block_N, block_K, num_stages, dtype="float16", accum_dtype="float32"):
+    M, N, K = T.dynamic("m, n, k")
+
+    @T.prim_func
+    def main(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor((K, N), dtype),
+            C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+RUNTIME_SIZES = [(128, 128, 128), (200, 136, 72), (64, 192, 96)]
+
+
+def test_gemm_dynamic_shapes_one_kernel(assert_close):
+    kernel = matmul_dynamic(64, 64, 32, 2)
+    for M, N, K in RUNTIME_SIZES:
+        a, b = make_operands(M, N, K, False, False, torch.float16)
+        assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+    # the lazy cache hands back the same kernel, compiled once for every runtime size
+    assert matmul_dynamic(64, 64, 32, 2) is kernel
+    assert len(kernel.func.dynamic_vars) == 3
+
+
+@tritile.jit
+def matmul_dynamic_eager(A, B, num_stages: int = 2, block_M: int = 64, block_N: int = 64,
+                         block_K: int = 32, dtype=T.float16, accum_dtype=T.float32):
+    M, N, K = T.dynamic("m, n, k")
+    A: T.Tensor[[M, K], dtype]
+    B: T.Tensor[[K, N], dtype]
+    C = T.empty((M, N), dtype)
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), dtype)
+        B_shared = T.alloc_shared((block_K, block_N), dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C[by * block_M, bx * block_N])
+    return C
+
+
+def test_gemm_dynamic_shapes_eager(assert_close):
+    for M, N, K in RUNTIME_SIZES:
+        a, b = make_operands(M, N, K, False, False, torch.float16)
+        assert_close(matmul_dynamic_eager(a, b), reference(a, b, False, False, torch.float16))
+    # T.dynamic dims are not part of the specialisation: every size maps to one kernel
+    assert matmul_dynamic_eager.compile() is matmul_dynamic_eager.compile()
+
+
+@tritile.jit(out_idx=[-1])
+def blocksparse_matmul(M, N, K, block_M, block_N, block_K, num_stages, mask_via_local,
+                       dtype="float16", accum_dtype="float32"):
+    """`mask_via_local`: first load the mask bit into a `T.alloc_local` scalar, then test it
+    (the form of TileLang's test_blocksparse_matmul); else test the global mask directly."""
+    block_mask_shape = (M // block_M, N // block_N, K // block_K)
+
+    @T.prim_func
+    def main(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor((K, N), dtype),
+            BlockMask: T.Tensor(block_mask_shape, "bool"),
+            C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            block_mask = T.alloc_local((1,), "bool")
+            T.clear(C_local)
+            if mask_via_local:
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    block_mask[0] = BlockMask[by, bx, k]
+                    if block_mask[0]:
+                        T.copy(A[by * block_M, k * block_K], A_shared)
+                        T.copy(B[k * block_K, bx * block_N], B_shared)
+                        T.gemm(A_shared, B_shared, C_local)
+            else:
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    if BlockMask[by, bx, k]:
+                        T.copy(A[by * block_M, k * block_K], A_shared)
+                        T.copy(B[k * block_K, bx * block_N], B_shared)
+                        T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("mask_via_local", [False, True], ids=["global_mask", "local_mask"])
+@pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
+def test_gemm_block_sparse(num_stages, mask_via_local, assert_close):
+    M, N, K, bM, bN, bK = 128, 128, 128, 64, 64, 32
+    kernel = blocksparse_matmul(M, N, K, bM, bN, bK, num_stages, mask_via_local)
+    a, b = make_operands(M, N, K, False, False, torch.float16)
+    mask = torch.rand(M // bM, N // bN, K // bK) > 0.5
+    mask[..., 0] = True  # every output tile has some work ...
+    mask[0, 0, 1] = False  # ... and at least one tile skips some
+    ref = torch.zeros(M, N)
+    for i in range(M // bM):
+        for j in range(N // bN):
+            for k in range(K // bK):
+                if mask[i, j, k]:
+                    ref[i * bM:(i + 1) * bM, j * bN:(j + 1) * bN] += (
+                        a[i * bM:(i + 1) * bM, k * bK:(k + 1) * bK].float()
+                        @ b[k * bK:(k + 1) * bK, j * bN:(j + 1) * bN].float())
+    assert_close(kernel(a, b, mask), ref.to(torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_swizzled(M, N, K, block_M, block_N, block_K, panel_size, order, dtype="float16",
+                    accum_dtype="float32"):
+    @T.prim_func
+    def main(
+            A: T.Tensor((M, K), dtype),
+            B: T.Tensor((K, N), dtype),
+            C: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.use_swizzle(panel_size, order=order)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("order", ["row", "column"])
+def test_gemm_use_swizzle(order, assert_close):
+    M, N, K = 256, 192, 64  # a 3 x 4 grid: the panel size does not divide it
+    kernel = matmul_swizzled(M, N, K, 64, 64, 32, 2, order)
+    a, b = make_operands(M, N, K, False, False, torch.float16)
+    assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))

@@ -1,0 +1,285 @@
+"""`T.Pipelined` end to end on the kernels behind TileLang's pipelining bug reports.
+
+Each kernel goes through `@tritile.jit` and every lowering pass, then runs on CPU tensors in the
+reference interpreter (which raises `HazardError` on a schedule that would race on hardware):
+
+* sibling pipelined loops sharing `A_shared` / `B_shared` with different `num_stages`
+  (TileLang #2309 / PR #2342, seed 000), and a pipelined loop inside an outer serial loop;
+* a versioned shared buffer read after its loop (TileLang #3039);
+* one shared tile feeding two gemms with different transpose modes (TileLang #1997, seed 003);
+* residual K tiles (K=33, TileLang #2365) and trip counts below `num_stages`;
+* manual `order=` / `stage=` schedules (test_tilelang_language_pipeline.py);
+* an NT GEMM whose B tile is stored by a `T.Parallel` loop (TileLang #96);
+* a copy indexed through a runtime index tensor (TileLang #1210).
+"""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+def matmul_reference(a, b):
+    return (a.float() @ b.float()).to(a.dtype)
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_sibling_pipelines(M, N, K, block_M, block_N, block_K, stages, dtype="float16",
+                             accum_dtype="float32"):
+    """C = A @ B with the K loop cut into len(stages) consecutive pipelined loops, each with its
+    own num_stages, all loading through the same two shared tiles."""
+    k_tiles = (K + block_K - 1) // block_K
+    cuts = [k_tiles * i // len(stages) for i in range(len(stages) + 1)]
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(cuts[0], cuts[1], num_stages=stages[0]):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for k in T.Pipelined(cuts[1], cuts[2], num_stages=stages[1]):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            if len(stages) == 3:
+                for k in T.Pipelined(cuts[2], cuts[3], num_stages=stages[2]):
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("stages", [(2, 4), (4, 2), (2, 3, 4), (0, 3)], ids=str)
+def test_sibling_pipelines_share_buffers(stages, assert_close):
+    M, N, K = 128, 128, 384
+    kernel = matmul_sibling_pipelines(M, N, K, 64, 64, 32, stages)
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(K, N, dtype=torch.float16)
+    assert_close(kernel(a, b), matmul_reference(a, b))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_batched_outer_loop(batch, M, N, K, block_M, block_N, block_K, num_stages, dtype="float16",
+                              accum_dtype="float32"):
+    """A serial loop over the batch around a pipelined K loop: the pipeline restarts each time."""
+
+    @T.prim_func
+    def main(A: T.Tensor((batch, M, K), dtype), B: T.Tensor((batch, K, N), dtype),
+             C: T.Tensor((batch, M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            for b in T.serial(batch):
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[b, by * block_M:(by + 1) * block_M, k * block_K:(k + 1) * block_K], A_shared)
+                    T.copy(B[b, k * block_K:(k + 1) * block_K, bx * block_N:(bx + 1) * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                T.copy(C_local, C[b, by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N])
+
+    return main
+
+
+def test_pipeline_inside_serial_loop(assert_close):
+    batch, M, N, K = 3, 64, 128, 96
+    kernel = matmul_batched_outer_loop(batch, M, N, K, 64, 64, 32, 2)
+    a = torch.randn(batch, M, K, dtype=torch.float16)
+    b = torch.randn(batch, K, N, dtype=torch.float16)
+    assert_close(kernel(a, b), torch.bmm(a.float(), b.float()).to(torch.float16))
+
+
+@tritile.jit(out_idx=[-2, -1])
+def matmul_and_last_a_tile(M, N, K, block_M, block_N, block_K, num_stages, dtype="float16",
+                           accum_dtype="float32"):
+    """Besides C, writes out A_shared as it is after the loop: the last K tile of A."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype),
+             LastA: T.Tensor((M, block_K), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+            T.copy(A_shared, LastA[by * block_M, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("num_stages", [2, 3])
+def test_versioned_buffer_read_after_loop(num_stages, assert_close):
+    M, N, K, block_K = 128, 128, 160, 32  # 5 K tiles: the last one is in slot 4 % num_stages
+    kernel = matmul_and_last_a_tile(M, N, K, 64, 64, block_K, num_stages)
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(K, N, dtype=torch.float16)
+    c, last_a = kernel(a, b)
+    assert_close(c, matmul_reference(a, b))
+    assert torch.equal(last_a, a[:, K - block_K:])
+
+
+@tritile.jit(out_idx=[-1])
+def two_gemms_one_tile(M, N, D, block_M, block_N, num_stages, dtype="float16", accum_dtype="float32"):
+    """O = (Q X^T) X per row block: X_shared is B of a transpose_B gemm and of a plain gemm."""
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, D), dtype), X: T.Tensor((N, D), dtype), O: T.Tensor((M, D), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            Q_shared = T.alloc_shared((block_M, D), dtype)
+            X_shared = T.alloc_shared((block_N, D), dtype)
+            S_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            S_cast = T.alloc_fragment((block_M, block_N), dtype)
+            O_local = T.alloc_fragment((block_M, D), accum_dtype)
+            T.copy(Q[bx * block_M, 0], Q_shared)
+            T.clear(O_local)
+            for k in T.Pipelined(T.ceildiv(N, block_N), num_stages=num_stages):
+                T.copy(X[k * block_N, 0], X_shared)
+                T.gemm(Q_shared, X_shared, S_local, transpose_B=True, clear_accum=True)
+                T.copy(S_local, S_cast)
+                T.gemm(S_cast, X_shared, O_local)
+            T.copy(O_local, O[bx * block_M, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("num_stages", [0, 2])
+def test_shared_tile_feeds_gemms_with_different_transpose(num_stages, assert_close):
+    M, N, D = 128, 128, 64
+    q = torch.randn(M, D, dtype=torch.float16) / 4
+    x = torch.randn(N, D, dtype=torch.float16) / 4
+    kernel = two_gemms_one_tile(M, N, D, 64, 64, num_stages)
+    # the kernel rounds each S block to fp16 before the second gemm; so does the reference
+    s = (q.float() @ x.float().T).to(torch.float16)
+    assert_close(kernel(q, x), (s.float() @ x.float()).to(torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_plain(M, N, K, block_M, block_N, block_K, num_stages, dtype="float16", accum_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def matmul_manual_schedule(M, N, K, block_M, block_N, block_K, order, stage, dtype="float16",
+                           accum_dtype="float32"):
+    """A plain function returning the prim_func, compiled with `tritile.compile` as TileLang's
+    test_pipeline_order_stage does."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), order=order, stage=stage):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("K, num_stages", [
+    (33, 2),  # TileLang #2365: the second K tile holds one valid column
+    (33, 3),
+    (32, 3),  # one iteration, three stages
+    (64, 4),  # two iterations, four stages
+])
+def test_trip_counts_and_residual_k(K, num_stages, assert_close):
+    M, N = 64, 128
+    kernel = matmul_plain(M, N, K, 64, 64, 32, num_stages)
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(K, N, dtype=torch.float16)
+    assert_close(kernel(a, b), matmul_reference(a, b))
+
+
+@pytest.mark.parametrize("order, stage", [
+    ([0, 1, 2], [0, 0, 1]),
+    ([0, 1, 2], [0, 0, 2]),
+    ([1, 2, 0], [0, 0, 2]),
+    ([1, 2, 0], [0, 0, 1]),
+    ([0, 1, 2], [0, 1, 2]),
+], ids=str)
+def test_manual_order_and_stage(order, stage, assert_close):
+    M, N, K = 128, 128, 160
+    kernel = tritile.compile(matmul_manual_schedule(M, N, K, 64, 64, 32, order, stage), out_idx=[2])
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(K, N, dtype=torch.float16)
+    assert_close(kernel(a, b), matmul_reference(a, b))
+
+
+@tritile.jit(out_idx=[-1])
+def matmul_nt_parallel_load(M, N, K, block_M, block_N, block_K, dtype="float16", accum_dtype="float32"):
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_N, block_K), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=1):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                for j, kk in T.Parallel(block_N, block_K):
+                    B_shared[j, kk] = B[bx * block_N + j, k * block_K + kk]
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_nt_gemm_with_parallel_shared_store(assert_close):
+    M, N, K = 128, 128, 128
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(N, K, dtype=torch.float16)
+    kernel = matmul_nt_parallel_load(M, N, K, 64, 64, 32)
+    assert_close(kernel(a, b), (a.float() @ b.float().T).to(torch.float16))
+
+
+@tritile.jit(out_idx=[-1])
+def gather_row_blocks(num_blocks, block_M, N, dtype="float32"):
+    """Y's i-th row block = X's ids[i]-th row block, copied through a pipelined shared tile."""
+
+    @T.prim_func
+    def main(X: T.Tensor((num_blocks * block_M, N), dtype), ids: T.Tensor((num_blocks,), "int32"),
+             Y: T.Tensor((num_blocks * block_M, N), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            X_shared = T.alloc_shared((block_M, N), dtype)
+            for i in T.Pipelined(num_blocks, num_stages=1):
+                T.copy(X[ids[i] * block_M, 0], X_shared)
+                T.copy(X_shared, Y[i * block_M, 0])
+
+    return main
+
+
+def test_pipelined_copy_through_index_tensor():
+    num_blocks, block_M, N = 4, 16, 64
+    x = torch.randn(num_blocks * block_M, N)
+    ids = torch.randperm(num_blocks).to(torch.int32)
+    y = gather_row_blocks(num_blocks, block_M, N)(x, ids)
+    expected = x.reshape(num_blocks, block_M, N)[ids.long()].reshape(num_blocks * block_M, N)
+    assert torch.equal(y, expected)

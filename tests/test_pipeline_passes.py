@@ -1,0 +1,232 @@
+"""Unit tests of the pipeline passes on hand-built IR (tests/pipeline_programs.py): planning,
+versioning (seed 000 / TileLang #2309, #3039, #2668, seed 001), injection for every trip count,
+the shared-memory budget, and planted broken schedules that the interpreter must catch."""
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pipeline_programs import LoopSpec, gemm_program  # noqa: E402
+
+from tritile.errors import CompileError, HazardError  # noqa: E402
+from tritile.interpreter import execute  # noqa: E402
+from tritile.ir import nodes as ir  # noqa: E402
+from tritile.ir.printer import format_func  # noqa: E402
+from tritile.ir.transform import Transformer, walk  # noqa: E402
+from tritile.lowering import run_passes  # noqa: E402
+from tritile.runtime.target import Target  # noqa: E402
+
+H100 = Target("cuda", 90)
+
+
+def lower(program, until):
+    return dict(run_passes(program.func, H100, stop_after=until))
+
+
+def loops_of(func):
+    return [n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.kind == "pipelined"]
+
+
+def check_all_stages(program, seed=0):
+    """interpreter(every stage) == torch reference; returns the stages."""
+    stages = run_passes(program.func, H100, stop_after="shared_memory_budget")
+    for name, func in stages:
+        args = program.make_args(seed)
+        execute(func, args, dict(program.dims))
+        c, d = program.reference(args)
+        torch.testing.assert_close(args[3], c, rtol=1e-4, atol=1e-3, msg=lambda m: f"after {name}: {m}")
+        if program.read_after:
+            torch.testing.assert_close(args[4], d, rtol=0, atol=0, msg=lambda m: f"after {name}: {m}")
+    return dict(stages)
+
+
+# ------------------------------------------------------------------------------ planning
+
+
+def test_planning_copy_copy_gemm_three_stages():
+    planned = lower(gemm_program([LoopSpec(3, 4)]), "pipeline_planning")["pipeline_planning"]
+    (loop,) = loops_of(planned)
+    assert loop.schedule.stages == [0, 0, 2]
+    assert loop.schedule.orders == [0, 1, 2]
+
+
+def test_planning_honours_manual_schedule():
+    program = gemm_program([LoopSpec(0, 4, order=[1, 2, 0], stage=[0, 0, 2])])
+    (loop,) = loops_of(lower(program, "pipeline_planning")["pipeline_planning"])
+    assert (loop.schedule.stages, loop.schedule.orders) == ([0, 0, 2], [1, 2, 0])
+    check_all_stages(program)
+
+
+def test_planning_rejects_dependency_breaking_schedule():
+    program = gemm_program([LoopSpec(0, 4, order=[0, 1, 2], stage=[0, 1, 1])])
+    bad = gemm_program([LoopSpec(0, 4, order=[0, 2, 1], stage=[0, 1, 1])])  # gemm before copy B
+    check_all_stages(program)
+    with pytest.raises(CompileError, match=r"pipeline_programs.py:1: .*breaks a dependency"):
+        lower(bad, "pipeline_planning")
+
+
+def test_planning_rejects_manual_schedule_of_wrong_length():
+    with pytest.raises(CompileError, match="order= has 2 entries but the loop body has 3"):
+        lower(gemm_program([LoopSpec(0, 4, order=[0, 1], stage=[0, 1])]), "pipeline_planning")
+
+
+def test_planning_distributes_block_sparse_guard_and_replays_lets():
+    program = gemm_program([LoopSpec(3, 5, guarded=True, bind_offset=True)])
+    (loop,) = loops_of(lower(program, "pipeline_planning")["pipeline_planning"])
+    assert loop.schedule.stages == [0, 0, 2]
+    text = format_func(lower(program, "pipeline_planning")["pipeline_planning"])
+    assert text.count("if mask[") == 3
+    check_all_stages(program, seed=3)
+
+
+def test_num_stages_zero_is_left_serial():
+    program = gemm_program([LoopSpec(0, 3)])
+    stages = check_all_stages(program)
+    (loop,) = loops_of(stages["shared_memory_budget"])
+    assert loop.schedule is None and loop.num_stages == 0
+
+
+# ------------------------------------------------------------------------------ versioning
+
+
+def _allocs(func):
+    return {n.buffer.name: n.buffer for n in walk(func.kernel.body) if isinstance(n, ir.Alloc)}
+
+
+@pytest.mark.parametrize("stages", [(2, 4), (4, 2), (2, 3, 4)], ids=str)
+def test_sibling_loops_share_one_allocation(stages):
+    """Seed 000 / TileLang #2309: one allocation of max(S) versions, each loop its own modulo."""
+    program = gemm_program([LoopSpec(s, 3) for s in stages], tiles=(64, 16, 32))
+    versioned = check_all_stages(program)["buffer_versioning"]
+    text = format_func(versioned)
+    assert text.count("A_shared = T.alloc_shared") == 1
+    assert "A_shared = T.alloc_shared([4, 64, 32], float16)" in text
+    allocs = _allocs(versioned)
+    assert allocs["A_shared"].num_versions == 4 and allocs["A_shared"].origin.shape == (64, 32)
+    for s, loop in zip(stages, loops_of(versioned)):
+        assert re.search(rf"A_shared\[k\d % {s}, :, :\]", format_func(versioned).split(f"for {loop.var.name} ")[1])
+
+
+def test_read_after_loop_sees_last_iteration():
+    """TileLang #3039: a versioned tile read after the loop is the last executed iteration's."""
+    program = gemm_program([LoopSpec(3, 5), LoopSpec(2, 2, guarded=True)], read_after=True)
+    stages = check_all_stages(program, seed=7)
+    assert "A_shared_slot = T.alloc_var(int32, init=0)" in format_func(stages["buffer_versioning"])
+
+
+def test_buffer_used_only_outside_pipelines_is_untouched():
+    """Seed 001: a shared buffer never used by a pipeline keeps its shape and gets no slot."""
+    program = gemm_program([LoopSpec(3, 4)], staged_store=True)
+    stages = check_all_stages(program)
+    allocs = _allocs(stages["buffer_versioning"])
+    assert allocs["C_shared"].shape == (16, 16) and allocs["C_shared"].num_versions == 1
+    assert "C_shared_slot" not in format_func(stages["buffer_versioning"])
+    assert "A_shared_slot" not in format_func(stages["buffer_versioning"])
+
+
+def test_num_stages_one_adds_no_versions():
+    stages = check_all_stages(gemm_program([LoopSpec(1, 3)]))
+    assert _allocs(stages["shared_memory_budget"])["A_shared"].shape == (16, 16)
+    assert "T.wait_group(0)" in format_func(stages["pipeline_injection"])
+
+
+def _war_program():
+    """for k: copy A->As; gemm(As, Bs); copy A->As again (overwrites what the gemm read)."""
+    program = gemm_program([LoopSpec(2, 4)])
+    loop = loops_of(program.func)[0]
+    body = loop.body.stmts
+    new_loop = dataclasses.replace(loop, body=ir.Seq(body + [body[0]]))
+
+    class Swap(Transformer):
+        def visit_For(self, f):
+            return new_loop if f is loop or f == loop else f
+
+    program.func = Swap().transform(program.func)
+    return program
+
+
+def test_loop_carried_war_is_rejected():
+    """TileLang #2668: reading a shared tile and then overwriting it in the same iteration."""
+    with pytest.raises(CompileError, match="breaks a dependency"):
+        lower(_war_program(), "buffer_versioning")
+
+
+# ------------------------------------------------------------------------------ injection
+
+
+@pytest.mark.parametrize("trips", [0, 1, 2, 3, 7])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_every_trip_count(trips, dynamic):
+    program = gemm_program([LoopSpec(3, trips, dynamic=dynamic)], grid=(2, 1))
+    stages = check_all_stages(program, seed=trips)
+    text = format_func(stages["pipeline_injection"])
+    assert "T.async_copy" in text and "is_async=True" in text and "T.wait_mma(0)" in text or trips == 0
+
+
+def test_injected_schedule_shape():
+    text = format_func(lower(gemm_program([LoopSpec(3, 6)]), "pipeline_injection")["pipeline_injection"])
+    steady = text.split("software-pipelined, 3 stages")[1]
+    assert "T.wait_group(2)  # completes iteration k0_t - 2" in steady
+    assert "A_shared[k0_t % 3, :, :]" in steady and "A_shared[(k0_t - 2) % 3, :, :]" in steady
+    assert text.count("T.commit_group()") == 2 + 1 + 2  # prologue, steady, epilogue
+
+
+# ------------------------------------------------------------------------------ planted bugs
+
+
+class _Plant(Transformer):
+    def __init__(self, fn):
+        self.fn = fn
+
+    def visit_For(self, f):
+        if f.pipelined_from:
+            return dataclasses.replace(f, body=ir.Seq(self.fn(list(f.body.stmts))))
+        return f
+
+
+def _run_injected(program, plant):
+    func = lower(program, "pipeline_injection")["pipeline_injection"]
+    func = _Plant(plant).transform(func)
+    execute(func, program.make_args(0), dict(program.dims))
+
+
+def test_planted_missing_wait_group_is_a_hazard():
+    program = gemm_program([LoopSpec(3, 6)])
+    _run_injected(program, lambda body: body)  # the real schedule is clean
+    with pytest.raises(HazardError):
+        _run_injected(program, lambda body: [s for s in body if not isinstance(s, ir.WaitGroup)])
+
+
+def test_planted_weaker_wait_group_is_a_hazard():
+    program = gemm_program([LoopSpec(3, 6)])
+    with pytest.raises(HazardError):
+        _run_injected(program, lambda body: [dataclasses.replace(s, pending=s.pending + 1)
+                                             if isinstance(s, ir.WaitGroup) else s for s in body])
+
+
+def test_planted_copy_before_wait_mma_is_a_hazard():
+    def move_copies_first(body):
+        copies = [s for s in body if isinstance(s, ir.AsyncCopy)]
+        return copies + [s for s in body if not isinstance(s, ir.AsyncCopy)]
+
+    with pytest.raises(HazardError):
+        _run_injected(gemm_program([LoopSpec(2, 5)]), move_copies_first)
+
+
+# ------------------------------------------------------------------------------ budget
+
+
+def test_shared_memory_budget_attrs():
+    func = lower(gemm_program([LoopSpec(3, 4)], tiles=(64, 16, 32)), "shared_memory_budget")["shared_memory_budget"]
+    assert func.attrs["shared_buffers"] == {"A_shared": 3 * 64 * 32 * 2, "B_shared": 3 * 32 * 16 * 2}
+    assert func.attrs["shared_bytes"] == 3 * 64 * 32 * 2 + 3 * 32 * 16 * 2 + 8 * 3
+
+
+def test_shared_memory_budget_error_names_buffers():
+    program = gemm_program([LoopSpec(4, 2)], tiles=(256, 256, 64))
+    with pytest.raises(CompileError, match=r"A_shared 131072 B.*B_shared 131072 B"):
+        run_passes(program.func, Target("cuda", 80), stop_after="shared_memory_budget")

@@ -1,0 +1,1 @@
+"""Code generators from the final tile IR to a backend's source (only Gluon for now)."""

@@ -1,0 +1,84 @@
+"""Instruction selection for the Gluon backend: which hardware path a tile op takes.
+
+Layout inference (which must give each buffer the encoding its instruction needs) and the
+emitter (which must emit that instruction) both ask these functions, so the two can never
+disagree.  Every function is a pure function of the IR node, the target and the warp
+count.
+
+Paths:
+* `gemm_engine`: "wgmma" (sm_90, 16/8-bit inputs, B in shared, M a multiple of 64),
+  "mma_v2" (mma.sync m16n8, sm_80+, 16/8-bit inputs), or "fma" (everything else, notably
+  float32 inputs: we use exact FP32 FMA instead of TF32 tensor cores, so float32 GEMMs match
+  torch's float32 matmul at 1e-4).
+* `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
+  equal to one whole buffer version, same dtype, static 16-byte aligned row pitch).
+"""
+from __future__ import annotations
+
+from tritile.ir import layouts as lay
+from tritile.ir import nodes as ir
+from tritile.ir.verifier import gemm_mnk
+
+
+def _is_tensor_core_dtype(dtype) -> bool:
+    return dtype.bits in (8, 16) and dtype.kind in ("float", "int")
+
+
+def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
+    m, n, k = gemm_mnk(g)
+    a_dt, b_dt = g.a.buffer.dtype, g.b.buffer.dtype
+    if a_dt != b_dt or not _is_tensor_core_dtype(a_dt) or g.b.buffer.scope != "shared":
+        return "fma"
+    if a_dt.kind == "int" and g.c.buffer.dtype.name != "int32":
+        return "fma"
+    if target.has_wgmma and k % (256 // a_dt.bits) == 0:
+        # 8-bit wgmma reads both smem operands K-major only.
+        k_major = (not g.transpose_a or g.a.buffer.scope != "shared") and g.transpose_b
+        acc = lay.wgmma_accumulator(m, n, num_warps, g.policy, a_dt.bits)
+        if acc is not None and (a_dt.bits == 16 or k_major) and not (g.a.buffer.scope != "shared" and g.transpose_a):
+            return "wgmma"
+    if k % (32 // a_dt.bits * 8) == 0 and lay.mma_v2_accumulator(m, n, num_warps, g.policy) is not None:
+        if not (a_dt.bits == 8 and (g.transpose_a or not g.transpose_b)):
+            return "mma_v2"
+    return "fma"
+
+
+def accumulator_layout(g: ir.Gemm, target, num_warps: int):
+    m, n, _ = gemm_mnk(g)
+    engine = gemm_engine(g, target, num_warps)
+    if engine == "wgmma":
+        return lay.wgmma_accumulator(m, n, num_warps, g.policy, g.a.buffer.dtype.bits)
+    if engine == "mma_v2":
+        return lay.mma_v2_accumulator(m, n, num_warps, g.policy)
+    return lay.blocked_for((m, n), 32, num_warps)
+
+
+def operand_layout(g: ir.Gemm, index: int, target, num_warps: int):
+    """Register layout of gemm operand `index` (0 = A, 1 = B) when it is fed from registers."""
+    parent = accumulator_layout(g, target, num_warps)
+    if gemm_engine(g, target, num_warps) == "fma":
+        return lay.DotOperandLayout(index, parent, 0)
+    return lay.dot_operand(index, parent, g.a.buffer.dtype.bits)
+
+
+def _static(x):
+    return x.value if isinstance(x, ir.Const) else x
+
+
+def uses_tma(copy, target) -> bool:
+    src, dst = copy.src, copy.dst
+    if not target.has_tma or src.buffer.scope != "global" or dst.buffer.scope != "shared":
+        return False
+    if src.buffer.dtype != dst.buffer.dtype or src.buffer.dtype.bits not in (8, 16, 32):
+        return False
+    tile = dst.buffer.tile_shape
+    if len(tile) != 2 or len(src.buffer.shape) != 2 or tuple(src.extents) != tuple(tile):
+        return False
+    if dst.tile_shape != tuple(tile):
+        return False
+    lead = 1 if dst.buffer.num_versions > 1 else 0
+    if any(_static(s) != 0 for s in dst.starts[lead:]):
+        return False
+    inner = src.buffer.shape[-1]
+    elem = src.buffer.dtype.itemsize
+    return isinstance(inner, int) and (inner * elem) % 16 == 0 and tile[-1] * elem >= 16

@@ -1,0 +1,84 @@
+"""Assemble the generated Python module: the ``@gluon.jit`` kernel and its host launcher.
+
+`emit_module(func, target)` runs the rules over the kernel body and returns a
+`GeneratedKernel` (see `emitter.py` for the argument conventions).  Pure text generation:
+nothing is imported from Triton here, so it also runs where Triton is absent.
+"""
+from __future__ import annotations
+
+from tritile.codegen.gluon import rings
+from tritile.codegen.gluon.emitter import HEADER, POINTER_TYPES, Emitter, GeneratedKernel
+from tritile.errors import CompileError
+from tritile.ir import nodes as ir
+
+
+def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
+    em = Emitter(func, target)
+    params = [em.name(p) for p in func.params]
+    for p in func.params:
+        if p.scope != "global":
+            raise CompileError(f"kernel parameter {p.name} must be a global tensor", func.loc)
+    dims = [em.define(v) for v in func.dynamic_vars]
+    kernel_name = em.fresh(func.name)
+    k = func.kernel
+    if len(k.grid) > 3:
+        raise CompileError("T.Kernel takes at most 3 grid dimensions", k.loc)
+    rings.plan(em, k.body)
+    for axis, var in enumerate(k.block_vars):
+        em.emit(f"{em.define(var)} = gl.program_id({axis})")
+    if k.swizzle is not None:
+        em.emit(f"# T.use_swizzle{tuple(k.swizzle)!r}: block rasterisation is not applied")
+    em.body(k.body)
+
+    descs = list(em.descriptors.values())
+    arg_names = params + [d.name for d in descs] + dims
+    signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
+    signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
+    signature.update({n: "i32" for n in dims})
+
+    out = [HEADER.format(name=func.name, target=target)]
+    for d in descs:
+        out.append(f"{_host_layout(d)} = {d.layout}\n")
+    out.append("\n@gluon.jit\n")
+    out.append(f"def {kernel_name}({', '.join(arg_names)}):\n")
+    out.extend(line + "\n" for line in em.layout_lines)
+    out.extend(line + "\n" for line in em.lines)
+    out.append("\n\n")
+    out.append(_host_launcher(func, em, params, descs, dims))
+    return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
+
+
+def _host_layout(d) -> str:
+    return f"HOST_{d.name}_layout"
+
+
+def _host_launcher(func, em, params, descs, dims) -> str:
+    grid = [_host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
+    lines = [f"def tritile_launch(compiled, {', '.join(params + dims)}):"]
+    for d in descs:
+        t = params[d.param_index]
+        lines.append(f"    {d.name} = TensorDescriptor({t}, list({t}.shape), list({t}.stride()), "
+                     f"{list(d.block_shape)}, {_host_layout(d)}, padding=\"zero\")")
+    lines.append(f"    compiled[({', '.join(grid)})]({', '.join(params + [d.name for d in descs] + dims)})")
+    return "\n".join(lines) + "\n"
+
+
+_HOST_OPS = {"+", "-", "*", "//", "%", "<", "<=", ">", ">=", "==", "!=", "&", "|", "^", "<<", ">>"}
+
+
+def _host_expr(e, em) -> str:
+    """A grid expression as host Python (runtime dims are launcher arguments)."""
+    if isinstance(e, int):
+        return str(e)
+    if isinstance(e, ir.Var):
+        return em.name(e)
+    if isinstance(e, ir.Const):
+        return repr(e.value)
+    if isinstance(e, ir.BinOp):
+        a, b = _host_expr(e.lhs, em), _host_expr(e.rhs, em)
+        if e.op in ("max", "min"):
+            return f"{e.op}({a}, {b})"
+        op = "//" if e.op == "/" else e.op
+        if op in _HOST_OPS:
+            return f"({a} {op} {b})"
+    raise CompileError(f"grid extent {e!r} cannot be computed on the host")

@@ -1,0 +1,164 @@
+"""mbarrier rings for TMA pipelines: which async statements belong to which pipelined loop.
+
+Assumes pipeline_injection's output: inside one `Seq`,
+``[prologue time steps] For(t, D, n, pipelined_from=S) [epilogue time steps]``, where every
+time step commits exactly one group per producer run, `AsyncCopy.iteration` /
+`CommitGroup.iteration` are 0-based iteration indices (valid when ``0 <= i < n``, the loop's
+`stop`), and iteration ``i`` lives in slot ``i % S``.  Between two pipelined loops of one
+Seq, statements before the first `AsyncCopy` of the gap are the previous loop's epilogue,
+the rest the next loop's prologue.
+
+A loop gets a TMA ring only when its body commits ONE group per time step (so the groups
+committed are iterations 0, 1, 2, ... in order) and its steady-state copies are not under
+a data-dependent guard; otherwise its copies use cp.async (always correct).  With one group
+per step, `WaitGroup(k)` means "iteration (newest committed) - k has landed": the newest
+committed group is the nearest `CommitGroup` before the wait in its section (prologue,
+body, epilogue), or the nearest one after it minus one (the previous time step).  Waits on
+iterations outside ``[0, n)`` (empty groups) are predicated off.
+
+Guarantees (recorded on the `Emitter`):
+* `rings[id(stmt)]` = the `Ring` of every AsyncCopy / CommitGroup / WaitGroup of a loop;
+* `ring_owner[id(loop)]`, `ring_before[id(stmt)]` (allocate + init the ring's barriers before
+  that statement) and `ring_after[id(stmt)]` (invalidate after it);
+* `expect_bytes[id(copy)]` = bytes of the copy's whole commit group, for the group's first
+  TMA copy, so the emitter issues one `mbarrier.expect` per group before its copies;
+* `wait_iteration[id(wait)]` = the iteration (an Expr) whose barrier a WaitGroup waits on,
+  or None when no group can be pending;
+* `cp_async` = True when some AsyncCopy will be lowered to cp.async (then commit/wait
+  groups are real cp.async groups as well).
+"""
+from __future__ import annotations
+
+from tritile.codegen.gluon import instructions as isel
+from tritile.codegen.gluon.emitter import Emitter, Ring
+from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
+
+_ASYNC = (ir.AsyncCopy, ir.CommitGroup, ir.WaitGroup)
+
+
+def _is_pipelined(s) -> bool:
+    return isinstance(s, ir.For) and s.pipelined_from > 0
+
+
+def _members(stmts):
+    """Async statements below `stmts` in program order, not entering other pipelined loops."""
+    out = []
+    stack = list(reversed(stmts))
+    while stack:
+        s = stack.pop()
+        if isinstance(s, _ASYNC):
+            out.append(s)
+        elif isinstance(s, ir.Seq):
+            stack.extend(reversed(s.stmts))
+        elif isinstance(s, ir.If):
+            stack.extend(reversed(s.then_body.stmts + (s.else_body.stmts if s.else_body else [])))
+        elif isinstance(s, (ir.For, ir.While)) and not _is_pipelined(s):
+            stack.extend(reversed(s.body.stmts))
+    return out
+
+
+def _contains_async(s) -> bool:
+    return bool(_members([s])) or (_is_pipelined(s))
+
+
+def plan(em: Emitter, body: ir.Seq):
+    em.ring_before, em.ring_after = {}, {}
+    seqs = [n for n in walk(body) if isinstance(n, ir.Seq)]
+    for seq in seqs:
+        stmts = seq.stmts
+        loops = [i for i, s in enumerate(stmts) if _is_pipelined(s)]
+        for n, i in enumerate(loops):
+            lo = 0
+            if n > 0:
+                gap = range(loops[n - 1] + 1, i)
+                lo = next((j for j in gap if any(isinstance(m, ir.AsyncCopy) for m in _members([stmts[j]]))), i)
+            hi = len(stmts)
+            if n + 1 < len(loops):
+                gap = range(i + 1, loops[n + 1])
+                hi = next((j for j in gap if any(isinstance(m, ir.AsyncCopy) for m in _members([stmts[j]]))),
+                          loops[n + 1])
+            _make_ring(em, stmts, lo, i, hi)
+    em.cp_async = any(isinstance(n, ir.AsyncCopy) and not _served_by_tma(em, n) for n in walk(body))
+
+
+def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int):
+    loop = stmts[at]
+    sections = [_members(stmts[lo:at]), _members(loop.body.stmts), _members(stmts[at + 1:hi])]
+    members = [m for section in sections for m in section]
+    if not members:
+        return
+    ring = Ring(em.fresh(f"{loop.var.name}_bars"), loop, loop.pipelined_from)
+    for m in members:
+        em.rings[id(m)] = ring
+    em.ring_owner[id(loop)] = ring
+    one_group_per_step = sum(isinstance(m, ir.CommitGroup) for m in sections[1]) == 1
+    unguarded = all(not isinstance(s, ir.If) for s in loop.body.stmts if _members([s]))
+    ring.has_tma = one_group_per_step and unguarded and any(
+        isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
+    if not ring.has_tma:
+        return
+    first = next(j for j in range(lo, hi) if _contains_async(stmts[j]))
+    last = max(j for j in range(lo, hi) if _contains_async(stmts[j]))
+    em.ring_before.setdefault(id(stmts[first]), []).append(ring)
+    em.ring_after.setdefault(id(stmts[last]), []).append(ring)
+    for section in sections:
+        _resolve_waits(em, section)
+    group = []
+    for m in members:
+        if isinstance(m, ir.AsyncCopy) and _served_by_tma(em, m):
+            group.append(m)
+        elif isinstance(m, ir.CommitGroup):
+            if group:
+                em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+            group = []
+    if group:
+        em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+
+
+def _resolve_waits(em: Emitter, section: list):
+    commits = [(j, m) for j, m in enumerate(section) if isinstance(m, ir.CommitGroup) and m.iteration is not None]
+    for j, m in enumerate(section):
+        if not isinstance(m, ir.WaitGroup):
+            continue
+        before = [c for i, c in commits if i < j]
+        after = [c for i, c in commits if i > j]
+        if before:
+            newest = before[-1].iteration
+        elif after:
+            newest = _minus(after[0].iteration, 1)
+        else:
+            em.wait_iteration[id(m)] = None
+            continue
+        em.wait_iteration[id(m)] = m.iteration if m.iteration is not None else _minus(newest, m.pending)
+
+
+def _minus(e, k: int):
+    if k == 0:
+        return e
+    if isinstance(e, ir.Const) and isinstance(e.value, int):
+        return ir.Const(e.value - k, e.dtype)
+    return ir.BinOp("-", e, ir.Const(k), e.dtype)
+
+
+def _served_by_tma(em, copy) -> bool:
+    ring = em.rings.get(id(copy))
+    return ring is not None and ring.has_tma and isel.uses_tma(copy, em.target) and copy.iteration is not None
+
+
+def _tile_bytes(copy) -> int:
+    n = 1
+    for e in copy.dst.tile_shape:
+        n *= e
+    return n * copy.dst.buffer.dtype.itemsize
+
+
+def emit_alloc(em: Emitter, ring: Ring):
+    em.emit(f"{ring.name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
+    em.emit(f"for _stage in gl.static_range({ring.stages}):")
+    em.emit(f"    mbarrier.init({ring.name}.index(_stage), count=1)")
+
+
+def emit_invalidate(em: Emitter, ring: Ring):
+    em.emit(f"for _stage in gl.static_range({ring.stages}):")
+    em.emit(f"    mbarrier.invalidate({ring.name}.index(_stage))")

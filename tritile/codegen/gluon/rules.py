@@ -1,0 +1,738 @@
+"""Per-node lowering rules of the Gluon backend, registered in ONE table each.
+
+`RULES[ir.Copy] = lower_copy` etc. for statements, `EXPR_RULES` for expressions.  A rule
+gets the shared `Emitter` and the node and emits lines; a node kind without a rule, or a
+rule meeting a case it cannot lower, raises `CompileError` at the node's location
+("... is not supported by the Gluon backend yet").  Rules assume layout inference ran
+(they read `Buffer.layout`) and that instruction choice comes from `instructions.py`.
+"""
+from __future__ import annotations
+
+from tritile.codegen.gluon import instructions as isel
+from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
+                                           is_pow2, static_int, unsupported)
+from tritile.errors import CompileError
+from tritile.ir import layouts as lay
+from tritile.ir import nodes as ir
+
+# ======================================================================================
+# expressions
+# ======================================================================================
+
+
+def _e_var(em: Emitter, e: ir.Var) -> Val:
+    if em.par is not None and e in em.par.index:
+        return Val(em.par.index[e], frozenset([em.par.loop.vars.index(e)]))
+    if id(e) not in em.defined:
+        raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
+                           f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
+    return Val(em.name(e))
+
+
+def _e_const(em: Emitter, e: ir.Const) -> Val:
+    v = e.value
+    if isinstance(v, bool):
+        return Val(str(v))
+    if e.dtype.is_float or isinstance(v, float):
+        v = float(v)
+        if v != v:
+            return Val('float("nan")')
+        if v in (float("inf"), float("-inf")):
+            return Val('float("inf")' if v > 0 else '-float("inf")')
+        return Val(repr(v))
+    return Val(repr(int(v)))
+
+
+_PY_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%", "<": "<", "<=": "<=", ">": ">",
+           ">=": ">=", "==": "==", "!=": "!=", "&": "&", "|": "|", "^": "^", "<<": "<<", ">>": ">>",
+           "and": "&", "or": "|"}
+
+
+def _e_binop(em: Emitter, e: ir.BinOp) -> Val:
+    a, b = em.expr(e.lhs), em.expr(e.rhs)
+    dims = a.dims | b.dims
+    if e.op in ("max", "min"):
+        fn = "gl.maximum" if e.op == "max" else "gl.minimum"
+        return Val(f"{fn}({a.text}, {b.text})", dims)
+    if e.op == "/":
+        op = "//" if e.lhs.dtype.is_int and e.rhs.dtype.is_int else "/"  # C-style on ints (non-negative)
+    elif e.op in _PY_OPS:
+        op = _PY_OPS[e.op]
+    else:
+        raise unsupported(f"the operator {e.op!r}", None)
+    return Val(f"({a.text} {op} {b.text})", dims)
+
+
+def _e_unary(em: Emitter, e: ir.UnaryOp) -> Val:
+    a = em.expr(e.operand)
+    if e.op == "not":
+        return Val(f"({a.text} == 0)", a.dims)
+    return Val(f"({e.op}{a.text})", a.dims)
+
+
+_MATH = {"exp": "gl.exp", "exp2": "gl.exp2", "log": "gl.log", "log2": "gl.log2", "sqrt": "gl.sqrt",
+         "rsqrt": "gl.rsqrt", "abs": "gl.abs", "floor": "gl.floor", "ceil": "gl.ceil", "sin": "gl.sin",
+         "cos": "gl.cos", "max": "gl.maximum", "min": "gl.minimum", "if_then_else": "gl.where", "fma": "gl.fma"}
+
+
+def _e_call(em: Emitter, e: ir.Call) -> Val:
+    if e.fn == "infinity":
+        return Val('float("inf")')
+    args = [em.expr(a) for a in e.args]
+    dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
+    texts = [a.text for a in args]
+    if e.fn in _MATH:
+        return Val(f"{_MATH[e.fn]}({', '.join(texts)})", dims)
+    if e.fn == "sigmoid":
+        return Val(f"(1.0 / (1.0 + gl.exp(-{texts[0]})))", dims)
+    if e.fn == "tanh":
+        return Val(f"(2.0 / (1.0 + gl.exp(-2.0 * {texts[0]})) - 1.0)", dims)
+    raise unsupported(f"T.{e.fn}", None)
+
+
+def _e_cast(em: Emitter, e: ir.Cast) -> Val:
+    if isinstance(e.value, ir.Const):
+        return _e_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
+    v = em.expr(e.value)
+    return Val(f"{v.text}.to({GL_DTYPES[e.dtype.name]})", v.dims)
+
+
+def _identity(indices, par) -> bool:
+    return len(indices) == len(par.loop.vars) and all(a is b for a, b in zip(indices, par.loop.vars))
+
+
+def _e_load(em: Emitter, e: ir.Load) -> Val:
+    buf, par = e.buffer, em.par
+    if buf.scope == "var" or (buf.scope == "local" and all(s == 1 for s in buf.shape)):
+        return Val(em.name(buf))
+    if buf.scope == "global":
+        idx = [em.expr(i) for i in e.indices]
+        strides = em.strides(buf)
+        offs = " + ".join(i.text if s == "1" else f"{i.text} * ({s})" for i, s in zip(idx, strides))
+        dims = frozenset().union(*[i.dims for i in idx])
+        if not dims:
+            return Val(f"gl.load({em.name(buf)} + {offs})")
+        mask = " & ".join(f"({i.text} < {em.shape_text(d)})" for i, d in zip(idx, buf.shape))
+        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other=0)", dims)
+    if par is None:
+        raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
+    lead = 1 if buf.num_versions > 1 else 0
+    if buf.scope == "fragment" and _identity(e.indices, par) and tuple(buf.shape) == tuple(par.loop.extents):
+        return Val(_convert(em, em.name(buf), em.buffer_layout(buf), par.layout, par.layout_name),
+                   frozenset(range(len(par.loop.vars))))
+    if buf.scope == "fragment" and len(buf.shape) == 1 and len(par.loop.vars) == 2:
+        for k, var in enumerate(par.loop.vars):
+            if e.indices[0] is var and buf.shape[0] == par.loop.extents[k]:
+                want = lay.slice_of(par.layout, 1 - k)
+                want_name = em.layout_name(f"gl.SliceLayout({1 - k}, {par.layout_name})")
+                text = _convert(em, em.name(buf), em.buffer_layout(buf), want, want_name)
+                return Val(f"{text}[:, None]" if k == 0 else f"{text}[None, :]", frozenset([k]))
+    if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
+        view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+        return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
+    raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
+
+
+def _convert(em, text, have, want, want_name) -> str:
+    return text if str(have) == str(want) else f"gl.convert_layout({text}, {want_name})"
+
+
+EXPR_RULES = {ir.Var: _e_var, ir.Const: _e_const, ir.BinOp: _e_binop, ir.UnaryOp: _e_unary,
+              ir.Call: _e_call, ir.Cast: _e_cast, ir.Load: _e_load}
+
+
+def lower_expr(em: Emitter, e) -> Val:
+    if isinstance(e, (int, float, bool)):
+        return Val(repr(e))
+    rule = EXPR_RULES.get(type(e))
+    if rule is None:
+        raise unsupported(f"the expression {type(e).__name__}", None)
+    return rule(em, e)
+
+
+# ======================================================================================
+# statements
+# ======================================================================================
+
+
+def lower_stmt(em: Emitter, s):
+    rule = RULES.get(type(s))
+    if rule is None:
+        raise unsupported(type(s).__name__, getattr(s, "loc", None))
+    if not isinstance(s, (ir.Gemm, ir.WaitMMA, ir.For, ir.While, ir.Seq, ir.If)):
+        em.settle([b for b in buffers_touched(s)])
+    try:
+        rule(em, s)
+    except CompileError as err:  # a rule meeting an unsupported case without its own location
+        if err.loc is None and getattr(s, "loc", None) is not None:
+            raise CompileError(err.message, s.loc) from None
+        raise
+
+
+def lower_seq(em: Emitter, s: ir.Seq):
+    em.body(s)
+
+
+def lower_alloc(em: Emitter, s: ir.Alloc):
+    buf = s.buffer
+    name = em.name(buf)
+    dt = GL_DTYPES[buf.dtype.name]
+    if buf.scope == "var" or (buf.scope == "local" and all(d == 1 for d in buf.shape)):
+        init = em.expr(s.init).text if s.init is not None else "0"
+        em.emit(f"{name} = gl.to_tensor({init}).to({dt})")
+    elif buf.scope == "shared":
+        layout = em.layout_name(em.buffer_layout(buf), name)
+        em.emit(f"{name} = gl.allocate_shared_memory({dt}, {list(buf.shape)}, {layout})")
+    elif buf.scope == "fragment":
+        for d in buf.shape:
+            if not is_pow2(d):
+                raise unsupported(f"fragment {buf.name} with a non-power-of-two dimension {d}", s.loc)
+        layout = em.layout_name(em.buffer_layout(buf), name)
+        em.emit(f"{name} = gl.zeros({list(buf.shape)}, {dt}, layout={layout})")
+    else:
+        raise unsupported(f"T.alloc_local of shape {list(buf.shape)}", s.loc)
+
+
+def lower_let(em: Emitter, s: ir.Let):
+    v = em.expr(s.value)
+    em.emit(f"{em.define(s.var)} = {v.text}")
+
+
+def _scalar_assign(em, buf, value_expr):
+    v = em.expr(value_expr)
+    dt = GL_DTYPES[buf.dtype.name]
+    em.emit(f"{em.name(buf)} = gl.to_tensor({v.text}).to({dt})")
+
+
+def lower_store(em: Emitter, s: ir.Store):
+    buf, par = s.buffer, em.par
+    if buf.scope == "var" or (buf.scope == "local" and all(d == 1 for d in buf.shape)):
+        if par is not None:
+            raise unsupported(f"assigning scalar {buf.name} inside T.Parallel", s.loc)
+        return _scalar_assign(em, buf, s.value)
+    v = em.expr(s.value)
+    dt = GL_DTYPES[buf.dtype.name]
+    if buf.scope == "global":
+        idx = [em.expr(i) for i in s.indices]
+        strides = em.strides(buf)
+        offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
+        dims = frozenset().union(v.dims, *[i.dims for i in idx])
+        if par is None or not dims:
+            value = f"gl.to_tensor({v.text}).to({dt})"
+            em.emit(f"gl.store({em.name(buf)} + {offs}, {value})")
+            return
+        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        mask = " & ".join(f"({i.text} < {em.shape_text(d)})" for i, d in zip(idx, buf.shape))
+        if par.cond:
+            mask += f" & {par.cond}"
+        em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
+        return
+    if par is None:
+        raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
+    lead = 1 if buf.num_versions > 1 else 0
+    if buf.scope == "fragment" and _identity(s.indices, par) and tuple(buf.shape) == tuple(par.loop.extents):
+        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        have = em.buffer_layout(buf)
+        value = _convert(em, value, par.layout, have, em.layout_name(have, em.name(buf)))
+        if par.cond:
+            cond = _convert(em, _full_bool(em, par.cond, par), par.layout, have, em.layout_name(have))
+            value = f"gl.where({cond}, {value}, {em.name(buf)})"
+        em.emit(f"{em.name(buf)} = {value}")
+        return
+    if buf.scope == "shared" and _identity(s.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
+        view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "")
+        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        if par.cond:
+            value = f"gl.where({_full_bool(em, par.cond, par)}, {value}, {view}.load({par.layout_name}))"
+        em.emit(f"{view}.store({value})")
+        _after_generic_shared_write(em)
+        return
+    raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
+
+
+def _full(em, v: Val, src_dtype, dst_dtype, par) -> str:
+    """`v` as a tensor of the Parallel's full shape and layout, cast to `dst_dtype`."""
+    dt = GL_DTYPES[dst_dtype.name]
+    full = frozenset(range(len(par.loop.vars)))
+    if v.dims == full:
+        return v.text if src_dtype == dst_dtype else f"{v.text}.to({dt})"
+    zeros = f"gl.zeros({list(par.loop.extents)}, {dt}, layout={par.layout_name})"
+    return f"({zeros} + {v.text}).to({dt})"
+
+
+def _full_bool(em, cond_text, par) -> str:
+    zeros = f"gl.zeros({list(par.loop.extents)}, gl.int1, layout={par.layout_name})"
+    return f"({zeros} | {cond_text})"
+
+
+def _after_generic_shared_write(em):
+    # generic-proxy smem writes must be fenced before wgmma / TMA (async proxy) read them
+    if em.target.has_wgmma:
+        em.emit("fence_async_shared()")
+
+
+# ---------------------------------------------------------------- T.Parallel
+
+
+def lower_parallel(em: Emitter, s: ir.Parallel):
+    if em.par is not None:
+        raise unsupported("nested T.Parallel", s.loc)
+    rank = len(s.vars)
+    extents = list(s.extents)
+    if rank not in (1, 2) or not all(is_pow2(e) for e in extents):
+        raise unsupported(f"T.Parallel{tuple(extents)} (rank 1-2, power-of-two extents)", s.loc)
+    layout, hint = None, None
+    for node in _walk_stmts(s.body):
+        if isinstance(node, ir.Store) and node.buffer.scope == "fragment" and tuple(node.buffer.shape) == tuple(extents) \
+                and len(node.indices) == rank and all(a is b for a, b in zip(node.indices, s.vars)):
+            layout, hint = em.buffer_layout(node.buffer), em.name(node.buffer)
+            break
+    if layout is None:
+        layout = lay.blocked_for(extents, 32, em.num_warps)
+    lname = em.layout_name(layout, hint)
+    par = ParallelContext(s, lname, layout)
+    for k, (var, ext) in enumerate(zip(s.vars, extents)):
+        name = em.name(var)
+        if rank == 1:
+            em.emit(f"{name} = gl.arange(0, {ext}, layout={lname})")
+            par.index[var] = name
+        else:
+            sl = em.layout_name(f"gl.SliceLayout({1 - k}, {lname})")
+            em.emit(f"{name} = gl.arange(0, {ext}, layout={sl})")
+            par.index[var] = f"{name}[:, None]" if k == 0 else f"{name}[None, :]"
+    em.par = par
+    try:
+        em.body(s.body)
+    finally:
+        em.par = None
+
+
+def _walk_stmts(seq):
+    stack = list(reversed(seq.stmts))
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, ir.Seq):
+            stack.extend(reversed(n.stmts))
+        elif isinstance(n, ir.If):
+            stack.extend(reversed(n.then_body.stmts + (n.else_body.stmts if n.else_body else [])))
+
+
+# ---------------------------------------------------------------- control flow
+
+
+def lower_if(em: Emitter, s: ir.If):
+    cond = em.expr(s.cond)
+    if em.par is not None:
+        outer = em.par.cond
+        both = cond.text if outer is None else f"({outer} & {cond.text})"
+        em.par.cond = both
+        em.body(s.then_body)
+        if s.else_body is not None and s.else_body.stmts:
+            neg = f"({cond.text} == 0)"
+            em.par.cond = neg if outer is None else f"({outer} & {neg})"
+            em.body(s.else_body)
+        em.par.cond = outer
+        return
+    entry = set(em.tokens)
+    em.emit(f"if {cond.text}:")
+    _branch(em, s.then_body, entry)
+    if s.else_body is not None and s.else_body.stmts:
+        em.emit("else:")
+        _branch(em, s.else_body, entry)
+
+
+def _branch(em: Emitter, body, entry: set):
+    """Emit one branch of an `if`; at its end every accumulator is a wgmma token exactly
+    when it was one before the `if` (both branches must yield the same types)."""
+    em.depth += 1
+    em.body(body)
+    for buf in sorted(em.tokens - entry, key=em.name):
+        em.wait_mma(0, [buf])
+    for buf in sorted(entry - em.tokens, key=em.name):
+        n = em.name(buf)
+        em.emit(f"{n} = warpgroup_mma_init({n})")
+    em.tokens = set(entry)
+    em.depth -= 1
+
+
+def _loop(em: Emitter, header: str, body):
+    """Emit a loop whose body may leave async wgmmas pending.  The body is emitted under
+    the loop-carried state (what is pending at its start is what its end leaves pending,
+    joined with the state before the loop), re-emitting until that is a fixed point;
+    accumulators carried as wgmma tokens are wrapped with warpgroup_mma_init before the
+    loop and re-wrapped at the end of the body where the body waited on them."""
+    entry_tokens, entry_inflight = set(em.tokens), set(em.inflight)
+    tokens, inflight = set(entry_tokens), set(entry_inflight)
+    at = len(em.lines)
+    for _ in range(4):
+        del em.lines[at:]
+        em.tokens, em.inflight = set(tokens), set(inflight)
+        em.emit(header)
+        em.depth += 1
+        em.body(body)
+        em.depth -= 1
+        if em.tokens <= tokens and em.inflight <= inflight:
+            break
+        tokens |= em.tokens
+        inflight |= em.inflight
+    em.depth += 1
+    for buf in sorted(tokens - em.tokens, key=em.name):
+        n = em.name(buf)
+        em.emit(f"{n} = warpgroup_mma_init({n})")
+    em.depth -= 1
+    prefix = ["    " * em.depth + f"{em.name(b)} = warpgroup_mma_init({em.name(b)})"
+              for b in sorted(tokens - entry_tokens, key=em.name)]
+    em.lines[at:at] = prefix
+    em.tokens, em.inflight = tokens, inflight | em.inflight
+
+
+def lower_for(em: Emitter, s: ir.For):
+    if em.par is not None:
+        raise unsupported("a loop inside T.Parallel", s.loc)
+    ring = em.ring_owner.get(id(s))
+    start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
+    lo, hi, st = static_int(s.start), static_int(s.stop), static_int(s.step)
+    if s.kind == "unroll" and None not in (lo, hi, st):
+        rng = f"gl.static_range({start}, {stop}, {step})"
+    else:
+        rng = f"range({start}, {stop})" if st == 1 else f"range({start}, {stop}, {step})"
+    if ring is not None and ring.has_tma:
+        em.emit(f"# software-pipelined loop ({ring.stages} stages), mbarrier ring {ring.name}")
+    _loop(em, f"for {em.define(s.var)} in {rng}:", s.body)
+
+
+def lower_while(em: Emitter, s: ir.While):
+    if em.par is not None:
+        raise unsupported("a while loop inside T.Parallel", s.loc)
+    _loop(em, f"while {em.expr(s.cond).text}:", s.body)
+
+
+def lower_evaluate(em: Emitter, s: ir.Evaluate):
+    em.emit(f"# T.{s.name}{tuple(s.args)!r}: no code")
+
+
+# ---------------------------------------------------------------- copies
+
+
+def lower_copy(em: Emitter, s):
+    src, dst = s.src, s.dst
+    ss, ds = src.buffer.scope, dst.buffer.scope
+    if tuple(src.tile_shape) != tuple(dst.tile_shape):
+        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
+    shape = list(dst.tile_shape)
+    ddt = GL_DTYPES[dst.buffer.dtype.name]
+    cast = "" if src.buffer.dtype == dst.buffer.dtype else f".to({ddt})"
+    for b, r in ((src.buffer, src), (dst.buffer, dst)):
+        if b.scope in ("local", "var"):
+            raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
+    if ss == "global":
+        if ds == "fragment":
+            _check_whole_fragment(dst, s.loc)
+            have = em.buffer_layout(dst.buffer)
+            lname = em.layout_name(have, em.name(dst.buffer))
+            ptr, mask = em.global_tile(src, lname, s.loc)
+            em.emit(f"{em.name(dst.buffer)} = gl.load({ptr}, mask={mask}, other=0){cast}")
+            return
+        lname = em.layout_name(blocked)
+        ptr, mask = em.global_tile(src, lname, s.loc)
+        value = f"gl.load({ptr}, mask={mask}, other=0){cast}"
+        if ds == "shared":
+            em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
+            _after_generic_shared_write(em)
+        else:
+            tmp = em.tmp("v")
+            em.emit(f"{tmp} = {value}")
+            ptr, mask = em.global_tile(dst, lname, s.loc)
+            em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+        return
+    # the source as a register tensor
+    if ss == "fragment":
+        _check_whole_fragment(src, s.loc)
+        value, have = em.name(src.buffer), em.buffer_layout(src.buffer)
+    else:  # shared
+        have = blocked if ds != "fragment" else em.buffer_layout(dst.buffer)
+        value = f"{em.shared_view(src, s.loc)}.load({em.layout_name(have)})"
+    if ds == "global":
+        lname = em.layout_name(blocked)
+        value = _convert(em, value, have, blocked, lname)
+        tmp = em.tmp("v")
+        em.emit(f"{tmp} = {value}{cast}")
+        ptr, mask = em.global_tile(dst, lname, s.loc)
+        em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+    elif ds == "shared":
+        em.emit(f"{em.shared_view(dst, s.loc)}.store({value}{cast})")
+        _after_generic_shared_write(em)
+    else:  # fragment
+        _check_whole_fragment(dst, s.loc)
+        want = em.buffer_layout(dst.buffer)
+        value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
+        em.emit(f"{em.name(dst.buffer)} = {value}{cast}")
+
+
+def _check_whole_fragment(region: ir.Region, loc):
+    buf = region.buffer
+    if tuple(region.extents) != tuple(buf.shape):
+        raise unsupported(f"a partial region of fragment {buf.name}", loc)
+
+
+def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
+    ring = em.rings.get(id(s))
+    if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
+        layout = em.buffer_layout(s.dst.buffer)
+        desc = em.descriptor(s.src, layout)
+        bar = _ring_slot(em, ring, s.iteration)
+        nbytes = em.expect_bytes.get(id(s))
+        if nbytes is not None:
+            em.emit(f"mbarrier.expect({bar}, {nbytes})")
+        coords = ", ".join(em.expr(x).text for x in s.src.starts)
+        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(s.dst, s.loc)})")
+        return
+    if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype:
+        return lower_copy(em, s)  # data visible earlier than required: still correct
+    shape = list(s.dst.tile_shape)
+    lname = em.layout_name(lay.blocked_for(shape, s.dst.buffer.dtype.bits, em.num_warps))
+    ptr, mask = em.global_tile(s.src, lname, s.loc)
+    em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}, mask={mask})")
+
+
+def _ring_slot(em, ring, iteration) -> str:
+    it = static_int(iteration)
+    if it is not None:
+        return f"{ring.name}.index({it % ring.stages})"
+    return f"{ring.name}.index({_paren_text(em.expr(iteration).text)} % {ring.stages})"
+
+
+def _paren_text(text: str) -> str:
+    return text if text.isidentifier() or text.isdigit() or text.startswith("(") else f"({text})"
+
+
+def lower_commit_group(em: Emitter, s: ir.CommitGroup):
+    if em.cp_async:
+        em.emit("cp.commit_group()")
+
+
+def lower_wait_group(em: Emitter, s: ir.WaitGroup):
+    ring = em.rings.get(id(s))
+    if em.cp_async:
+        # this thread's cp.async data has landed; fence it for wgmma (async proxy), then make
+        # every thread's data visible to the whole CTA
+        em.emit(f"cp.wait_group({s.pending})")
+        _after_generic_shared_write(em)
+        em.emit("gl.thread_barrier()")
+    if ring is None or not ring.has_tma:
+        return
+    iteration = em.wait_iteration.get(id(s))
+    if iteration is None:
+        em.emit("# no TMA group can be in flight here")
+        return
+    it, stop = static_int(iteration), static_int(ring.loop.stop)
+    if it is not None:
+        if it < 0 or (stop is not None and it >= stop):
+            em.emit(f"# iteration {it} has no TMA group to wait for")
+            return
+        wait = f"mbarrier.wait({ring.name}.index({it % ring.stages}), {(it // ring.stages) & 1}"
+        em.emit(f"{wait})" if stop is not None else f"{wait}, pred={it} < {em.expr(ring.loop.stop).text})")
+        return
+    it = _paren_text(em.expr(iteration).text)
+    stop = em.expr(ring.loop.stop).text
+    wait = f"mbarrier.wait({ring.name}.index({it} % {ring.stages}), ({it} // {ring.stages}) & 1"
+    em.emit(f"{wait}, pred=({it} >= 0) & ({it} < {stop}))")
+
+
+# ---------------------------------------------------------------- gemm
+
+
+def lower_gemm(em: Emitter, s: ir.Gemm):
+    engine = isel.gemm_engine(s, em.target, em.num_warps)
+    acc_layout = isel.accumulator_layout(s, em.target, em.num_warps)
+    c = s.c.buffer
+    _check_whole_fragment(s.c, s.loc)
+    cname = em.name(c)
+    have = em.buffer_layout(c)
+    acc_name = em.layout_name(acc_layout)
+    converted = str(have) != str(acc_layout)
+    if converted or engine != "wgmma":
+        em.settle([c])
+    acc = f"gl.convert_layout({cname}, {acc_name})" if converted else cname
+    if engine != "wgmma":
+        for op in (s.a, s.b):
+            em.settle([op.buffer])
+    a = _operand(em, s, 0, engine)
+    b = _operand(em, s, 1, engine)
+    if engine == "wgmma":
+        use_acc = "False" if s.clear_accum else "True"
+        extra = ", is_async=True" if s.is_async else ""
+        result = f"warpgroup_mma({a}, {b}, {acc}, use_acc={use_acc}{extra})"
+    else:
+        if s.clear_accum:
+            acc = f"gl.zeros({list(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
+        fn = "mma_v2" if engine == "mma_v2" else "gl.dot_fma"
+        result = f"{fn}({a}, {b}, {acc})"
+    if converted:
+        tmp = em.tmp("acc")
+        em.emit(f"{tmp} = {result}")
+        if engine == "wgmma" and s.is_async:
+            em.emit(f"{tmp} = warpgroup_mma_wait(num_outstanding=0, deps=({tmp},))")
+        em.emit(f"{cname} = gl.convert_layout({tmp}, {em.layout_name(have, cname)})")
+        return
+    em.emit(f"{cname} = {result}")
+    if engine == "wgmma" and s.is_async:
+        em.tokens.add(c)
+        em.inflight.add(c)
+
+
+def _operand(em: Emitter, g: ir.Gemm, index: int, engine: str) -> str:
+    region = (g.a, g.b)[index]
+    transposed = (g.transpose_a, g.transpose_b)[index]
+    buf = region.buffer
+    if buf.scope == "shared":
+        view = em.shared_view(region, g.loc)
+        if transposed:
+            view += ".permute((1, 0))"
+        if engine == "wgmma":
+            return view
+        want = isel.operand_layout(g, index, em.target, em.num_warps)
+        return f"{view}.load({em.layout_name(want)})"
+    if buf.scope == "fragment":
+        if transposed:
+            raise unsupported(f"a transposed register operand ({buf.name}) of T.gemm", g.loc)
+        _check_whole_fragment(region, g.loc)
+        want = isel.operand_layout(g, index, em.target, em.num_warps)
+        have = em.buffer_layout(buf)
+        text = _convert(em, em.name(buf), have, want, em.layout_name(want))
+        if buf.dtype != g.a.buffer.dtype:
+            text += f".to({GL_DTYPES[g.a.buffer.dtype.name]})"
+        return text
+    raise unsupported(f"T.gemm operand in {buf.scope} memory ({buf.name})", g.loc)
+
+
+def lower_wait_mma(em: Emitter, s: ir.WaitMMA):
+    pending = sorted(em.tokens | em.inflight, key=lambda b: em.name(b))
+    if pending:
+        em.wait_mma(s.pending, pending)
+
+
+# ---------------------------------------------------------------- fill / reductions / atomics
+
+
+def lower_fill(em: Emitter, s: ir.Fill):
+    buf = s.dst.buffer
+    v = em.expr(s.value).text
+    dt = GL_DTYPES[buf.dtype.name]
+    if buf.scope in ("var", "local") and all(d == 1 for d in buf.shape):
+        em.emit(f"{em.name(buf)} = gl.to_tensor({v}).to({dt})")
+    elif buf.scope == "fragment":
+        _check_whole_fragment(s.dst, s.loc)
+        layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
+        em.emit(f"{em.name(buf)} = gl.full({list(buf.shape)}, {v}, {dt}, layout={layout})")
+    elif buf.scope == "shared":
+        shape = list(s.dst.tile_shape)
+        layout = em.layout_name(lay.blocked_for(shape, buf.dtype.bits, em.num_warps))
+        em.emit(f"{em.shared_view(s.dst, s.loc)}.store(gl.full({shape}, {v}, {dt}, layout={layout}))")
+        _after_generic_shared_write(em)
+    else:
+        raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
+
+
+_REDUCE = {"max": ("gl.max", "gl.maximum({old}, {new})"), "min": ("gl.min", "gl.minimum({old}, {new})"),
+           "sum": ("gl.sum", "{old} + {new}"), "abssum": ("gl.sum", "{old} + {new}"),
+           "absmax": ("gl.max", "gl.maximum({old}, {new})")}
+
+
+def _register_tile(em, region, loc):
+    """(text, layout) of a whole fragment, or of a shared tile loaded in a blocked layout."""
+    buf = region.buffer
+    if buf.scope == "fragment":
+        _check_whole_fragment(region, loc)
+        return em.name(buf), em.buffer_layout(buf)
+    if buf.scope == "shared":
+        layout = lay.blocked_for(list(region.tile_shape), buf.dtype.bits, em.num_warps)
+        return f"{em.shared_view(region, loc)}.load({em.layout_name(layout)})", layout
+    raise unsupported(f"a reduction over {buf.scope} buffer {buf.name}", loc)
+
+
+def _write_tile(em, region, value, value_layout, loc):
+    buf = region.buffer
+    dt = GL_DTYPES[buf.dtype.name]
+    if buf.scope == "fragment":
+        _check_whole_fragment(region, loc)
+        want = em.buffer_layout(buf)
+        value = _convert(em, value, value_layout, want, em.layout_name(want, em.name(buf)))
+        em.emit(f"{em.name(buf)} = {value}.to({dt})")
+    elif buf.scope == "shared":
+        em.emit(f"{em.shared_view(region, loc)}.store({value}.to({dt}))")
+        _after_generic_shared_write(em)
+    else:
+        raise unsupported(f"a reduction result in {buf.scope} buffer {buf.name}", loc)
+
+
+def lower_reduce(em: Emitter, s: ir.Reduce):
+    src, layout = _register_tile(em, s.src, s.loc)
+    rank = len(s.src.tile_shape)
+    if len(s.dst.tile_shape) != rank - 1 and not (rank == 1 and s.dst.tile_shape == (1,)):
+        raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
+    if rank != 2:
+        raise unsupported(f"T.reduce_{s.kind} over a {rank}-D tile", s.loc)
+    fn, combine = _REDUCE[s.kind]
+    if s.kind in ("abssum", "absmax"):
+        src = f"gl.abs({src})"
+    new = em.tmp("red")
+    em.emit(f"{new} = {fn}({src}, axis={s.dim})")
+    new_layout = lay.slice_of(layout, s.dim)
+    if not s.clear:
+        old, old_layout = _register_tile(em, s.dst, s.loc)
+        old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
+        em.emit(f"{new} = {combine.format(old=old, new=new + '.to(' + old + '.dtype)')}")
+    _write_tile(em, s.dst, new, new_layout, s.loc)
+
+
+def lower_cumsum(em: Emitter, s: ir.Cumsum):
+    src, layout = _register_tile(em, s.src, s.loc)
+    if tuple(s.src.tile_shape) != tuple(s.dst.tile_shape):
+        raise unsupported("T.cumsum with different source and destination shapes", s.loc)
+    tmp = em.tmp("scan")
+    em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    _write_tile(em, s.dst, tmp, layout, s.loc)
+
+
+def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
+    dst = s.dst
+    if dst.buffer.scope != "global":
+        raise unsupported(f"T.atomic_add into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+    if isinstance(s.value, ir.Region):
+        value, layout = _register_tile(em, s.value, s.loc)
+        lname = em.layout_name(layout)
+        ptr, mask = em.global_tile(dst, lname, s.loc)
+        dt = GL_DTYPES[dst.buffer.dtype.name]
+        em.emit(f"gl.atomic_add({ptr}, {value}.to({dt}), mask={mask})")
+        return
+    idx = [em.expr(x).text for x in dst.starts]
+    strides = em.strides(dst.buffer)
+    offs = " + ".join(i if st == "1" else f"{i} * ({st})" for i, st in zip(idx, strides))
+    dt = GL_DTYPES[dst.buffer.dtype.name]
+    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
+
+
+RULES = {
+    ir.Seq: lower_seq,
+    ir.Alloc: lower_alloc,
+    ir.Let: lower_let,
+    ir.Store: lower_store,
+    ir.Copy: lower_copy,
+    ir.AsyncCopy: lower_async_copy,
+    ir.CommitGroup: lower_commit_group,
+    ir.WaitGroup: lower_wait_group,
+    ir.Gemm: lower_gemm,
+    ir.WaitMMA: lower_wait_mma,
+    ir.Fill: lower_fill,
+    ir.Reduce: lower_reduce,
+    ir.Cumsum: lower_cumsum,
+    ir.AtomicAdd: lower_atomic_add,
+    ir.Parallel: lower_parallel,
+    ir.If: lower_if,
+    ir.For: lower_for,
+    ir.While: lower_while,
+    ir.Evaluate: lower_evaluate,
+}

@@ -1,0 +1,380 @@
+"""Lowering of each `T.*` call to tile IR, one small handler per operation.
+
+Assumes the parser has bound the call against the `tritile.language` signature (so `args`
+holds every parameter, defaults applied) and passes itself as `p` (emit / scalar / buffer
+helpers).  Guarantees: statement operations append exactly the IR they mean to `p`'s
+current block; shape rules TileLang checks in Python (copy extents, gemm M/N/K, reduce
+output shape) are checked here and reported as `CompileError` at the call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tritile.errors import CompileError
+from tritile.frontend import access as acc
+from tritile.frontend import exprs
+from tritile.ir import nodes as ir
+from tritile.ir.dtypes import as_dtype
+from tritile.ir.verifier import gemm_mnk
+
+
+@dataclass
+class LoopSpec:
+    """What a `for` header iterates over (T.serial / T.unroll / T.Pipelined / range / T.Parallel)."""
+
+    kind: str  # "serial" | "unroll" | "pipelined" | "parallel"
+    start: object = 0
+    stop: object = None
+    step: object = 1
+    extents: tuple = ()
+    num_stages: int = 0
+    order: Optional[list] = None
+    stage: Optional[list] = None
+
+
+@dataclass
+class KernelSpec:
+    grid: tuple
+    threads: int
+    names: tuple = field(default=("bx", "by", "bz"))
+
+
+def _dtype(value, loc):
+    try:
+        return as_dtype(value)
+    except TypeError:
+        raise CompileError(f"unknown dtype {value!r}", loc) from None
+
+
+def _static_shape(shape, what, loc) -> tuple:
+    if isinstance(shape, (int, ir.Const)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise CompileError(f"{what}: shape must be an int or a tuple of ints, got {shape!r}", loc)
+    out = []
+    for s in shape:
+        if isinstance(s, ir.Const) and isinstance(s.value, int):
+            s = s.value
+        if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+            raise CompileError(f"{what}: every dimension must be a positive compile-time integer, got "
+                               f"{exprs.expr_str(s) if isinstance(s, ir.Expr) else repr(s)}", loc)
+        out.append(s)
+    return tuple(out)
+
+
+def _int(value, what, loc) -> int:
+    if isinstance(value, ir.Const) and isinstance(value.value, int):
+        value = value.value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise CompileError(f"{what} must be a compile-time integer, got {value!r}", loc)
+    return value
+
+
+def _bool(value, what, loc) -> bool:
+    if isinstance(value, ir.Const):
+        value = value.value
+    if not isinstance(value, (bool, int)):
+        raise CompileError(f"{what} must be a compile-time bool, got {value!r}", loc)
+    return bool(value)
+
+
+# --------------------------------------------------------------------------------------
+# kernel, eager-style declarations, allocations
+# --------------------------------------------------------------------------------------
+
+
+def kernel(p, a, loc):
+    p.require_outside_kernel("T.Kernel", loc)
+    blocks = a["blocks"]
+    if len(blocks) == 1 and isinstance(blocks[0], (tuple, list)):
+        blocks = tuple(blocks[0])
+    if not 1 <= len(blocks) <= 3:
+        raise CompileError(f"T.Kernel takes 1 to 3 grid extents, got {len(blocks)}", loc)
+    grid = tuple(exprs.cast(p.scalar(b, loc), "int32", loc) for b in blocks)
+    threads = a["threads"]
+    if isinstance(threads, (tuple, list)):
+        count = 1
+        for t in threads:
+            count *= _int(t, "T.Kernel threads", loc)
+        threads = count
+    return KernelSpec(grid, _int(threads, "T.Kernel threads", loc))
+
+
+def const(p, a, loc):
+    p.require_outside_kernel("T.const", loc)
+    names = [n for n in str(a["names"]).replace(",", " ").split()]
+    values = tuple(p.const_value(n, loc) for n in names)
+    return values[0] if len(values) == 1 else values
+
+
+def empty(p, a, loc):
+    p.require_outside_kernel("T.empty", loc)
+    shape, dtype = a["shape"], a["dtype"]
+    if shape and isinstance(shape[0], (tuple, list)):  # T.empty((M, N), dtype) rather than T.empty(M, N, dtype=)
+        if len(shape) > 2:
+            raise CompileError("T.empty takes (shape, dtype) or (*shape, dtype=...)", loc)
+        dtype = shape[1] if len(shape) == 2 else dtype
+        shape = tuple(shape[0])
+    shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else _int(s, "T.empty shape", loc)
+                  for s in shape)
+    return p.declare_output(shape, _dtype(dtype, loc), loc)
+
+
+def _alloc(scope):
+    def handler(p, a, loc):
+        p.require_kernel(f"T.alloc_{scope}", loc)
+        shape = _static_shape(a["shape"], f"T.alloc_{scope}", loc)
+        buf = p.new_buffer(shape, _dtype(a["dtype"], loc), scope, loc)
+        p.emit(ir.Alloc(buf, loc=loc))
+        return buf
+
+    return handler
+
+
+def alloc_var(p, a, loc):
+    p.require_kernel("T.alloc_var", loc)
+    dtype = _dtype(a["dtype"], loc)
+    buf = p.new_buffer((1,), dtype, "var", loc)
+    init = a["init"]
+    p.emit(ir.Alloc(buf, None if init is None else exprs.cast(p.scalar(init, loc), dtype, loc), loc=loc))
+    return buf
+
+
+# --------------------------------------------------------------------------------------
+# tile operations
+# --------------------------------------------------------------------------------------
+
+
+def copy(p, a, loc):
+    p.require_kernel("T.copy", loc)
+    src, dst = a["src"], a["dst"]
+    src_point = isinstance(src, acc.BufferAccess) and src.is_point
+    dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
+    if src_point and dst_point:  # both scalar loads: a plain element store
+        p.emit(ir.Store(dst.buffer, acc.element_indices(dst),
+                        exprs.cast(acc.load(src), dst.buffer.dtype, loc), loc=loc))
+        return None
+    if src_point:
+        dst_region = acc.region(dst, loc, "T.copy dst")
+        src_region = acc.head_region(src, dst_region)
+    elif dst_point:
+        src_region = acc.region(src, loc, "T.copy src")
+        dst_region = acc.head_region(dst, src_region)
+    else:
+        src_region = acc.region(src, loc, "T.copy src")
+        dst_region = acc.region(dst, loc, "T.copy dst")
+    if src_region.tile_shape != dst_region.tile_shape:
+        raise CompileError(f"T.copy shape mismatch: source {src_region.buffer.name} tile "
+                           f"{list(src_region.tile_shape)} vs destination {dst_region.buffer.name} tile "
+                           f"{list(dst_region.tile_shape)}", loc)
+    p.emit(ir.Copy(src_region, dst_region, loc=loc))
+    return None
+
+
+_POLICY_BY_INT = {0: "Square", 1: "FullRow", 2: "FullCol"}
+
+
+def gemm(p, a, loc):
+    p.require_kernel("T.gemm", loc)
+    policy = a["policy"]
+    policy = _POLICY_BY_INT.get(policy, policy) if isinstance(policy, int) else getattr(policy, "name", policy)
+    if policy not in ir.GEMM_POLICIES:
+        raise CompileError(f"T.gemm policy must be one of T.GemmWarpPolicy.{{Square, FullRow, FullCol}}, "
+                           f"got {policy!r}", loc)
+    node = ir.Gemm(acc.region(a["A"], loc, "T.gemm A"), acc.region(a["B"], loc, "T.gemm B"),
+                   acc.region(a["C"], loc, "T.gemm C"),
+                   transpose_a=_bool(a["transpose_A"], "transpose_A", loc),
+                   transpose_b=_bool(a["transpose_B"], "transpose_B", loc), policy=policy,
+                   clear_accum=_bool(a["clear_accum"], "clear_accum", loc), loc=loc)
+    gemm_mnk(node)
+    if node.c.buffer.scope not in ("fragment", "local"):
+        raise CompileError(f"T.gemm accumulator C ({node.c.buffer.name}) must be a fragment "
+                           f"(T.alloc_fragment), not {node.c.buffer.scope}", loc)
+    for name, operand in (("A", node.a), ("B", node.b)):
+        if operand.buffer.scope == "global":
+            raise CompileError(f"T.gemm operand {name} ({operand.buffer.name}) must be in shared memory or "
+                               f"a fragment; copy it with T.copy first", loc)
+    p.emit(node)
+
+
+def fill(p, a, loc):
+    p.require_kernel("T.fill", loc)
+    dst = acc.region(a["buffer"], loc, "T.fill buffer")
+    p.emit(ir.Fill(dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc=loc))
+
+
+def clear(p, a, loc):
+    p.require_kernel("T.clear", loc)
+    dst = acc.region(a["buffer"], loc, "T.clear buffer")
+    p.emit(ir.Fill(dst, exprs.make_const(0, dst.buffer.dtype), loc=loc))
+
+
+def _reduce(kind):
+    def handler(p, a, loc):
+        name = f"T.reduce_{kind}"
+        p.require_kernel(name, loc)
+        src = acc.region(a["buffer"], loc, f"{name} buffer")
+        dst = acc.region(a["out"], loc, f"{name} out")
+        rank = len(src.tile_shape)
+        dim = _int(a["dim"], f"{name} dim", loc)
+        if not -rank <= dim < rank:
+            raise CompileError(f"{name}: dim {dim} is out of range for a {rank}-D input {list(src.tile_shape)}", loc)
+        dim %= rank
+        expected = tuple(s for i, s in enumerate(src.tile_shape) if i != dim) or (1,)
+        if dst.tile_shape != expected:
+            raise CompileError(f"{name}: output {dst.buffer.name} has shape {list(dst.tile_shape)}, expected "
+                               f"{list(expected)} (the input {list(src.tile_shape)} without dim {dim})", loc)
+        clear_flag = _bool(a.get("clear", True), "clear", loc)
+        p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc))
+
+    return handler
+
+
+def cumsum(p, a, loc):
+    p.require_kernel("T.cumsum", loc)
+    src = acc.region(a["src"], loc, "T.cumsum src")
+    dst = src if a["dst"] is None else acc.region(a["dst"], loc, "T.cumsum dst")
+    if src.tile_shape != dst.tile_shape:
+        raise CompileError(f"T.cumsum: dst shape {list(dst.tile_shape)} differs from src shape "
+                           f"{list(src.tile_shape)}", loc)
+    rank = len(src.tile_shape)
+    dim = _int(a["dim"], "T.cumsum dim", loc)
+    if not -rank <= dim < rank:
+        raise CompileError(f"T.cumsum: dim {dim} is out of range for a {rank}-D input", loc)
+    p.emit(ir.Cumsum(src, dst, dim % rank, _bool(a["reverse"], "reverse", loc), loc=loc))
+
+
+def atomic_add(p, a, loc):
+    p.require_kernel("T.atomic_add", loc)
+    dst, value = a["dst"], a["value"]
+    dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
+    value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
+        isinstance(value, acc.BufferAccess) and not value.is_point)
+    if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
+        indices = acc.element_indices(dst)
+        region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
+        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc))
+        return None
+    value_region = acc.region(value, loc, "T.atomic_add value")
+    dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, "T.atomic_add dst")
+    if dst_region.tile_shape != value_region.tile_shape:
+        raise CompileError(f"T.atomic_add shape mismatch: dst {list(dst_region.tile_shape)} vs value "
+                           f"{list(value_region.tile_shape)}", loc)
+    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc))
+    return None
+
+
+def use_swizzle(p, a, loc):
+    p.require_kernel("T.use_swizzle", loc)
+    order = a["order"]
+    if order not in ("row", "column", "col", "mlx"):
+        raise CompileError(f"T.use_swizzle order must be 'row' or 'column', got {order!r}", loc)
+    if _bool(a["enable"], "enable", loc):
+        p.swizzle = (_int(a["panel_size"], "panel_size", loc), order)
+
+
+def annotate_layout(p, a, loc):
+    p.require_kernel("T.annotate_layout", loc)
+    layout_map = a["layout_map"]
+    if not isinstance(layout_map, dict):
+        raise CompileError("T.annotate_layout takes a dict {buffer: layout}", loc)
+    for buf, layout in layout_map.items():
+        if not isinstance(buf, ir.Buffer):
+            raise CompileError(f"T.annotate_layout keys must be buffers, got {buf!r}", loc)
+        buf.annotated_layout = layout
+    p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
+
+
+# --------------------------------------------------------------------------------------
+# loops
+# --------------------------------------------------------------------------------------
+
+
+def _range(p, start, stop, step, loc):
+    if stop is None:
+        start, stop = 0, start
+    return (p.scalar(start, loc), p.scalar(stop, loc), 1 if step is None else p.scalar(step, loc))
+
+
+def _int_list(value, what, loc):
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise CompileError(f"{what} must be a list of ints", loc)
+    return [_int(v, what, loc) for v in value]
+
+
+def pipelined(p, a, loc):
+    start, stop, step = _range(p, a["start"], a["stop"], None, loc)
+    order, stage = _int_list(a["order"], "order", loc), _int_list(a["stage"], "stage", loc)
+    if (order is None) != (stage is None) or (order is not None and len(order) != len(stage)):
+        raise CompileError("T.Pipelined: order and stage must be given together, with one entry per "
+                           "statement", loc)
+    return LoopSpec("pipelined", start, stop, step, num_stages=_int(a["num_stages"], "num_stages", loc),
+                    order=order, stage=stage)
+
+
+def serial(p, a, loc):
+    return LoopSpec("serial", *_range(p, a["start"], a["stop"], a["step"], loc))
+
+
+def unroll(p, a, loc):
+    return LoopSpec("unroll", *_range(p, a["start"], a["stop"], a["step"], loc))
+
+
+def parallel(p, a, loc):
+    extents = a["extents"]
+    if len(extents) == 1 and isinstance(extents[0], (tuple, list)):
+        extents = tuple(extents[0])
+    if not extents:
+        raise CompileError("T.Parallel needs at least one extent", loc)
+    return LoopSpec("parallel", extents=tuple(_int(e, "T.Parallel extent", loc) for e in extents))
+
+
+# --------------------------------------------------------------------------------------
+# scalar math on runtime values (Python numbers fold in tritile.language itself)
+# --------------------------------------------------------------------------------------
+
+
+def _binary(op):
+    return lambda p, a, loc: exprs.binary(op, *(p.scalar(v, loc) for v in a.values()), loc)
+
+
+def _intrinsic(fn):
+    return lambda p, a, loc: exprs.math_call(fn, [p.scalar(v, loc) for v in a.values()], loc)
+
+
+def ceildiv(p, a, loc):
+    x, y = p.scalar(a["a"], loc), p.scalar(a["b"], loc)
+    return exprs.binary("//", exprs.binary("-", exprs.binary("+", x, y, loc), 1, loc), y, loc)
+
+
+def if_then_else(p, a, loc):
+    cond = p.scalar(a["cond"], loc)
+    return exprs.select(cond, p.scalar(a["true_value"], loc), p.scalar(a["false_value"], loc), loc)
+
+
+def cast(p, a, loc):
+    return exprs.cast(p.scalar(a["value"], loc), _dtype(a["dtype"], loc), loc)
+
+
+def infinity(p, a, loc):
+    return ir.Call("infinity", (), _dtype(a["dtype"], loc))
+
+
+HANDLERS = {
+    "Kernel": kernel, "const": const, "empty": empty,
+    "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
+    "alloc_var": alloc_var,
+    "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "atomic_add": atomic_add,
+    "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
+    "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
+    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout,
+    "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
+    "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
+    "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
+    "if_then_else": if_then_else, "cast": cast, "infinity": infinity,
+    **{fn: _intrinsic(fn) for fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "tanh", "sin",
+                                     "cos", "floor", "ceil", "sigmoid")},
+}

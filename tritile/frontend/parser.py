@@ -1,0 +1,860 @@
+"""The AST walker: one kernel function's Python source -> a tile-IR `PrimFunc`.
+
+Assumes the function is written in TileLang's style (lazy `@T.prim_func` with annotated
+parameters, or the eager body with `A: T.Tensor(...)` / `T.empty` / `return C`).
+
+Evaluation model
+----------------
+* Python values (ints, floats, dtypes, tuples, closure/global objects) are compile-time
+  constants and fold; `T.*` calls dispatch to `tritile.frontend.builtins` by identity.
+* Runtime scalars are IR `Expr`s.  A name bound to a runtime value is a `Let`, an
+  immutable SSA binding.  Before a runtime loop / `while` / `if` body is parsed, every
+  scalar name that the body assigns and that is already bound outside it is promoted to a
+  "var"-scope buffer (`Alloc` + `Store`/`Load`), so loop-carried and branch-merged values
+  stay correct.  Names first bound inside such a body are local to it.
+* `for ... in range(...)` / `T.serial` / `T.unroll` / `T.Pipelined` become `For` loops
+  (range is a serial loop, never unrolled by the frontend); `T.Parallel` becomes
+  `Parallel`; iterating a Python list/tuple unrolls at compile time.  An `if` on a
+  compile-time value keeps only the taken branch.
+* Every statement and error carries the user's `SourceLoc`; user mistakes are
+  `CompileError`s, never bare tracebacks.
+"""
+from __future__ import annotations
+
+import ast
+import builtins as py_builtins
+import inspect
+
+import tritile.language as T
+from tritile.errors import CompileError
+from tritile.frontend import access as acc
+from tritile.frontend import builtins as tile_ops
+from tritile.frontend import exprs
+from tritile.frontend.source import MISSING, FunctionSource
+from tritile.ir import nodes as ir
+from tritile.ir.dtypes import DType, as_dtype
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+           ast.RShift: ">>"}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
+_PY_COMPARE = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+               ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+class _ProbeDone(Exception):
+    """Raised in probe mode when the parser reaches `with T.Kernel`."""
+
+
+class _Binding:
+    """A name's value plus the frame that owns it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Parser:
+    def __init__(self, consts: dict = None, probe: bool = False):
+        self.consts = dict(consts or {})
+        self.probe = probe
+        self.const_symbols = {}  # probe mode: T.const name -> placeholder Var
+        self.frames = [{}]  # name -> _Binding; a new frame per runtime loop / if body
+        self.blocks = [[]]  # statement lists being filled
+        self.sources = []  # FunctionSource stack (the kernel, then inlined macros)
+        self.params = []  # (python name, Buffer or None until annotated)
+        self.outputs = []
+        self.returned = None
+        self.kernel = None
+        self.in_kernel = False
+        self.swizzle = None
+        self.name_hint = None
+        self.buffer_names = set()
+
+    # ---------------------------------------------------------------- helpers for handlers
+    @property
+    def source(self) -> FunctionSource:
+        return self.sources[-1]
+
+    def emit(self, stmt):
+        self.blocks[-1].append(stmt)
+
+    def require_kernel(self, what, loc):
+        if not self.in_kernel:
+            raise CompileError(f"{what} must be used inside `with T.Kernel(...)`", loc)
+
+    def require_outside_kernel(self, what, loc):
+        if self.in_kernel:
+            raise CompileError(f"{what} cannot be used inside `with T.Kernel(...)`", loc)
+
+    def unique_name(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.buffer_names:
+            name, n = f"{base}_{n}", n + 1
+        self.buffer_names.add(name)
+        return name
+
+    def new_buffer(self, shape, dtype, scope, loc) -> ir.Buffer:
+        return ir.Buffer(self.unique_name(self.name_hint or scope), tuple(shape), dtype, scope, loc=loc)
+
+    def const_value(self, name, loc):
+        if name in self.consts:
+            value = self.consts[name]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise CompileError(f"T.const {name!r} must be an int, got {value!r}", loc)
+            return value
+        if self.probe:
+            return self.const_symbols.setdefault(name, ir.Var(name))
+        raise CompileError(f"T.const {name!r} has no value: pass a tensor whose shape gives it, or "
+                           f"{name}=... to .compile()", loc)
+
+    def declare_output(self, shape, dtype, loc):
+        buf = ir.Buffer(self.unique_name(self.name_hint or "out"), tuple(shape), dtype, "global", loc=loc)
+        self.outputs.append(buf)
+        return buf
+
+    def scalar(self, value, loc):
+        """A runtime Expr or a Python number (buffer reads become Loads)."""
+        if isinstance(value, acc.BufferAccess):
+            return acc.load(value)
+        if isinstance(value, ir.Buffer):
+            if value.scope == "var":
+                return ir.Load(value, (ir.Const(0),), value.dtype)
+            raise CompileError(f"{value.name} is a {value.scope} buffer of shape {list(value.shape)}, not a "
+                               f"scalar; index it (e.g. {value.name}[i, j])", loc)
+        if isinstance(value, (ir.Expr,) + exprs.PYTHON_SCALARS):
+            return value
+        raise CompileError(f"expected a scalar value, got {type(value).__name__} {value!r}", loc)
+
+    # ---------------------------------------------------------------- entry
+    def parse(self, fn, caller_locals: dict = None) -> ir.PrimFunc:
+        src = FunctionSource(fn, caller_locals)
+        self.sources.append(src)
+        tree = src.tree
+        self._bind_signature(fn, tree)
+        try:
+            self.statements(tree.body)
+        except _ProbeDone:
+            pass
+        return self._finish(src, tree)
+
+    def _bind_signature(self, fn, tree):
+        signature = inspect.signature(fn)
+        args = tree.args
+        if args.vararg or args.kwarg:
+            raise CompileError("kernel functions cannot take *args / **kwargs", self.source.loc(tree))
+        for arg in args.posonlyargs + args.args + args.kwonlyargs:
+            name, loc = arg.arg, self.source.loc(arg)
+            if name not in signature.parameters:
+                raise CompileError(f"the source found for {fn.__qualname__} does not match the function "
+                                   f"(parameter {name!r})", loc)
+            if arg.annotation is not None:
+                spec = fn.__annotations__.get(name)  # evaluated by Python where the def ran
+                if spec is None or isinstance(spec, str):
+                    spec = self.eval(arg.annotation)
+                if isinstance(spec, T.Tensor):
+                    self._declare_param(name, spec, loc)
+                    continue
+            if name in self.consts:
+                self._bind(name, self.consts[name])
+            elif signature.parameters[name].default is not inspect.Parameter.empty:
+                self._bind(name, signature.parameters[name].default)
+            else:  # an eager-style tensor parameter, annotated in the body
+                self.params.append([name, None])
+
+    def _declare_param(self, name, spec: "T.Tensor", loc):
+        shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else s for s in spec.shape)
+        for s in shape:
+            if not isinstance(s, ir.Expr) and (not isinstance(s, int) or isinstance(s, bool) or s < 0):
+                raise CompileError(f"tensor {name}: dimensions must be ints or T.dynamic/T.const symbols, got "
+                                   f"{s!r}", loc)
+        self.buffer_names.add(name)
+        buf = ir.Buffer(name, shape, spec.dtype, "global", loc=loc)
+        for entry in self.params:
+            if entry[0] == name:
+                if entry[1] is not None:
+                    raise CompileError(f"tensor parameter {name} is annotated twice", loc)
+                entry[1] = buf
+                break
+        else:
+            self.params.append([name, buf])
+        self._bind(name, buf)
+
+    def _finish(self, src, tree) -> ir.PrimFunc:
+        loc = src.loc(tree)
+        missing = [name for name, buf in self.params if buf is None]
+        if missing and not self.probe:
+            raise CompileError(f"parameter {missing[0]} has no tensor annotation; add "
+                               f"`{missing[0]}: T.Tensor((...), dtype)` to the signature or the body", loc)
+        params = [buf for _, buf in self.params if buf is not None]
+        out_start = len(params)
+        params += self.outputs
+        if self.returned is not None:
+            out_idx = [out_start + self.outputs.index(b) for b in self.returned]
+        else:
+            out_idx = list(range(out_start, len(params)))
+        if self.probe:
+            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, loc=loc)
+        if self.kernel is None:
+            raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
+        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, loc=loc)
+        _bind_dynamic_dims(func)
+        return func
+
+    # ---------------------------------------------------------------- names and frames
+    def _find(self, name):
+        for frame in reversed(self.frames):
+            if name in frame:
+                return frame
+        return None
+
+    def _bind(self, name, value):
+        self.frames[-1][name] = _Binding(value)
+
+    def lookup(self, name, loc):
+        frame = self._find(name)
+        if frame is not None:
+            return frame[name].value
+        value = self.source.lookup(name)
+        if value is MISSING:
+            raise CompileError(f"unknown name {name!r}", loc)
+        return value
+
+    def assign_name(self, name, value, loc, dtype: DType = None):
+        frame = self._find(name)
+        current = frame[name].value if frame is not None else None
+        if isinstance(current, ir.Buffer) and current.scope == "var" and not isinstance(value, ir.Buffer):
+            self.emit(ir.Store(current, (ir.Const(0),), exprs.cast(self.scalar(value, loc), current.dtype, loc),
+                               loc=loc))
+            return
+        if frame is not None and frame is not self.frames[-1]:
+            raise CompileError(f"{name!r} is bound outside this loop/if to {type(current).__name__}; it cannot be "
+                               f"rebound inside runtime control flow", loc)
+        if isinstance(value, acc.BufferAccess) or (isinstance(value, ir.Buffer) and value.scope == "var"):
+            value = self.scalar(value, loc)  # a snapshot of the element
+        if dtype is not None:
+            value = exprs.cast(self.scalar(value, loc), dtype, loc)
+        if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
+            var = ir.Var(name, value.dtype)
+            self.emit(ir.Let(var, value, loc=loc))
+            value = var
+        self._bind(name, value)
+
+    def _promote_assigned(self, body, loc):
+        """Turn scalars that `body` reassigns into var buffers (see the module docstring)."""
+        for name in _assigned_names(body):
+            frame = self._find(name)
+            if frame is None:
+                continue
+            value = frame[name].value
+            if not isinstance(value, (ir.Expr,) + exprs.PYTHON_SCALARS):
+                continue
+            init = value if isinstance(value, ir.Expr) else exprs.make_const(value, exprs.python_dtype(value))
+            buf = ir.Buffer(self.unique_name(name), (1,), init.dtype, "var", loc=loc)
+            self.emit(ir.Alloc(buf, init, loc=loc))
+            frame[name] = _Binding(buf)
+
+    def _scoped_block(self, body) -> ir.Seq:
+        self.frames.append({})
+        self.blocks.append([])
+        try:
+            self.statements(body)
+        finally:
+            self.frames.pop()
+            stmts = self.blocks.pop()
+        return ir.Seq(stmts)
+
+    # ---------------------------------------------------------------- statements
+    def statements(self, body):
+        for node in body:
+            self.statement(node)
+
+    def statement(self, node):
+        method = getattr(self, "stmt_" + type(node).__name__, None)
+        if method is None:
+            raise CompileError(f"unsupported Python syntax in a kernel: {type(node).__name__} statement",
+                               self.source.loc(node))
+        method(node)
+
+    def stmt_Pass(self, node):
+        pass
+
+    def stmt_Expr(self, node):
+        if isinstance(node.value, ast.Constant):  # docstrings and bare constants
+            return
+        value = self.eval(node.value)
+        if isinstance(value, (tile_ops.LoopSpec, tile_ops.KernelSpec)):
+            raise CompileError("this T construct must be used as a `for` iterator or a `with` context",
+                               self.source.loc(node))
+
+    def stmt_Assign(self, node):
+        loc = self.source.loc(node)
+        hint = node.targets[0].id if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) else None
+        self.name_hint = hint
+        try:
+            value = self.eval(node.value)
+        finally:
+            self.name_hint = None
+        for target in node.targets:
+            self.assign(target, value, loc)
+
+    def assign(self, target, value, loc, dtype=None):
+        if isinstance(target, ast.Name):
+            self.assign_name(target.id, value, loc, dtype)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise CompileError(f"cannot unpack {value!r} into {len(target.elts)} names", loc)
+            for t, v in zip(target.elts, value):
+                self.assign(t, v, loc)
+        elif isinstance(target, ast.Subscript):
+            obj = self.eval(target.value)
+            if isinstance(obj, ir.Buffer):
+                where = acc.BufferAccess(obj, self._index(target.slice), loc)
+                indices = acc.element_indices(where)
+                if dtype is not None:
+                    value = exprs.cast(self.scalar(value, loc), dtype, loc)
+                self.emit(ir.Store(obj, indices, exprs.cast(self.scalar(value, loc), obj.dtype, loc), loc=loc))
+            elif isinstance(obj, (list, dict)) and not self.in_kernel:
+                obj[self._index_value(target.slice)] = value
+            else:
+                raise CompileError(f"cannot assign to an element of {type(obj).__name__}", loc)
+        else:
+            raise CompileError(f"unsupported assignment target {type(target).__name__}", loc)
+
+    def stmt_AugAssign(self, node):
+        loc = self.source.loc(node)
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise CompileError(f"unsupported operator {type(node.op).__name__}", loc)
+        current = self.eval(node.target)
+        rhs = self.eval(node.value)
+        if isinstance(current, ir.Buffer) and current.scope != "var":
+            raise CompileError(f"cannot apply {op}= to the whole buffer {current.name}; use a T.Parallel loop",
+                               loc)
+        value = self._binary(op, current, rhs, loc)
+        self.assign(node.target, value, loc)
+
+    def stmt_AnnAssign(self, node):
+        loc = self.source.loc(node)
+        annotation = self.eval(node.annotation)
+        if isinstance(annotation, T.Tensor):
+            if node.value is not None or not isinstance(node.target, ast.Name):
+                raise CompileError("a T.Tensor annotation declares a tensor parameter: write `A: T.Tensor(...)` "
+                                   "without a value", loc)
+            name = node.target.id
+            if self.in_kernel or not any(entry[0] == name for entry in self.params):
+                raise CompileError(f"{name!r} is not a parameter of the kernel function; only parameters can be "
+                                   f"annotated with T.Tensor", loc)
+            self._declare_param(name, annotation, loc)
+            return
+        if node.value is None:
+            return
+        self.name_hint = node.target.id if isinstance(node.target, ast.Name) else None
+        try:
+            value = self.eval(node.value)
+        finally:
+            self.name_hint = None
+        dtype = annotation if isinstance(annotation, DType) else None
+        if isinstance(annotation, str):
+            try:
+                dtype = as_dtype(annotation)
+            except TypeError:
+                dtype = None
+        self.assign(node.target, value, loc, dtype)
+
+    def stmt_Return(self, node):
+        loc = self.source.loc(node)
+        if self.in_kernel:
+            raise CompileError("`return` inside `with T.Kernel` is not supported", loc)
+        if node.value is None:
+            return
+        value = self.eval(node.value)
+        values = list(value) if isinstance(value, (tuple, list)) else [value]
+        for v in values:
+            if not (isinstance(v, ir.Buffer) and any(v is o for o in self.outputs)):
+                raise CompileError(f"a kernel can only return tensors created with T.empty, got {v!r}", loc)
+        self.returned = values
+
+    def stmt_Assert(self, node):
+        loc = self.source.loc(node)
+        test = self.eval(node.test)
+        if isinstance(test, (ir.Expr, acc.BufferAccess)):
+            raise CompileError("assert on runtime values is not supported", loc)
+        if not test:
+            msg = self.eval(node.msg) if node.msg is not None else "assertion failed"
+            raise CompileError(str(msg), loc)
+
+    def stmt_With(self, node):
+        loc = self.source.loc(node)
+        if len(node.items) != 1:
+            raise CompileError("use one `with T.Kernel(...)` per with-statement", loc)
+        item = node.items[0]
+        spec = self.eval(item.context_expr)
+        if not isinstance(spec, tile_ops.KernelSpec):
+            raise CompileError("the only supported with-statement is `with T.Kernel(...) as ...`", loc)
+        if self.kernel is not None:
+            raise CompileError("only one `with T.Kernel(...)` block per kernel function", loc)
+        if self.probe:
+            raise _ProbeDone()
+        target = item.optional_vars
+        if target is None:
+            names = ["bx", "by", "bz"][:len(spec.grid)]
+        elif isinstance(target, ast.Name):
+            names = [target.id] if len(spec.grid) == 1 else [f"{target.id}_{i}" for i in "xyz"[:len(spec.grid)]]
+        elif isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+            names = [e.id for e in target.elts]
+            if len(names) != len(spec.grid):
+                raise CompileError(f"T.Kernel has {len(spec.grid)} grid dimensions but binds {len(names)} names",
+                                   loc)
+        else:
+            raise CompileError("bind the block indices to names: `as bx` or `as (bx, by)`", loc)
+        block_vars = tuple(ir.Var(n) for n in names)
+        if target is not None:
+            if isinstance(target, ast.Name):
+                self._bind(target.id, block_vars[0] if len(block_vars) == 1 else block_vars)
+            else:
+                for n, v in zip(names, block_vars):
+                    self._bind(n, v)
+        self.in_kernel = True
+        self.blocks.append([])
+        try:
+            self.statements(node.body)
+        finally:
+            body = self.blocks.pop()
+            self.in_kernel = False
+        self.kernel = ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle, loc=loc)
+
+    def stmt_If(self, node):
+        loc = self.source.loc(node)
+        cond = self.eval(node.test)
+        if isinstance(cond, (acc.BufferAccess, ir.Buffer)):
+            cond = self.scalar(cond, loc)
+        if not isinstance(cond, ir.Expr):
+            self.statements(node.body if cond else node.orelse)
+            return
+        self.require_kernel("a runtime `if`", loc)
+        self._promote_assigned(node.body + node.orelse, loc)
+        then_body = self._scoped_block(node.body)
+        else_body = self._scoped_block(node.orelse) if node.orelse else None
+        self.emit(ir.If(exprs.truth(cond), then_body, else_body, loc=loc))
+
+    def stmt_While(self, node):
+        loc = self.source.loc(node)
+        self.require_kernel("a `while` loop", loc)
+        if node.orelse:
+            raise CompileError("while/else is not supported", loc)
+        self._promote_assigned(node.body, loc)
+        cond = self.scalar(self.eval(node.test), loc)
+        if not isinstance(cond, ir.Expr):
+            raise CompileError("a `while` condition must depend on runtime values (a constant one never ends "
+                               "or never runs)", loc)
+        self.emit(ir.While(exprs.truth(cond), self._scoped_block(node.body), loc=loc))
+
+    def stmt_For(self, node):
+        loc = self.source.loc(node)
+        if node.orelse:
+            raise CompileError("for/else is not supported", loc)
+        spec = self._loop_spec(node.iter, loc)
+        if not isinstance(spec, tile_ops.LoopSpec):  # a Python sequence: unroll at compile time
+            if isinstance(spec, (ir.Expr, ir.Buffer, acc.BufferAccess)) or not hasattr(spec, "__iter__"):
+                raise CompileError("a kernel `for` must iterate over range(...), T.serial, T.unroll, "
+                                   "T.Pipelined, T.Parallel or a compile-time sequence", loc)
+            for value in spec:
+                self.assign(node.target, value, loc)
+                self.statements(node.body)
+            return
+        self.require_kernel("a kernel loop", loc)
+        names = _target_names(node.target, loc)
+        self._promote_assigned(node.body, loc)
+        if spec.kind == "parallel":
+            if len(names) != len(spec.extents):
+                raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
+                                   f"names", loc)
+            loop_vars = tuple(ir.Var(n) for n in names)
+            body = self._loop_body(names, loop_vars, node.body)
+            self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
+            return
+        if len(names) != 1:
+            raise CompileError("this loop binds exactly one loop variable", loc)
+        var = ir.Var(names[0])
+        start, stop, step = (exprs.cast(v, "int32", loc) for v in (spec.start, spec.stop, spec.step))
+        body = self._loop_body(names, (var,), node.body)
+        self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
+                         order=spec.order, stage=spec.stage, loc=loc))
+
+    def _loop_spec(self, iter_node, loc):
+        if isinstance(iter_node, ast.Call):
+            callee = self.eval(iter_node.func)
+            if callee is py_builtins.range:
+                args, kwargs = self._call_args(iter_node)
+                if kwargs or not 1 <= len(args) <= 3:
+                    raise CompileError("range() takes 1 to 3 positional arguments", loc)
+                args = [self.scalar(a, loc) for a in args]
+                start, stop, step = (0, args[0], 1) if len(args) == 1 else (args + [1])[:3]
+                return tile_ops.LoopSpec("serial", start, stop, step)
+        return self.eval(iter_node)
+
+    def _loop_body(self, names, loop_vars, body) -> ir.Seq:
+        self.frames.append({n: _Binding(v) for n, v in zip(names, loop_vars)})
+        self.blocks.append([])
+        try:
+            self.statements(body)
+        finally:
+            self.frames.pop()
+            stmts = self.blocks.pop()
+        return ir.Seq(stmts)
+
+    def stmt_FunctionDef(self, node):
+        raise CompileError("nested function definitions are not supported inside a kernel; define helpers "
+                           "with @T.macro outside it", self.source.loc(node))
+
+    # ---------------------------------------------------------------- expressions
+    def eval(self, node):
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise CompileError(f"unsupported Python syntax in a kernel: {type(node).__name__} expression",
+                               self.source.loc(node))
+        return method(node)
+
+    def expr_Constant(self, node):
+        return node.value
+
+    def expr_Name(self, node):
+        return self.lookup(node.id, self.source.loc(node))
+
+    def expr_Attribute(self, node):
+        obj = self.eval(node.value)
+        try:
+            return getattr(obj, node.attr)
+        except AttributeError:
+            raise CompileError(f"{_type_name(obj)} has no attribute {node.attr!r}", self.source.loc(node)) from None
+
+    def expr_Tuple(self, node):
+        return tuple(self._sequence(node.elts))
+
+    def expr_List(self, node):
+        return self._sequence(node.elts)
+
+    def _sequence(self, elts):
+        out = []
+        for e in elts:
+            if isinstance(e, ast.Starred):
+                out.extend(self.eval(e.value))
+            else:
+                out.append(self.eval(e))
+        return out
+
+    def expr_Dict(self, node):
+        if any(k is None for k in node.keys):
+            raise CompileError("**-unpacking in dict literals is not supported", self.source.loc(node))
+        return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values)}
+
+    def expr_Lambda(self, node):
+        # kept as a Python callable (T.annotate_layout records it); compile-time names only
+        env = dict(self.source.globals)
+        env.update(self.source.closure)
+        for frame in self.frames:
+            env.update({k: b.value for k, b in frame.items()})
+        code = compile(ast.Expression(node), self.source.filename, "eval")
+        return eval(code, env)  # noqa: S307 - the user's own source
+
+    def _index(self, node) -> tuple:
+        items = node.elts if isinstance(node, ast.Tuple) else [node]
+        out = []
+        for item in items:
+            if isinstance(item, ast.Slice):
+                parts = [None if p is None else self.scalar(self.eval(p), self.source.loc(item))
+                         for p in (item.lower, item.upper, item.step)]
+                out.append(slice(*parts))
+            else:
+                value = self.eval(item)
+                out.append(self.scalar(value, self.source.loc(item)))
+        return tuple(out)
+
+    def _index_value(self, node):
+        if isinstance(node, ast.Slice):
+            return slice(*[None if p is None else self.eval(p) for p in (node.lower, node.upper, node.step)])
+        return self.eval(node)
+
+    def expr_Subscript(self, node):
+        loc = self.source.loc(node)
+        obj = self.eval(node.value)
+        if isinstance(obj, ir.Buffer):
+            return acc.BufferAccess(obj, self._index(node.slice), loc)
+        index = self._index_value(node.slice)
+        if isinstance(index, (ir.Expr, acc.BufferAccess)):
+            raise CompileError(f"cannot index the compile-time value {_type_name(obj)} with a runtime index", loc)
+        try:
+            return obj[index]
+        except Exception as exc:  # noqa: BLE001 - reported at the user's line
+            raise CompileError(f"indexing {_type_name(obj)} failed: {exc}", loc) from None
+
+    def _binary(self, op, lhs, rhs, loc):
+        runtime = (ir.Expr, ir.Buffer, acc.BufferAccess)
+        if not isinstance(lhs, runtime) and not isinstance(rhs, runtime) and not (
+                exprs.is_python_scalar(lhs) and exprs.is_python_scalar(rhs)):
+            try:  # Python objects (tuples, strings, ...) keep Python semantics
+                return eval(f"lhs {op} rhs", {}, {"lhs": lhs, "rhs": rhs})  # noqa: S307 - fixed operator text
+            except Exception as exc:  # noqa: BLE001
+                raise CompileError(f"{_type_name(lhs)} {op} {_type_name(rhs)}: {exc}", loc) from None
+        return exprs.binary(op, self.scalar(lhs, loc), self.scalar(rhs, loc), loc)
+
+    def expr_BinOp(self, node):
+        loc = self.source.loc(node)
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise CompileError(f"unsupported operator {type(node.op).__name__}", loc)
+        return self._binary(op, self.eval(node.left), self.eval(node.right), loc)
+
+    def expr_UnaryOp(self, node):
+        loc = self.source.loc(node)
+        value = self.eval(node.operand)
+        op = _UNARY[type(node.op)]
+        if isinstance(value, (ir.Expr, ir.Buffer, acc.BufferAccess)):
+            return exprs.unary(op, self.scalar(value, loc), loc)
+        if op == "not":
+            return not value
+        try:
+            return eval(f"{op} value", {}, {"value": value})  # noqa: S307 - fixed operator text
+        except Exception as exc:  # noqa: BLE001
+            raise CompileError(f"{op}{_type_name(value)}: {exc}", loc) from None
+
+    def expr_BoolOp(self, node):
+        loc = self.source.loc(node)
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        result = None
+        for value_node in node.values:
+            value = self.eval(value_node)
+            if isinstance(value, (ir.Buffer, acc.BufferAccess)):
+                value = self.scalar(value, loc)
+            if result is None:
+                result = value
+            elif isinstance(result, ir.Expr) or isinstance(value, ir.Expr):
+                result = exprs.binary(op, _as_bool(result), _as_bool(value), loc)
+            else:
+                result = (result and value) if op == "and" else (result or value)
+            if not isinstance(result, ir.Expr) and ((op == "and" and not result) or (op == "or" and result)):
+                return result  # short-circuit on a compile-time value
+        return result
+
+    def expr_Compare(self, node):
+        loc = self.source.loc(node)
+        left = self.eval(node.left)
+        result = True
+        for op_node, right_node in zip(node.ops, node.comparators):
+            right = self.eval(right_node)
+            if type(op_node) in _PY_COMPARE:
+                if isinstance(left, (ir.Expr, acc.BufferAccess)) or isinstance(right, (ir.Expr, acc.BufferAccess)):
+                    raise CompileError("`is` / `in` need compile-time values", loc)
+                part = _PY_COMPARE[type(op_node)](left, right)
+            else:
+                part = self._binary(_CMPOPS[type(op_node)], left, right, loc)
+            result = part if result is True else exprs.binary("and", result, part, loc)
+            left = right
+        return result
+
+    def expr_IfExp(self, node):
+        loc = self.source.loc(node)
+        cond = self.eval(node.test)
+        if isinstance(cond, (ir.Buffer, acc.BufferAccess)):
+            cond = self.scalar(cond, loc)
+        if not isinstance(cond, ir.Expr):
+            return self.eval(node.body if cond else node.orelse)
+        return exprs.select(cond, self.scalar(self.eval(node.body), loc), self.scalar(self.eval(node.orelse), loc),
+                            loc)
+
+    def expr_JoinedStr(self, node):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            else:
+                parts.append(format(self.eval(value.value)))
+        return "".join(parts)
+
+    # ---------------------------------------------------------------- calls
+    def _call_args(self, node):
+        args = self._sequence(node.args)
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.eval(kw.value))
+            else:
+                kwargs[kw.arg] = self.eval(kw.value)
+        return args, kwargs
+
+    def expr_Call(self, node):
+        loc = self.source.loc(node)
+        callee = self.eval(node.func)
+        hint, self.name_hint = self.name_hint, None  # only the outermost call names a buffer
+        args, kwargs = self._call_args(node)
+        self.name_hint = hint
+        if callee in T.TILE_OPS:
+            return self._tile_op(callee, args, kwargs, loc)
+        if isinstance(callee, T.Macro):
+            return self._inline_macro(callee, args, kwargs, loc)
+        if isinstance(callee, DType):
+            if len(args) != 1 or kwargs:
+                raise CompileError(f"{callee}(value) takes one argument", loc)
+            return exprs.cast(self.scalar(args[0], loc), callee, loc)
+        runtime = (ir.Expr, ir.Buffer, acc.BufferAccess)
+        has_runtime = any(isinstance(a, runtime) for a in list(args) + list(kwargs.values()))
+        if has_runtime and callee in _PY_SCALAR_BUILTINS:
+            return _PY_SCALAR_BUILTINS[callee](self, args, kwargs, loc)
+        if callee is py_builtins.range:
+            raise CompileError("range(...) is only supported as a `for` iterator", loc)
+        try:
+            return callee(*args, **kwargs)
+        except CompileError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported at the user's line
+            raise CompileError(f"calling {_type_name(callee)} failed: {type(exc).__name__}: {exc}", loc) from None
+
+    def _tile_op(self, stub, args, kwargs, loc):
+        impl = T.TILE_OPS[stub]
+        name = stub.__name__
+        try:
+            bound = inspect.signature(impl).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CompileError(f"T.{name}: {exc}", loc) from None
+        bound.apply_defaults()
+        if name in _FOLDABLE_NAMES and all(v is None or isinstance(v, (int, float, str, DType))
+                                           for v in bound.arguments.values()):
+            try:  # arithmetic on Python numbers folds
+                return impl(*bound.args, **bound.kwargs)
+            except Exception as exc:  # noqa: BLE001
+                raise CompileError(f"T.{name}: {type(exc).__name__}: {exc}", loc) from None
+        return tile_ops.HANDLERS[name](self, dict(bound.arguments), loc)
+
+    def _inline_macro(self, macro, args, kwargs, loc):
+        src = FunctionSource(macro.fn)
+        try:
+            bound = inspect.signature(macro.fn).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CompileError(f"macro {macro.fn.__name__}: {exc}", loc) from None
+        bound.apply_defaults()
+        saved_frames = self.frames
+        self.frames = [{k: _Binding(v) for k, v in bound.arguments.items()}]
+        self.sources.append(src)
+        try:
+            for stmt in src.tree.body:
+                if isinstance(stmt, ast.Return):
+                    return None if stmt.value is None else self.eval(stmt.value)
+                self.statement(stmt)
+        finally:
+            self.sources.pop()
+            self.frames = saved_frames
+        return None
+
+
+# T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)
+_FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
+                             "log2", "sqrt", "rsqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "sigmoid",
+                             "pow", "if_then_else"))
+
+
+def _as_bool(value):
+    return exprs.truth(value) if isinstance(value, ir.Expr) else bool(value)
+
+
+def _type_name(obj) -> str:
+    if isinstance(obj, ir.Buffer):
+        return f"buffer {obj.name}"
+    return getattr(obj, "__name__", type(obj).__name__)
+
+
+def _target_names(target, loc) -> list:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+        return [e.id for e in target.elts]
+    raise CompileError("loop targets must be plain names", loc)
+
+
+def _assigned_names(body) -> list:
+    """Names stored by Assign / AugAssign / AnnAssign anywhere in `body` (loop targets and
+    nested definitions excluded: loop variables are fresh in their own frame)."""
+    names = []
+
+    def add_target(t):
+        if isinstance(t, ast.Name):
+            names.append(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                add_target(e)
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                add_target(t)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            add_target(node.target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in body:
+        visit(stmt)
+    return list(dict.fromkeys(names))
+
+
+def _builtin_minmax(op):
+    def lower(p, args, kwargs, loc):
+        if kwargs or len(args) < 2:
+            raise CompileError(f"{op}() on runtime values takes two or more positional arguments", loc)
+        result = p.scalar(args[0], loc)
+        for a in args[1:]:
+            result = exprs.binary(op, result, p.scalar(a, loc), loc)
+        return result
+
+    return lower
+
+
+def _builtin_convert(dtype):
+    return lambda p, args, kwargs, loc: exprs.cast(p.scalar(args[0], loc), dtype, loc)
+
+
+_PY_SCALAR_BUILTINS = {
+    py_builtins.min: _builtin_minmax("min"),
+    py_builtins.max: _builtin_minmax("max"),
+    py_builtins.abs: lambda p, args, kwargs, loc: exprs.math_call("abs", [p.scalar(args[0], loc)], loc),
+    py_builtins.float: _builtin_convert("float32"),
+    py_builtins.int: _builtin_convert("int32"),
+    py_builtins.bool: lambda p, args, kwargs, loc: exprs.truth(p.scalar(args[0], loc)),
+}
+
+
+def _bind_dynamic_dims(func: ir.PrimFunc):
+    """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds."""
+    from tritile.ir.transform import walk
+
+    for index, buf in enumerate(func.params):
+        for dim, size in enumerate(buf.shape):
+            if isinstance(size, ir.Var) and size not in func.dim_bindings:
+                if index in func.out_idx:
+                    continue
+                func.dim_bindings[size] = (index, dim)
+                func.dynamic_vars.append(size)
+    # a symbol only an output's shape mentions is bound from that output when the caller passes it
+    for index, buf in enumerate(func.params):
+        for dim, size in enumerate(buf.shape):
+            if isinstance(size, ir.Var) and size not in func.dim_bindings:
+                func.dim_bindings[size] = (index, dim)
+                func.dynamic_vars.append(size)
+    defined = {id(v) for v in func.dynamic_vars} | {id(v) for v in func.kernel.block_vars}
+    for node in walk(func.kernel.body):
+        if isinstance(node, ir.For):
+            defined.add(id(node.var))
+        elif isinstance(node, ir.Parallel):
+            defined.update(id(v) for v in node.vars)
+        elif isinstance(node, ir.Let):
+            defined.add(id(node.var))
+    for root in (func.kernel.grid, func.kernel.body, [b.shape for b in func.params]):
+        for node in walk(root):
+            if isinstance(node, ir.Var) and id(node) not in defined:
+                raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it as a "
+                                   f"dimension, so its value cannot be bound at call time",
+                                   getattr(func.kernel, "loc", None))

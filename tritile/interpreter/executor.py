@@ -1,0 +1,231 @@
+"""Statement execution of the reference interpreter: grid, control flow, `T.Parallel`.
+
+Contract
+--------
+`execute(func, args, dim_values)` runs `func.kernel.body` once per block of the grid with
+the block Vars bound, on the caller's tensors (`args`, in `func.params` order, written in
+place).  It accepts the IR of every stage: a not-yet-injected pipelined `For` runs as a
+serial loop; versioned buffers and async nodes follow `tritile.interpreter.hazards`.
+Arguments are checked before anything runs (TypeError for type/dtype, ValueError for
+rank/shape/missing dims, each naming the argument).
+
+`T.Parallel` is vectorised: its body runs once with lane variable k of n bound to an
+int64 ``arange`` shaped ``[1, .., extent_k, .., 1]``; an `If`/`While`/`For` whose
+condition or bounds depend on lanes narrows the active-lane `mask` instead of branching;
+`Let` binds lane tensors.  Statements run in order for all lanes at once (sound because
+lanes of a parallel loop are independent).  Serial loops and blocks are Python loops.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from tritile.errors import CompileError
+from tritile.interpreter import tile_ops
+from tritile.interpreter import values as V
+from tritile.interpreter.expressions import Evaluator
+from tritile.interpreter.hazards import AsyncTracker
+from tritile.interpreter.memory import Memory
+from tritile.ir import nodes as ir
+
+
+def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
+    """Run `func` on CPU tensors, mutating its output tensors in place."""
+    scalars = _bind_arguments(func, args, dim_values)
+    storage = {buf: V.storage_view(t, buf.dtype) for buf, t in zip(func.params, args)}
+    kernel = func.kernel
+    grid_eval = Evaluator(dict(scalars), Memory(AsyncTracker(()), storage))
+    grid_eval.stmt = kernel
+    grid = [int(grid_eval.scalar(g)) for g in kernel.grid]
+    # bx varies fastest, as block ids are numbered on the GPU
+    for block in itertools.product(*(range(g) for g in reversed(grid))):
+        block = tuple(reversed(block))
+        env = dict(scalars)
+        env.update(zip(kernel.block_vars, block))
+        runner = BlockRunner(env, Memory(AsyncTracker(block), storage))
+        runner.exec(kernel.body)
+        runner.tracker.check_drained()
+
+
+class BlockRunner(Evaluator):
+    """Executes statements of one thread block."""
+
+    def __init__(self, env: dict, memory: Memory):
+        super().__init__(env, memory)
+        self.tracker = memory.tracker
+        self.lane_ndim = 0  # number of lane dimensions of the enclosing T.Parallel loops
+
+    def exec(self, s):
+        handler = self._STMTS.get(type(s))
+        if handler is None:
+            raise CompileError(f"the interpreter cannot execute {type(s).__name__}", getattr(s, "loc", None))
+        self.stmt = s
+        handler(self, s)
+
+    def starts(self, region: ir.Region) -> tuple:
+        return tuple(int(self.scalar(x)) for x in region.starts)
+
+    # ------------------------------------------------------------------ statements
+    def _seq(self, s: ir.Seq):
+        for child in s.stmts:
+            self.exec(child)
+
+    def _alloc(self, s: ir.Alloc):
+        if self.lane_ndim:
+            raise self.error(f"{s.buffer.name} is allocated inside T.Parallel")
+        self.memory.allocate(s.buffer, tuple(int(self.scalar(d)) for d in s.buffer.shape))
+        if s.init is not None:
+            self.memory.store(s.buffer, [0] * s.buffer.ndim, self.scalar(s.init), None, s)
+
+    def _let(self, s: ir.Let):
+        self.env[s.var] = self.eval(s.value)
+
+    def _store(self, s: ir.Store):
+        indices = [self.eval(i) for i in s.indices]
+        self.memory.store(s.buffer, indices, self.eval(s.value), self.mask, s)
+
+    def _evaluate(self, s: ir.Evaluate):
+        pass  # markers (T.use_swizzle, T.annotate_layout) have no effect on values
+
+    def _tile_op(self, s):
+        if self.lane_ndim and not (isinstance(s, ir.AtomicAdd) and not isinstance(s.value, ir.Region)):
+            raise self.error(f"tile operation {type(s).__name__} inside T.Parallel")
+        self._TILE_OPS[type(s)](self, s)
+
+    _TILE_OPS = {ir.Copy: tile_ops.copy, ir.AsyncCopy: tile_ops.async_copy,
+                 ir.CommitGroup: tile_ops.commit_group, ir.WaitGroup: tile_ops.wait_group,
+                 ir.Gemm: tile_ops.gemm, ir.WaitMMA: tile_ops.wait_mma, ir.Fill: tile_ops.fill,
+                 ir.Reduce: tile_ops.reduce, ir.Cumsum: tile_ops.cumsum, ir.AtomicAdd: tile_ops.atomic_add}
+
+    # ------------------------------------------------------------------ control flow
+    def _for(self, s: ir.For):
+        step = self.scalar(s.step)
+        start, stop = self.eval(s.start), self.eval(s.stop)
+        if not V.is_tensor(start) and not V.is_tensor(stop):
+            for value in range(int(start), int(stop), int(step)):
+                self.env[s.var] = value
+                self.exec(s.body)
+            return
+        # lane-dependent bounds: one scalar loop over the union, each lane active in its range
+        if step <= 0:
+            raise self.error("a loop with lane-dependent bounds needs a positive step")
+        outer = self.mask
+        for value in range(int(V.as_tensor(start).min()), int(V.as_tensor(stop).max()), step):
+            inside = (value >= start) & (value < stop)
+            if step != 1:
+                inside = inside & ((value - start) % step == 0)
+            self.env[s.var] = value
+            self._masked(s.body, inside, outer)
+        self.mask = outer
+
+    def _if(self, s: ir.If):
+        cond = self.eval(s.cond)
+        if not V.is_tensor(cond) or (cond.dim() == 0 and self.mask is None):
+            branch = s.then_body if self.truth(cond) else s.else_body
+            if branch is not None:
+                self.exec(branch)
+            return
+        outer = self.mask
+        cond = cond.to(torch.bool)
+        self._masked(s.then_body, cond, outer)
+        if s.else_body is not None:
+            self._masked(s.else_body, ~cond, outer)
+        self.mask = outer
+
+    def _while(self, s: ir.While):
+        outer = self.mask
+        alive = None  # lanes that have not left the loop yet
+        while True:
+            self.stmt = s
+            cond = self.eval(s.cond)
+            if not V.is_tensor(cond) and alive is None:
+                if not cond:
+                    break
+                self.exec(s.body)
+                continue
+            cond = V.as_tensor(cond).to(torch.bool)
+            alive = cond if alive is None else alive & cond
+            if not self._masked(s.body, alive, outer):
+                break
+        self.mask = outer
+
+    def _masked(self, body: ir.Seq, lanes: torch.Tensor, outer) -> bool:
+        """Run `body` for the lanes in `lanes` (and `outer`); False when none is active."""
+        active = lanes if outer is None else outer & lanes
+        if not bool(active.any()):
+            return False
+        self.mask = active
+        self.exec(body)
+        self.mask = outer
+        return True
+
+    def _parallel(self, s: ir.Parallel):
+        extents = [int(self.scalar(e)) for e in s.extents]
+        saved_env, saved_mask, saved_ndim = self.env, self.mask, self.lane_ndim
+        new = len(extents)
+        # lane tensors of enclosing Parallel loops get trailing unit dims for the new lanes
+        self.env = {k: _widen(v, saved_ndim, new) for k, v in saved_env.items()}
+        self.mask = None if saved_mask is None else _widen(saved_mask, saved_ndim, new)
+        self.lane_ndim = saved_ndim + new
+        for k, (var, extent) in enumerate(zip(s.vars, extents)):
+            shape = [1] * self.lane_ndim
+            shape[saved_ndim + k] = extent
+            self.env[var] = torch.arange(extent, dtype=torch.int64).view(shape)
+        try:
+            self.exec(s.body)
+        finally:
+            self.env, self.mask, self.lane_ndim = saved_env, saved_mask, saved_ndim
+
+    _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
+              ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
+              **dict.fromkeys(_TILE_OPS, _tile_op)}
+
+
+def _widen(value, ndim: int, new: int):
+    """A lane tensor over `ndim` lane dims, reshaped to broadcast over `new` more."""
+    if not V.is_tensor(value) or ndim == 0:
+        return value
+    return value.reshape((1,) * (ndim - value.dim()) + tuple(value.shape) + (1,) * new)
+
+
+def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
+    """Check `args` against `func.params` and return the runtime dims {Var: int}."""
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"args must be a list of tensors, got {type(args).__name__}")
+    if len(args) != len(func.params):
+        raise TypeError(f"{func.name} takes {len(func.params)} tensors "
+                        f"({', '.join(p.name for p in func.params)}), got {len(args)}")
+    if not isinstance(dim_values, dict):
+        raise TypeError(f"dim_values must be a dict {{Var: int}}, got {type(dim_values).__name__}")
+    dims = {}
+    for var, value in dim_values.items():
+        if not isinstance(var, ir.Var):
+            raise TypeError(f"dim_values keys must be Vars, got {var!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"dim_values[{var.name}] must be an int, got {value!r}")
+        dims[var] = value
+    for buf, t in zip(func.params, args):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"argument {buf.name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != buf.dtype.torch:
+            raise TypeError(f"argument {buf.name} must have dtype {buf.dtype}, got {t.dtype}")
+        if t.dim() != buf.ndim:
+            raise ValueError(f"argument {buf.name} must have rank {buf.ndim} (shape {list(buf.shape)}), "
+                             f"got shape {list(t.shape)}")
+    for var, (index, dim) in func.dim_bindings.items():
+        if var not in dims:
+            dims[var] = int(args[index].shape[dim])
+    for buf, t in zip(func.params, args):  # bare Vars in shapes bind themselves
+        for d, size in zip(buf.shape, t.shape):
+            if isinstance(d, ir.Var) and d not in dims:
+                dims[d] = int(size)
+    missing = [v.name for v in func.dynamic_vars if v not in dims]
+    if missing:
+        raise ValueError(f"no value for the dynamic dimension(s) {', '.join(missing)}")
+    evaluator = Evaluator(dims, None)
+    for buf, t in zip(func.params, args):
+        expected = [evaluator.scalar(d) for d in buf.shape]
+        if list(t.shape) != expected:
+            raise ValueError(f"argument {buf.name} must have shape {expected}, got {list(t.shape)}")
+    return dims

@@ -1,0 +1,243 @@
+"""Expression evaluation of the reference interpreter, scalar and vectorised.
+
+Contract
+--------
+`Evaluator.eval(expr)` returns a Python scalar when every input is a scalar and a torch
+tensor when a `T.Parallel` lane variable (bound to an index tensor) or a lane-dependent
+value takes part; the two paths share the operator tables below, so one `BinOp` has one
+meaning.  Semantics (TileLang's): ``//`` and ``%`` are floor division / floor modulo;
+``/`` on an integer result type truncates toward zero; floats compute in float32 (float64
+for float64; scalar results are rounded to float32 so both paths agree bit for bit);
+`Cast` rounds to its type.  The evaluator reads `env` (Var -> value),
+`memory` (for `Load`), `mask` (active lanes) and `stmt` (the statement being executed,
+for error locations), which the executor keeps current.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tritile.errors import CompileError
+from tritile.interpreter import values as V
+from tritile.interpreter.memory import Memory
+from tritile.ir import nodes as ir
+from tritile.ir.printer import format_node
+
+# ---------------------------------------------------------------------------- scalar ops
+
+
+def _scalar_div(a, b, dtype):
+    if dtype.is_float:
+        try:
+            return a / b
+        except ZeroDivisionError:
+            return math.nan if a == 0 or a != a else math.copysign(math.inf, a)
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b > 0) else -quotient
+
+
+def _scalar_floordiv(a, b, dtype):
+    return math.floor(_scalar_div(a, b, dtype)) if dtype.is_float else a // b
+
+
+def _scalar_mod(a, b, dtype):
+    return math.nan if dtype.is_float and b == 0 else a % b
+
+
+def _logical_or_bitwise(logical, bitwise):
+    return lambda a, b, dtype: logical(bool(a), bool(b)) if dtype.kind == "bool" else bitwise(a, b)
+
+
+_SCALAR_BINOPS = {
+    "+": lambda a, b, d: a + b,
+    "-": lambda a, b, d: a - b,
+    "*": lambda a, b, d: a * b,
+    "/": _scalar_div,
+    "//": _scalar_floordiv,
+    "%": _scalar_mod,
+    "**": lambda a, b, d: float(a) ** b if d.is_float else a ** b,
+    "<": lambda a, b, d: a < b,
+    "<=": lambda a, b, d: a <= b,
+    ">": lambda a, b, d: a > b,
+    ">=": lambda a, b, d: a >= b,
+    "==": lambda a, b, d: a == b,
+    "!=": lambda a, b, d: a != b,
+    "and": lambda a, b, d: bool(a) and bool(b),
+    "or": lambda a, b, d: bool(a) or bool(b),
+    "&": _logical_or_bitwise(lambda a, b: a and b, lambda a, b: a & b),
+    "|": _logical_or_bitwise(lambda a, b: a or b, lambda a, b: a | b),
+    "^": _logical_or_bitwise(lambda a, b: a != b, lambda a, b: a ^ b),
+    "<<": lambda a, b, d: a << b,
+    ">>": lambda a, b, d: a >> b,
+    "max": lambda a, b, d: max(a, b),
+    "min": lambda a, b, d: min(a, b),
+}
+
+# ---------------------------------------------------------------------------- tensor ops
+T = V.as_tensor
+
+
+def _nonzero_divisor(b):
+    """Integer division of masked-out lanes must not fail: give them divisor 1."""
+    b = T(b)
+    return torch.where(b == 0, torch.ones((), dtype=b.dtype), b) if not b.is_floating_point() else b
+
+
+def _tensor_div(a, b, dtype):
+    if dtype.is_float:
+        return torch.true_divide(T(a), T(b))
+    return torch.div(T(a), _nonzero_divisor(b), rounding_mode="trunc")
+
+
+def _tensor_floordiv(a, b, dtype):
+    if dtype.is_float:
+        return torch.floor(torch.true_divide(T(a), T(b)))
+    return torch.div(T(a), _nonzero_divisor(b), rounding_mode="floor")
+
+
+def _tensor_bitwise(fn):
+    return lambda a, b, d: fn(T(a), T(b))
+
+
+_TENSOR_BINOPS = {
+    "+": lambda a, b, d: a + b,
+    "-": lambda a, b, d: a - b,
+    "*": lambda a, b, d: a * b,
+    "/": _tensor_div,
+    "//": _tensor_floordiv,
+    "%": lambda a, b, d: torch.remainder(T(a), b if d.is_float else _nonzero_divisor(b)),
+    "**": lambda a, b, d: torch.pow(T(a), b),
+    "<": lambda a, b, d: a < b if V.is_tensor(a) else b > a,
+    "<=": lambda a, b, d: a <= b if V.is_tensor(a) else b >= a,
+    ">": lambda a, b, d: a > b if V.is_tensor(a) else b < a,
+    ">=": lambda a, b, d: a >= b if V.is_tensor(a) else b <= a,
+    "==": lambda a, b, d: T(a) == b,
+    "!=": lambda a, b, d: T(a) != b,
+    "and": _tensor_bitwise(torch.logical_and),
+    "or": _tensor_bitwise(torch.logical_or),
+    "&": _tensor_bitwise(torch.bitwise_and),
+    "|": _tensor_bitwise(torch.bitwise_or),
+    "^": _tensor_bitwise(torch.bitwise_xor),
+    "<<": _tensor_bitwise(torch.bitwise_left_shift),
+    ">>": _tensor_bitwise(torch.bitwise_right_shift),
+    "max": _tensor_bitwise(torch.maximum),
+    "min": _tensor_bitwise(torch.minimum),
+}
+
+# Float intrinsics, applied to float tensors (scalars are wrapped in 0-d tensors).
+_FLOAT_CALLS = {
+    "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "log2": torch.log2,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "sin": torch.sin,
+    "cos": torch.cos, "sigmoid": torch.sigmoid, "floor": torch.floor, "ceil": torch.ceil,
+    "abs": torch.abs, "pow": torch.pow, "fma": lambda x, y, z: x * y + z,
+}
+
+
+def _unary(op: str, a):
+    if op == "-":
+        return -a
+    if V.is_tensor(a):
+        if op == "not" or a.dtype == torch.bool:
+            return torch.logical_not(a)
+        return torch.bitwise_not(a)
+    if op == "not" or isinstance(a, bool):
+        return not a
+    return ~a
+
+
+class Evaluator:
+    def __init__(self, env: dict, memory: Memory):
+        self.env = env
+        self.memory = memory
+        self.mask = None  # active lanes inside T.Parallel
+        self.stmt = None  # statement being executed
+
+    def error(self, message: str) -> CompileError:
+        return CompileError(message, getattr(self.stmt, "loc", None))
+
+    def eval(self, e):
+        if isinstance(e, (int, float, bool)):  # shapes and extents may be plain Python ints
+            return e
+        method = self._EXPRS.get(type(e))
+        if method is None:
+            raise self.error(f"the interpreter cannot evaluate {type(e).__name__} {e!r}")
+        return method(self, e)
+
+    def scalar(self, e):
+        """Evaluate an expression that must not depend on T.Parallel lanes."""
+        value = self.eval(e)
+        if not V.is_tensor(value):
+            return value
+        if value.dim() == 0:
+            return value.item()
+        raise self.error(f"{format_node(e).strip()} depends on a T.Parallel loop variable where a scalar "
+                         f"is required")
+
+    def truth(self, value) -> bool:
+        return bool(value.item()) if V.is_tensor(value) else bool(value)
+
+    # ------------------------------------------------------------------ node kinds
+    def _var(self, e: ir.Var):
+        try:
+            return self.env[e]
+        except KeyError:
+            raise self.error(f"variable {e.name} is used before it is bound") from None
+
+    def _const(self, e: ir.Const):
+        if e.dtype.is_float:
+            return float(e.value) if e.dtype.bits == 64 else V.to_float32(float(e.value))
+        if e.dtype.kind == "bool":
+            return bool(e.value)
+        return int(e.value)
+
+    def _binop(self, e: ir.BinOp):
+        return self._apply(e.op, self.eval(e.lhs), self.eval(e.rhs), e)
+
+    def _apply(self, op: str, a, b, e: ir.Expr):
+        if V.is_tensor(a) or V.is_tensor(b):
+            return _TENSOR_BINOPS[op](a, b, e.dtype)
+        if op in ("/", "//", "%") and b == 0 and not e.dtype.is_float:
+            raise self.error(f"integer division by zero in {format_node(e).strip()}")
+        result = _SCALAR_BINOPS[op](a, b, e.dtype)
+        if isinstance(result, float) and e.dtype.is_float and e.dtype.bits < 64:
+            return V.to_float32(result)
+        return result
+
+    def _unaryop(self, e: ir.UnaryOp):
+        return _unary(e.op, self.eval(e.operand))
+
+    def _call(self, e: ir.Call):
+        if e.fn == "infinity":
+            return math.inf
+        args = [self.eval(a) for a in e.args]
+        if e.fn == "if_then_else":
+            cond, then, other = args
+            if not V.is_tensor(cond):
+                return then if cond else other
+            return torch.where(cond.to(torch.bool), T(then), T(other))
+        if e.fn in ("max", "min"):
+            if len(args) != 2:
+                raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
+            return self._apply(e.fn, args[0], args[1], e)
+        if e.fn in ("floor", "ceil", "abs") and not e.dtype.is_float:
+            return abs(args[0]) if e.fn == "abs" else args[0]
+        fn = _FLOAT_CALLS.get(e.fn)
+        if fn is None:
+            raise self.error(f"unknown intrinsic T.{e.fn}")
+        dtype = V.compute_dtype(e.dtype) if e.dtype.is_float else torch.float32
+        result = fn(*(T(a, dtype) for a in args))
+        return result if any(V.is_tensor(a) for a in args) else result.item()
+
+    def _cast(self, e: ir.Cast):
+        value = self.eval(e.value)
+        if V.is_tensor(value):
+            return V.round_tensor(value, e.dtype)
+        return V.round_scalar(value, e.dtype)
+
+    def _load(self, e: ir.Load):
+        indices = [self.eval(i) for i in e.indices]
+        return self.memory.load(e.buffer, indices, self.mask, self.stmt)
+
+    _EXPRS = {ir.Var: _var, ir.Const: _const, ir.BinOp: _binop, ir.UnaryOp: _unaryop, ir.Call: _call,
+              ir.Cast: _cast, ir.Load: _load}

@@ -1,0 +1,120 @@
+"""Value representation of the reference interpreter.
+
+Contract
+--------
+* A value is either a Python scalar (`int`, `float`, `bool`) — scalar code outside
+  `T.Parallel` — or a torch tensor holding one value per parallel lane.
+* Arithmetic happens in a *compute dtype*: float32 for every float type narrower than 64
+  bits, float64 for float64, int64 for every integer type, bool for bool.  Values are
+  rounded to a buffer's element type only when stored (or by an explicit `Cast`).
+* Buffers are stored in their own torch dtype, except that unsigned types wider than 8 bits
+  (which torch cannot index-assign) are stored as a signed view of the same bits;
+  `from_storage` undoes that on the way out.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+import torch
+
+from tritile.ir.dtypes import DType
+
+_FLOAT32 = struct.Struct("f")
+
+_SIGNED_VIEW = {16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def compute_dtype(dtype: DType) -> torch.dtype:
+    if dtype.is_float:
+        return torch.float64 if dtype.bits == 64 else torch.float32
+    if dtype.kind == "bool":
+        return torch.bool
+    return torch.int64
+
+
+def storage_view(tensor: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """The tensor the interpreter indexes for a buffer of `dtype` (shares memory)."""
+    if dtype.kind == "uint" and dtype.bits > 8:
+        return tensor.view(_SIGNED_VIEW[dtype.bits])
+    return tensor
+
+
+def from_storage(values: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """Elements read from a storage view, in the compute dtype of `dtype`."""
+    out = values.to(compute_dtype(dtype))
+    if dtype.kind == "uint" and 8 < dtype.bits < 64:
+        out = out & ((1 << dtype.bits) - 1)
+    return out
+
+
+def allocate(shape: tuple, dtype: DType) -> torch.Tensor:
+    """A fresh on-chip buffer full of garbage-like values (NaN for floats), so that a read
+    of an element nobody wrote shows up in the result instead of passing silently."""
+    torch_dtype = dtype.torch
+    if dtype.is_float:
+        return torch.full(shape, float("nan"), dtype=torch_dtype)
+    if dtype.kind == "bool":
+        return torch.ones(shape, dtype=torch.bool)
+    return storage_view(torch.full(shape, torch.iinfo(torch_dtype).max, dtype=torch_dtype), dtype)
+
+
+def wrap_int(value: int, bits: int, signed: bool) -> int:
+    """Two's-complement wrap-around of a Python int into a `bits`-wide integer's range."""
+    modulus = 1 << bits
+    value %= modulus
+    if signed and value >= modulus >> 1:
+        value -= modulus
+    return value
+
+
+def round_scalar(value, dtype: DType):
+    """`value` converted to `dtype` and back to a Python scalar (C conversion rules:
+    float -> int truncates toward zero)."""
+    if dtype.kind == "bool":
+        return bool(value)
+    if dtype.is_int:
+        if isinstance(value, float):  # saturating, NaN -> 0, as the GPU's cvt.rzi
+            if value != value:
+                return 0
+            info = torch.iinfo(dtype.torch)
+            value = min(max(value, info.min), info.max)
+        return wrap_int(int(value), dtype.bits, dtype.kind == "int")
+    if dtype.bits == 64:
+        return float(value)
+    return torch.tensor(float(value), dtype=dtype.torch).item()
+
+
+def storage_scalar(value, dtype: DType):
+    """A Python scalar ready to be assigned into a storage view of `dtype`."""
+    if dtype.kind == "uint" and dtype.bits > 8:  # stored as the signed type of the same width
+        return wrap_int(int(value), dtype.bits, signed=True)
+    return value if dtype.is_float else round_scalar(value, dtype)
+
+
+def to_float32(value: float) -> float:
+    """A Python float rounded to float32.  Rounding each +,-,*,/ of float32 operands computed
+    in double gives exactly the float32 result, so scalar code matches tensor code."""
+    try:
+        return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def round_tensor(value: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """`value` rounded to `dtype`, returned in `dtype`'s compute dtype."""
+    if dtype.kind == "uint" and dtype.bits > 8:
+        as_int = value.to(torch.int64)
+        return as_int & ((1 << dtype.bits) - 1) if dtype.bits < 64 else as_int
+    return value.to(dtype.torch).to(compute_dtype(dtype))
+
+
+def as_tensor(value, dtype: torch.dtype = None) -> torch.Tensor:
+    """A tensor for a value that may be a Python scalar (0-d tensor then)."""
+    if isinstance(value, torch.Tensor):
+        return value if dtype is None else value.to(dtype)
+    return torch.tensor(value, dtype=dtype)
+
+
+def is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)

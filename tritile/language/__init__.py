@@ -1,0 +1,317 @@
+"""The `T` namespace: TileLang's language surface (`import tritile.language as T`).
+
+Contract
+--------
+* Names, signatures and defaults follow `tilelang.language` (see docs/architecture.md and the
+  TileLang reference).  The frontend (`tritile.frontend`) reads a kernel's source and
+  recognises these objects by identity; it binds each call against the Python signature
+  declared here, so arity and keyword mistakes are reported exactly as TileLang spells them.
+* Tile operations (`T.copy`, `T.gemm`, `T.Kernel`, `T.alloc_*`, loops, ...) have no Python
+  behaviour: calling one directly raises `RuntimeError` telling the user it only works
+  inside a kernel compiled by tritile.
+* Pure helpers work anywhere: dtypes, `T.Tensor`/`T.Buffer` specs, `T.dynamic`,
+  `T.GemmWarpPolicy`, `T.prim_func`, `T.macro`, and the arithmetic helpers (`T.ceildiv`,
+  `T.max`, `T.exp`, ...) when all their arguments are Python numbers (they fold).
+"""
+from __future__ import annotations
+
+import math
+
+from tritile.ir import nodes as _ir
+from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
+    DType, as_dtype, bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, float64, int8,
+    int16, int32, int64, uint8, uint16, uint32, uint64,
+)
+
+bool = bool_  # noqa: A001 - TileLang spells it T.bool
+float8_e4m3fn = float8_e4m3
+float8_e5m2fn = float8_e5m2
+dtype = as_dtype
+
+# The frontend's table: stub function -> how it is lowered.  Filled by `_tile_op`.
+TILE_OPS = {}
+
+
+def _tile_op(fn):
+    """Mark `fn` as an operation the frontend lowers; calling it from Python is an error."""
+    name = fn.__name__
+
+    def outside_kernel(*args, **kwargs):
+        raise RuntimeError(f"T.{name} can only be used inside a kernel compiled by tritile "
+                           f"(@T.prim_func or @tritile.jit); it was called directly from Python")
+
+    outside_kernel.__name__ = name
+    outside_kernel.__qualname__ = name
+    outside_kernel.__doc__ = fn.__doc__
+    outside_kernel.__wrapped__ = fn  # the signature the frontend binds calls against
+    TILE_OPS[outside_kernel] = fn
+    return outside_kernel
+
+
+def _foldable(name, fn):
+    """An arithmetic helper: folds on Python numbers anywhere; the frontend lowers it on
+    runtime values (it binds calls against `fn`'s signature)."""
+
+    def helper(*args, **kwargs):
+        values = list(args) + list(kwargs.values())
+        if all(v is None or isinstance(v, (int, float, str, DType)) for v in values):
+            return fn(*args, **kwargs)
+        raise RuntimeError(f"T.{name} on runtime values can only be used inside a kernel compiled "
+                           f"by tritile")
+
+    helper.__name__ = name
+    helper.__qualname__ = name
+    helper.__wrapped__ = fn
+    TILE_OPS[helper] = fn
+    return helper
+
+
+# --------------------------------------------------------------------------------------
+# types and symbols
+# --------------------------------------------------------------------------------------
+
+
+class Tensor:
+    """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`."""
+
+    def __init__(self, shape, dtype="float32", data=None, scope=None):
+        if isinstance(shape, (int, _ir.Expr)):
+            shape = (shape,)
+        self.shape = tuple(shape)
+        self.dtype = as_dtype(dtype)
+
+    def __class_getitem__(cls, item):
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (tuple, list)):
+            return cls(item[0], item[1])
+        return cls(item)
+
+    def __repr__(self) -> str:
+        return f"T.Tensor({list(self.shape)}, {self.dtype})"
+
+
+Buffer = Tensor
+
+
+class GemmWarpPolicy:
+    Square = "Square"
+    FullRow = "FullRow"
+    FullCol = "FullCol"
+
+
+def dynamic(name: str, dtype="int32"):
+    """A runtime dimension (one kernel for every value); "m, n" gives a tuple."""
+    names = [n for n in name.replace(",", " ").split()]
+    symbols = tuple(_ir.Var(n, as_dtype(dtype)) for n in names)
+    return symbols[0] if len(symbols) == 1 else symbols
+
+
+symbolic = dynamic  # deprecated TileLang spelling
+
+
+def prim_func(fn=None, **options):
+    """Parse `fn` into a tile-IR `PrimFunc` (closure values are compile-time constants)."""
+    import sys
+
+    from tritile.frontend import parse_prim_func
+
+    caller_locals = sys._getframe(1).f_locals  # annotations may use the enclosing function's locals
+    if fn is None:
+        return lambda f: parse_prim_func(f, caller_locals)
+    return parse_prim_func(fn, caller_locals)
+
+
+class Macro:
+    """`@T.macro`: a Python function whose body the frontend inlines at each call site."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = fn.__name__
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"T.macro {self.fn.__name__} can only be called inside a kernel")
+
+
+def macro(fn=None, **options):
+    return Macro(fn) if fn is not None else Macro
+
+
+# --------------------------------------------------------------------------------------
+# kernel, buffers, loops (lowered by the frontend)
+# --------------------------------------------------------------------------------------
+
+
+@_tile_op
+def Kernel(*blocks, threads=128, prelude=None, is_cpu=False):
+    """`with T.Kernel(gx, gy, threads=128) as (bx, by):` — one CTA grid."""
+
+
+@_tile_op
+def const(names, dtype="int32"):
+    """Eager style: compile-time dimensions taken from the argument shapes."""
+
+
+@_tile_op
+def empty(*shape, dtype="float32"):
+    """Eager style: an output tensor the runtime allocates and the kernel returns."""
+
+
+@_tile_op
+def alloc_shared(shape, dtype, scope="shared.dyn"):
+    pass
+
+
+@_tile_op
+def alloc_fragment(shape, dtype, scope="local.fragment"):
+    pass
+
+
+@_tile_op
+def alloc_local(shape, dtype, scope="local"):
+    pass
+
+
+@_tile_op
+def alloc_var(dtype, init=None, scope="local.var"):
+    pass
+
+
+@_tile_op
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
+         prefer_instruction=None, annotations=None, loop_layout=None):
+    pass
+
+
+@_tile_op
+def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,
+         clear_accum=False, k_pack=1, wg_wait=0, mbar=None, annotations=None):
+    pass
+
+
+@_tile_op
+def clear(buffer, annotations=None):
+    pass
+
+
+@_tile_op
+def fill(buffer, value, annotations=None):
+    pass
+
+
+@_tile_op
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None,
+              annotations=None):
+    pass
+
+
+@_tile_op
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
+    pass
+
+
+@_tile_op
+def serial(start, stop=None, step=None, annotations=None):
+    pass
+
+
+@_tile_op
+def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
+    pass
+
+
+Serial, Unroll = serial, unroll
+
+
+@_tile_op
+def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
+    pass
+
+
+@_tile_op
+def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
+    pass
+
+
+@_tile_op
+def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    pass
+
+
+@_tile_op
+def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
+    pass
+
+
+@_tile_op
+def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    pass
+
+
+@_tile_op
+def cumsum(src, dst=None, dim=0, reverse=False, annotations=None):
+    pass
+
+
+@_tile_op
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
+    pass
+
+
+@_tile_op
+def use_swizzle(panel_size, order="row", enable=True):
+    pass
+
+
+@_tile_op
+def annotate_layout(layout_map):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# scalar math (fold on Python numbers; lowered to IR expressions on runtime values)
+# --------------------------------------------------------------------------------------
+
+def _ceildiv(a, b):
+    return -(-a // b)
+
+
+def _rsqrt(x):
+    return 1.0 / math.sqrt(x)
+
+
+def _if_then_else(cond, true_value, false_value):
+    return true_value if cond else false_value
+
+
+def _cast(value, dtype):
+    dt = as_dtype(dtype)
+    return float(value) if dt.is_float else (value != 0) if dt.kind == "bool" else int(value)
+
+
+def _infinity(dtype):
+    as_dtype(dtype)
+    return math.inf
+
+
+ceildiv = _foldable("ceildiv", _ceildiv)
+floordiv = _foldable("floordiv", lambda a, b: a // b)
+floormod = _foldable("floormod", lambda a, b: a % b)
+truncdiv = _foldable("truncdiv", lambda a, b: int(a / b))
+max = _foldable("max", lambda a, b: a if a >= b else b)  # noqa: A001
+min = _foldable("min", lambda a, b: a if a <= b else b)  # noqa: A001
+exp = _foldable("exp", lambda x: math.exp(x))
+exp2 = _foldable("exp2", lambda x: 2.0 ** x)
+log = _foldable("log", lambda x: math.log(x))
+log2 = _foldable("log2", lambda x: math.log2(x))
+sqrt = _foldable("sqrt", lambda x: math.sqrt(x))
+rsqrt = _foldable("rsqrt", _rsqrt)
+abs = _foldable("abs", lambda x: x if x >= 0 else -x)  # noqa: A001
+tanh = _foldable("tanh", lambda x: math.tanh(x))
+sin = _foldable("sin", lambda x: math.sin(x))
+cos = _foldable("cos", lambda x: math.cos(x))
+floor = _foldable("floor", lambda x: math.floor(x))
+ceil = _foldable("ceil", lambda x: math.ceil(x))
+sigmoid = _foldable("sigmoid", lambda x: 1.0 / (1.0 + math.exp(-x)))
+pow = _foldable("pow", lambda x, y: x ** y)  # noqa: A001
+if_then_else = _foldable("if_then_else", _if_then_else)
+cast = _foldable("cast", _cast)
+infinity = _foldable("infinity", _infinity)

@@ -1,0 +1,120 @@
+"""Call-time argument checks and output allocation, run before anything executes.
+
+Contract: `bind_call(func, args)` takes what the user passed to a kernel (all parameters,
+or only the inputs when the function has `out_idx`) and returns the full tensor list in
+parameter order plus the value of every `T.dynamic` Var, or raises:
+* `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds;
+* `ValueError` - wrong rank, a dimension that differs from a compile-time constant or from
+  another binding of the same `T.dynamic` symbol, a non-contiguous tensor the kernel writes.
+Messages name the parameter: "argument 'B' (param 1): expected dtype float16, got float32".
+Non-contiguous tensors the kernel only reads are made contiguous (a copy); a written one
+cannot be, because the caller would never see the results, so it is rejected.
+Outputs named by `out_idx` are allocated on the inputs' device.
+"""
+from __future__ import annotations
+
+import torch
+
+from tritile.ir import nodes as ir
+from tritile.ir.dtypes import from_torch
+from tritile.ir.printer import expr_str
+from tritile.ir.transform import walk
+
+_WRITERS = {ir.Store: "buffer", ir.Copy: "dst", ir.AsyncCopy: "dst", ir.AtomicAdd: "dst", ir.Fill: "dst",
+            ir.Reduce: "dst", ir.Cumsum: "dst", ir.Gemm: "c"}
+
+
+def written_params(func: ir.PrimFunc) -> set:
+    """Indices of the parameters the kernel writes."""
+    ids = set()
+    for node in walk(func.kernel.body):
+        field = _WRITERS.get(type(node))
+        if field is not None:
+            target = getattr(node, field)
+            ids.add(id(target if isinstance(target, ir.Buffer) else target.buffer))
+    return {i for i, p in enumerate(func.params) if id(p) in ids}
+
+
+def _label(func, index) -> str:
+    return f"argument '{func.params[index].name}' (param {index})"
+
+
+def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values: dict) -> list:
+    """Check `tensors` against the params at `indices`; fills `dim_values`; returns the
+    tensors (read-only non-contiguous ones replaced by contiguous copies)."""
+    out = []
+    device_kind = None
+    for index, tensor in zip(indices, tensors):
+        param, label = func.params[index], _label(func, index)
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{label}: expected a torch.Tensor, got {type(tensor).__name__}")
+        try:
+            got = from_torch(tensor.dtype)
+        except TypeError:
+            got = tensor.dtype
+        if got != param.dtype:
+            raise TypeError(f"{label}: expected dtype {param.dtype}, got {got}")
+        if tensor.dim() != param.ndim:
+            raise ValueError(f"{label}: expected a {param.ndim}-D tensor of shape {_shape(param)}, got "
+                             f"{tensor.dim()}-D shape {list(tensor.shape)}")
+        for dim, (want, have) in enumerate(zip(param.shape, tensor.shape)):
+            if isinstance(want, int):
+                if want != have:
+                    raise ValueError(f"{label}: dimension {dim} must be {want} (shape {_shape(param)}), got "
+                                     f"{have} (shape {list(tensor.shape)})")
+            elif isinstance(want, ir.Var):
+                bound = dim_values.setdefault(want, have)
+                if bound != have:
+                    raise ValueError(f"{label}: dimension {dim} is the dynamic size '{want.name}' = {bound} "
+                                     f"from another argument, got {have}")
+        if device_kind is None:
+            device_kind = tensor.device.type
+        elif tensor.device.type != device_kind:
+            raise TypeError(f"{label}: on a {tensor.device.type} device, but earlier arguments are on "
+                            f"{device_kind}; all tensors must be on one device kind")
+        if not tensor.is_contiguous():
+            if index in written:
+                raise ValueError(f"{label}: the kernel writes this tensor, so it must be contiguous; pass "
+                                 f"tensor.contiguous() and read the results from that")
+            tensor = tensor.contiguous()
+        out.append(tensor)
+    return out
+
+
+def _shape(param: ir.Buffer) -> list:
+    return [s if isinstance(s, int) else expr_str(s) for s in param.shape]
+
+
+def bind_call(func: ir.PrimFunc, args, written: set):
+    """(full tensor list in param order, {Var: int}) for a call with `args`."""
+    n_params = len(func.params)
+    inputs = [i for i in range(n_params) if i not in func.out_idx]
+    dim_values = {}
+    if func.out_idx and len(args) == len(inputs):
+        tensors = check_tensors(func, inputs, args, written, dim_values)
+        device = tensors[0].device if tensors else torch.device("cpu")
+        full = [None] * n_params
+        for i, t in zip(inputs, tensors):
+            full[i] = t
+        for i in func.out_idx:
+            full[i] = torch.empty(_concrete_shape(func, i, dim_values), dtype=func.params[i].dtype.torch,
+                                  device=device)
+        return full, dim_values
+    if len(args) != n_params:
+        names = ", ".join(func.params[i].name for i in (inputs if func.out_idx else range(n_params)))
+        expected = f"{len(inputs)} ({names})" if func.out_idx else f"{n_params} ({names})"
+        raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
+    return check_tensors(func, range(n_params), args, written, dim_values), dim_values
+
+
+def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:
+    shape = []
+    for size in func.params[index].shape:
+        if isinstance(size, int):
+            shape.append(size)
+        elif isinstance(size, ir.Var) and size in dim_values:
+            shape.append(dim_values[size])
+        else:
+            raise ValueError(f"cannot allocate output '{func.params[index].name}': its dimension "
+                             f"{expr_str(size)} is not the size of any input dimension")
+    return shape

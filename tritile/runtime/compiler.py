@@ -1,0 +1,136 @@
+"""Compile final tile IR to a Triton `CompiledKernel` through generated Gluon, and launch it.
+
+`compile_kernel(func, target)` (re-exported as `tritile.codegen.gluon.compile_kernel`):
+emits the Gluon module (`tritile.codegen.gluon.emit_module`), writes it to the tritile
+cache dir, imports it, and compiles the kernel with
+``triton.compile(GluonASTSource(...), target=GPUTarget("cuda", arch, 32))`` - no driver or
+GPU needed, so CPU machines compile for sm_80 / sm_90.  Results are cached in memory and
+(sources) on disk, see `cache.py`.  Triton errors become `tritile.CompileError`.
+
+Layouts chosen for another target (the pass list may have been planned for sm_90 while
+the device is sm_80) are re-inferred for `target` first.
+
+`GluonKernel.launch(args, dim_values)` takes CUDA tensors in `func.params` order (outputs
+pre-allocated) and the runtime dims; everything not depending on the tensors (host
+launcher, argument checks, dynamic-dim order) is prepared at compile time.
+Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+
+import torch
+
+from tritile.errors import CompileError
+from tritile.ir import nodes as ir
+from tritile.ir.printer import format_func
+from tritile.runtime import cache
+
+
+class GluonKernel:
+    """A compiled kernel: `.source` (generated Gluon), `.asm` ({"ttgir", "ptx", ...}),
+    `.metadata` (Triton's, e.g. `.shared`), `.compiled` (triton CompiledKernel)."""
+
+    def __init__(self, func: ir.PrimFunc, source: str, compiled, host_launch):
+        self.func = func
+        self.name = func.name
+        self.source = source
+        self.compiled = compiled
+        self.asm = compiled.asm
+        self.metadata = compiled.metadata
+        self._host_launch = host_launch
+        self._dynamic_vars = list(func.dynamic_vars)
+        self._checks = [(p.name, p.dtype.torch) for p in func.params]
+
+    def launch(self, args, dim_values=None):
+        if len(args) != len(self._checks):
+            raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
+        for t, (name, dtype) in zip(args, self._checks):
+            if not isinstance(t, torch.Tensor) or not t.is_cuda:
+                raise TypeError(f"argument {name} must be a CUDA tensor")
+            if t.dtype != dtype:
+                raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
+            if not t.is_contiguous():
+                raise ValueError(f"argument {name} must be contiguous")
+            if t.data_ptr() % 16:
+                raise ValueError(f"argument {name} must be 16-byte aligned")
+        dims = [int(dim_values[v]) for v in self._dynamic_vars] if self._dynamic_vars else []
+        self._host_launch(self.compiled, *args, *dims)
+
+
+def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
+    if getattr(target, "kind", None) != "cuda":
+        raise ValueError(f"target must be a CUDA target for the Gluon backend, got {target}")
+    if func.attrs.get("layout_target") != str(target):
+        # encodings are target-specific (wgmma vs mma.sync): choose them for this target
+        from tritile.lowering import layout_inference
+
+        func = layout_inference.run(func, target)
+    ir_text = format_func(func)
+    key = cache.cache_key(ir_text, _specialization(func), target)
+    hit = cache.lookup(key)
+    if hit is not None:
+        return hit
+    from tritile.codegen.gluon.kernel_module import emit_module
+
+    try:
+        gen = emit_module(func, target)
+    except CompileError:
+        raise
+    except Exception as err:  # a backend bug: still report it against the user's kernel
+        raise CompileError(f"the Gluon backend cannot lower kernel {func.name!r}: {type(err).__name__}: {err}",
+                           func.loc) from err
+    path = cache.write_source(key, gen.source)
+    module = _load_module(f"tritile_gluon_k_{key}", path)
+    compiled = _triton_compile(func, target, gen, module)
+    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch))
+
+
+def _specialization(func) -> tuple:
+    # pointers are compiled as 16-byte aligned (checked at launch); runtime dims unspecialised
+    return ("ptr-align-16",)
+
+
+def _load_module(name: str, path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _triton_compile(func, target, gen, module):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    class TritileGluonSource(GluonASTSource):
+        def hash(self):
+            return hashlib.sha256((super().hash() + cache.VERSION_KEY).encode()).hexdigest()
+
+    signature, attrs = {}, {}
+    descs = {d.name: d for d in gen.descriptors}
+    for i, name in enumerate(gen.arg_names):
+        if name in descs:
+            d = descs[name]
+            host = module.TensorDescriptor.from_tensor(
+                torch.empty(list(d.block_shape), dtype=d.dtype.torch), list(d.block_shape),
+                getattr(module, f"HOST_{name}_layout"))
+            signature[name] = mangle_type(host)
+        else:
+            signature[name] = gen.signature[name]
+            if signature[name].startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", target.arch, 32), options={"num_warps": gen.num_warps})
+    except Exception as err:  # Triton's CompilationError / MLIR failures
+        detail = str(err).strip().splitlines()
+        summary = "\n".join(detail[-12:])
+        raise CompileError(f"the Gluon backend failed to compile kernel {func.name!r} for {target}:\n{summary}",
+                           func.loc) from err

@@ -1,0 +1,212 @@
+"""Entry points: `@tritile.jit`, `tritile.compile` and the `JITKernel` they return.
+
+Two styles, detected from the decorated function's source:
+* lazy - the function returns a `@T.prim_func`; `f(*consts)` returns a `JITKernel` cached
+  per argument tuple, and `out_idx` names the outputs the kernel allocates and returns;
+* eager - the body is the kernel (`with T.Kernel` directly in it, tensors annotated as
+  `A: T.Tensor(...)`, outputs from `T.empty` and `return`).  `f(a, b, **consts)` compiles
+  once per specialisation (keyword constants, `T.const` values read from the tensors'
+  shapes, dtypes, device kind) and runs; `f.compile(**consts)` returns the `JITKernel`.
+  `out_idx` is rejected (the `return` statement names the outputs).
+Caches are per decorated function, keyed by value (not by object identity), so repeated
+calls with equal arguments return the same `JITKernel` object.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+
+import torch
+
+from tritile.errors import CompileError
+from tritile.frontend import parse_kernel, probe_const_dims
+from tritile.frontend.source import FunctionSource
+from tritile.ir import nodes as ir
+from tritile.runtime.kernel import JITKernel
+
+__all__ = ["jit", "compile", "JITKernel"]
+
+
+def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
+    if out_idx is None:
+        return list(func.out_idx)
+    if func.out_idx:
+        raise ValueError(f"out_idx conflict: {func.name} already declares outputs with T.empty; drop out_idx")
+    indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    n = len(func.params)
+    normalized = []
+    for i in indices:
+        if not isinstance(i, int) or not -n <= i < n:
+            raise ValueError(f"out_idx entry {i!r} is out of range for {n} parameters")
+        normalized.append(i % n)
+    return normalized
+
+
+def compile(func, out_idx=None, target="auto", execution_backend=None, target_host=None, verbose=False,
+            pass_configs=None, compile_flags=None):  # noqa: A001 - TileLang's name
+    """Compile a `PrimFunc` (from `@T.prim_func`) into a `JITKernel`."""
+    if not isinstance(func, ir.PrimFunc):
+        raise TypeError(f"tritile.compile expects a @T.prim_func, got {type(func).__name__}")
+    import dataclasses
+
+    func = dataclasses.replace(func, out_idx=_normalize_out_idx(func, out_idx))
+    return JITKernel(func, target=target, verbose=verbose, pass_configs=pass_configs,
+                     execution_backend=execution_backend, compile_flags=compile_flags)
+
+
+def _freeze(value):
+    """A hashable, type-aware cache key for Python arguments."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(k), _freeze(v)) for k, v in value.items())))
+    try:
+        hash(value)
+        return (type(value).__name__, value)
+    except TypeError:
+        return (type(value).__name__, repr(value))
+
+
+class _JITBase:
+    def __init__(self, fn, options: dict):
+        self.fn = fn
+        self.options = options
+        self._kernels = {}
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def _compile_options(self) -> dict:
+        keys = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags")
+        return {k: self.options[k] for k in keys}
+
+
+class LazyJIT(_JITBase):
+    """`f(*consts)` -> the function's `@T.prim_func`, compiled and cached."""
+
+    def __call__(self, *args, **kwargs) -> JITKernel:
+        key = (_freeze(args), _freeze(kwargs))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            func = self.fn(*args, **kwargs)
+            if not isinstance(func, ir.PrimFunc):
+                raise TypeError(f"@tritile.jit function {self.fn.__name__} must return a @T.prim_func, got "
+                                f"{type(func).__name__}")
+            kernel = compile(func, out_idx=self.options["out_idx"], **self._compile_options())
+            self._kernels[key] = kernel
+        return kernel
+
+    compile = __call__
+
+
+class EagerJIT(_JITBase):
+    """The body is the kernel: `f(a, b, **consts)` runs it, `f.compile(**consts)` builds it."""
+
+    def __init__(self, fn, options: dict):
+        super().__init__(fn, options)
+        if options["out_idx"] is not None:
+            raise ValueError(f"out_idx is not supported for the eager-style kernel {fn.__name__}: its outputs are "
+                             f"the T.empty tensors it returns")
+        self.signature = inspect.signature(fn)
+        self.tensor_params = _annotated_tensor_params(FunctionSource(fn).tree)
+        self._probes = {}
+
+    def compile(self, **consts) -> JITKernel:
+        key = ("compile", _freeze(consts))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
+            self._kernels[key] = kernel
+        return kernel
+
+    def __call__(self, *args, **kwargs):
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.fn.__name__}(): {exc}") from None
+        tensors, consts = [], {}
+        for position, (name, value) in enumerate(bound.arguments.items()):
+            if name in self.tensor_params:
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"argument '{name}' (param {position}): expected a torch.Tensor, got "
+                                    f"{type(value).__name__}")
+                tensors.append(value)
+            else:
+                consts[name] = value
+        const_key = _freeze(consts)
+        if const_key not in self._probes:
+            self._probes[const_key] = probe_const_dims(self.fn, consts)
+        for name, (position, dim) in self._probes[const_key].items():
+            tensor = tensors[position]
+            if dim >= tensor.dim():
+                raise ValueError(f"argument '{self.tensor_params[position]}' (param {position}): expected at least "
+                                 f"{dim + 1} dimensions to read T.const {name!r}, got shape {list(tensor.shape)}")
+            consts[name] = int(tensor.shape[dim])
+        key = ("call", _freeze(consts), tuple(str(t.dtype) for t in tensors),
+               tuple(t.device.type for t in tensors))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
+            self._kernels[key] = kernel
+        return kernel(*tensors)
+
+
+def _annotated_tensor_params(tree: ast.FunctionDef) -> list:
+    """Parameters (in signature order) annotated in the body as `A: T.Tensor(...)` / `T.Buffer`."""
+    args = tree.args.posonlyargs + tree.args.args + tree.args.kwonlyargs
+    params = [a.arg for a in args]
+    annotated = {a.arg for a in args if _is_tensor_annotation(a.annotation)}
+    for node in _walk_body(tree.body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is None:
+            annotated.add(node.target.id)
+    return [p for p in params if p in annotated]
+
+
+def _is_tensor_annotation(node) -> bool:
+    """`T.Tensor(...)`, `T.Tensor[...]`, `T.Buffer...` (signature annotations like `x: bool` are constants)."""
+    if isinstance(node, (ast.Call, ast.Subscript)):
+        head = node.func if isinstance(node, ast.Call) else node.value
+        name = head.attr if isinstance(head, ast.Attribute) else getattr(head, "id", "")
+        return name in ("Tensor", "Buffer")
+    return False
+
+
+def _walk_body(body):
+    """ast.walk over `body` without entering nested function definitions."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_eager(fn) -> bool:
+    """Eager style: a `with ...Kernel(...)` directly in the body (not in a nested prim_func)."""
+    try:
+        tree = FunctionSource(fn).tree
+    except CompileError:
+        return False
+    for node in _walk_body(tree.body):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if isinstance(call, ast.Call):
+                    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+                    if name == "Kernel":
+                        return True
+    return False
+
+
+def jit(func=None, *, out_idx=None, target="auto", verbose=False, pass_configs=None, execution_backend=None,
+        compile_flags=None, debug_root_path=None, target_host=None):
+    """`@tritile.jit` or `@tritile.jit(out_idx=..., target=...)` (TileLang's keywords)."""
+    options = dict(out_idx=out_idx, target=target, verbose=verbose, pass_configs=pass_configs,
+                   execution_backend=execution_backend, compile_flags=compile_flags,
+                   debug_root_path=debug_root_path)
+
+    def decorate(fn):
+        return EagerJIT(fn, options) if _is_eager(fn) else LazyJIT(fn, options)
+
+    return decorate(func) if func is not None else decorate

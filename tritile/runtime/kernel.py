@@ -1,0 +1,93 @@
+"""`JITKernel`: one compiled specialisation of a tile program.
+
+Contract: built from the frontend's `PrimFunc` (with its final `out_idx`), it runs the pass
+list once (`tritile.lowering.run_passes`, planned for the kernel's target, or for cuda:90
+when the target is the CPU so the passes are still exercised) and keeps every stage.
+`kernel(*tensors)` checks the arguments (`tritile.runtime.arguments`), allocates outputs,
+then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
+final IR; CUDA tensors -> the Gluon kernel, compiled on first use and cached here.  It
+returns the outputs (one tensor, or a list when there are several), or None without
+`out_idx`.
+"""
+from __future__ import annotations
+
+import os
+
+from tritile.ir import nodes as ir
+from tritile.ir.printer import format_func
+from tritile.lowering import PASS_NAMES, run_passes
+from tritile.runtime.arguments import bind_call, written_params
+from tritile.runtime.target import Target, parse_target
+
+_CODEGEN_STAGES = ("gluon", "ttgir", "ptx")
+_PLANNED_FOR_CPU = Target("cuda", 90)
+
+
+class JITKernel:
+    def __init__(self, func: ir.PrimFunc, target="auto", verbose: bool = False, pass_configs=None,
+                 execution_backend=None, compile_flags=None):
+        self.target = parse_target(target)
+        self.pass_configs = dict(pass_configs or {})
+        self.compile_flags = compile_flags
+        self.execution_backend = execution_backend
+        self.plan_target = self.target if self.target.kind == "cuda" else _PLANNED_FOR_CPU
+        self.stages = run_passes(func, self.plan_target)
+        self.func = self.stages[-1][1]
+        self.out_idx = list(self.func.out_idx)
+        self._written = written_params(self.func)
+        self._compiled = {}  # str(target) -> codegen result
+        if verbose:
+            print(format_func(self.func))
+
+    @property
+    def params(self):
+        return self.func.params
+
+    # ---------------------------------------------------------------- running
+    def __call__(self, *args):
+        tensors, dim_values = bind_call(self.func, args, self._written)
+        on_cpu = all(t.device.type == "cpu" for t in tensors)
+        if on_cpu or os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0"):
+            from tritile.interpreter import execute
+
+            execute(self.func, tensors, dim_values)
+        else:
+            self._codegen(self._device_target()).launch(tensors, dim_values)
+        outputs = [tensors[i] for i in self.out_idx]
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _device_target(self) -> Target:
+        return self.target if self.target.kind == "cuda" else parse_target("cuda")
+
+    def _codegen(self, target: Target):
+        key = str(target)
+        if key not in self._compiled:
+            from tritile.codegen.gluon import compile_kernel
+
+            self._compiled[key] = compile_kernel(self.func, target)
+        return self._compiled[key]
+
+    # ---------------------------------------------------------------- sources
+    def get_source(self, stage: str = "tile") -> str:
+        """The program at `stage`: "tile" (frontend IR), a pass name, "gluon", "ttgir" or "ptx"."""
+        for name, func in self.stages:
+            if name == stage:
+                return format_func(func)
+        if stage in _CODEGEN_STAGES:
+            compiled = self._codegen(self.plan_target)
+            return compiled.source if stage == "gluon" else compiled.asm[stage]
+        valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
+        raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
+
+    def get_kernel_source(self, kernel_only: bool = True) -> str:
+        """The Gluon source when the code generator is available, else the final tile IR."""
+        try:
+            import tritile.codegen.gluon  # noqa: F401
+        except ImportError:
+            return format_func(self.func)
+        return self.get_source("gluon")
+
+    def __repr__(self) -> str:
+        return f"JITKernel({self.func.name}, target={self.target})"
