@@ -39,7 +39,7 @@ POINTER_TYPES = {
     "int64": "*i64", "uint8": "*u8", "uint16": "*u16", "uint32": "*u32", "uint64": "*u64", "bool": "*i1",
 }
 
-_RESERVED = {"gl", "gluon", "tma", "mbarrier", "cp", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait",
+_RESERVED = {"gl", "gluon", "_add_combine", "tma", "mbarrier", "cp", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait",
              "warpgroup_mma_init", "fence_async_shared", "TensorDescriptor", "triton", "range", "float",
              "int", "min", "max", "abs", "compiled", "tritile_launch", "grid", "libdevice"}
 
@@ -166,7 +166,7 @@ class Emitter:
         self.lines.append("    " * self.depth + text)
 
     def tmp(self, hint: str = "t") -> str:
-        return f"_{hint}{next(self._tmp)}"
+        return self.fresh(f"_{hint}{next(self._tmp)}")
 
     def fresh(self, base: str) -> str:
         """A new unique identifier derived from `base`."""

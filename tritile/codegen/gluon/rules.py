@@ -423,7 +423,7 @@ def lower_copy(em: Emitter, s):
     shape = list(dst.tile_shape)
     ddt = GL_DTYPES[dst.buffer.dtype.name]
     cast = "" if src.buffer.dtype == dst.buffer.dtype else f".to({ddt})"
-    for b, r in ((src.buffer, src), (dst.buffer, dst)):
+    for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
     blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
