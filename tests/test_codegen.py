@@ -299,3 +299,28 @@ def test_undeclared_runtime_value_is_a_compile_error():
     func = dataclasses.replace(func, dynamic_vars=[])  # n0 used but never declared T.dynamic
     with pytest.raises(CompileError, match="n0"):
         compile_for(func, H100)
+
+
+def scan_and_atomics(n=64):
+    """Y = cumsum(X, dim=1); Z += X (tile atomic); W[0] += 1 (scalar atomic) per block."""
+    X = ir.Buffer("X", (n, n), dt.float32, "global")
+    Y = ir.Buffer("Y", (n, n), dt.float32, "global")
+    Z = ir.Buffer("Z", (n, n), dt.float32, "global")
+    W = ir.Buffer("W", (1,), dt.float32, "global")
+    bx = ir.Var("bx")
+    x = ir.Buffer("x_frag", (n, n), dt.float32, "fragment")
+    y = ir.Buffer("y_frag", (n, n), dt.float32, "fragment")
+    stmts = [ir.Alloc(x), ir.Alloc(y),
+             ir.Copy(ir.Region.full(X), ir.Region.full(x)),
+             ir.Cumsum(ir.Region.full(x), ir.Region.full(y), dim=1),
+             ir.Copy(ir.Region.full(y), ir.Region.full(Y)),
+             ir.AtomicAdd(ir.Region.full(Z), ir.Region.full(x)),
+             ir.AtomicAdd(region(W, (0,), (1,)), ir.const(1.0))]
+    kernel = ir.Kernel((c(2),), (bx,), 128, ir.Seq(stmts))
+    return ir.PrimFunc("scan_atomics", [X, Y, Z, W], kernel)
+
+
+def test_scan_and_atomics_compile():
+    k = compile_for(scan_and_atomics(), H100)
+    assert "gl.associative_scan(x_frag, 1, _add_combine" in k.source
+    assert "atom.global" in k.asm["ptx"] or "red.global" in k.asm["ptx"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from test_codegen import (PIPELINE_CASES, compile_for, pipeline_program, pipelined_gemm, register_operand_gemm,
-                          shared_operand_two_gemms, softmax_rows)
+                          scan_and_atomics, shared_operand_two_gemms, softmax_rows)
 from tritile.ir import dtypes as dt
 from tritile.runtime.target import Target
 
@@ -100,3 +100,16 @@ def test_pipeline_pass_programs(name):
     close(args[3].cpu(), c_ref, 1e-2)
     if prog.read_after:
         close(args[4].cpu(), d_ref, 1e-2)
+
+
+def test_cumsum_and_atomics():
+    k = compile_for(scan_and_atomics(), device_target())
+    x = torch.randn(64, 64, device="cuda")
+    y = torch.empty_like(x)
+    z0 = torch.randn(64, 64, device="cuda")
+    w0 = torch.randn(1, device="cuda")
+    z, w = z0.clone(), w0.clone()
+    k.launch([x, y, z, w], {})  # grid of 2 blocks: each adds once
+    close(y, torch.cumsum(x, dim=1), 1e-4)
+    close(z, z0 + 2 * x, 1e-4)
+    close(w, w0 + 2, 1e-4)
