@@ -16,6 +16,17 @@ Guarantees
     - epilogue  t = max(n, D) + e for e = 0 .. D-1, unrolled; stage-0 units (producers)
       dropped, the rest guarded ``t - s < n``.
   Every t in 0 .. n+D-1 runs exactly once, so any n (0, 1, < S, dynamic) is correct.
+* Emission order within a time step: a user schedule (`order=` / `stage=`) is emitted in
+  its `orders`.  An auto-planned schedule (TileLang's [0, .., 0, D] stages and program
+  orders, kept as planned) is emitted stage by stage, program order within a stage:
+    - D >= 2: *consumers first* (descending stage).  The steady state reads
+      ``wait(copies t-D); gemm(t-D); WaitMMA(1); copies(t); commit``: the copies refill the
+      slot the gemm of t-D-1 read, so only that gemm retires and one async gemm stays in
+      flight across time steps, while the copies still land D-1 whole steps ahead of use.
+    - D == 1: *producers first* (ascending stage): consumers-first would leave a copy no
+      step of lead, and all producers form one commit group per step (one mbarrier phase).
+  Units of different stages in one time step belong to different iterations, so either
+  order keeps every same-iteration dependency.
 * Global->shared copies become `AsyncCopy(iteration=i, slot=version index)`; one
   `CommitGroup` per run of consecutive producers in a time step, emitted unconditionally
   (even when its producers are guarded off or dropped) so every time step commits the same
@@ -133,7 +144,12 @@ class _Pipeline:
         self.versioned = set(versioned_by(loop))
         stages = [s - low for s in sched.stages]
         self.D = max(stages, default=0)
-        emit = sorted(range(len(stages)), key=lambda j: sched.orders[j])
+        if loop.order is not None or loop.stage is not None:
+            emit = sorted(range(len(stages)), key=lambda j: sched.orders[j])
+        elif self.D >= 2:  # auto-planned, see "Emission order" above
+            emit = sorted(range(len(stages)), key=lambda j: (-stages[j], sched.orders[j]))
+        else:
+            emit = sorted(range(len(stages)), key=lambda j: (stages[j], sched.orders[j]))
         self.units, self.template, run, in_run = [], [], 0, False
         by_index = {}
         for j in emit:

@@ -12,6 +12,8 @@ Paths:
   torch's float32 matmul at 1e-4).
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
   equal to one whole buffer version, same dtype, static 16-byte aligned row pitch).
+* `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
+  through an NVMMA shared tile and written with one TMA store.
 """
 from __future__ import annotations
 
@@ -65,20 +67,36 @@ def _static(x):
     return x.value if isinstance(x, ir.Const) else x
 
 
+def _tma_tile_ok(global_buf, box) -> bool:
+    """A TMA descriptor over rank-2 `global_buf` with block `box`: static 16-byte aligned
+    row pitch, a box row of at least 16 bytes, box dims <= 256 (the hardware limit)."""
+    inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    return (len(global_buf.shape) == 2 and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
+            and isinstance(inner, int) and (inner * elem) % 16 == 0 and box[-1] * elem >= 16
+            and all(b <= 256 for b in box))
+
+
 def uses_tma(copy, target) -> bool:
     src, dst = copy.src, copy.dst
     if not target.has_tma or src.buffer.scope != "global" or dst.buffer.scope != "shared":
         return False
-    if src.buffer.dtype != dst.buffer.dtype or src.buffer.dtype.bits not in (8, 16, 32):
+    if src.buffer.dtype != dst.buffer.dtype:
         return False
     tile = dst.buffer.tile_shape
-    if len(tile) != 2 or len(src.buffer.shape) != 2 or tuple(src.extents) != tuple(tile):
-        return False
-    if dst.tile_shape != tuple(tile):
+    if tuple(src.extents) != tuple(tile) or dst.tile_shape != tuple(tile):
         return False
     lead = 1 if dst.buffer.num_versions > 1 else 0
     if any(_static(s) != 0 for s in dst.starts[lead:]):
         return False
-    inner = src.buffer.shape[-1]
-    elem = src.buffer.dtype.itemsize
-    return isinstance(inner, int) and (inner * elem) % 16 == 0 and tile[-1] * elem >= 16
+    return _tma_tile_ok(src.buffer, tile)
+
+
+def uses_tma_store(copy, target) -> bool:
+    """A whole-fragment -> global tile copy stored through shared memory with one TMA store
+    (the descriptor clips rows/columns past the tensor's end, so edge tiles are fine)."""
+    src, dst = copy.src, copy.dst
+    if not target.has_tma or src.buffer.scope != "fragment" or dst.buffer.scope != "global":
+        return False
+    if tuple(src.extents) != tuple(src.buffer.shape) or tuple(dst.extents) != tuple(src.buffer.shape):
+        return False
+    return _tma_tile_ok(dst.buffer, tuple(dst.extents))

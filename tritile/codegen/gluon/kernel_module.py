@@ -6,7 +6,7 @@ nothing is imported from Triton here, so it also runs where Triton is absent.
 """
 from __future__ import annotations
 
-from tritile.codegen.gluon import rings
+from tritile.codegen.gluon import block_order, rings
 from tritile.codegen.gluon.emitter import HEADER, POINTER_TYPES, Emitter, GeneratedKernel
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -24,10 +24,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     if len(k.grid) > 3:
         raise CompileError("T.Kernel takes at most 3 grid dimensions", k.loc)
     rings.plan(em, k.body)
-    for axis, var in enumerate(k.block_vars):
-        em.emit(f"{em.define(var)} = gl.program_id({axis})")
-    if k.swizzle is not None:
-        em.emit(f"# T.use_swizzle{tuple(k.swizzle)!r}: block rasterisation is not applied")
+    block_order.emit_block_ids(em, k)
     em.body(k.body)
 
     descs = list(em.descriptors.values())

@@ -447,6 +447,8 @@ def lower_copy(em: Emitter, s):
             ptr, mask = em.global_tile(dst, lname, s.loc)
             em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
         return
+    if isel.uses_tma_store(s, em.target):
+        return _tma_store(em, s)
     # the source as a register tensor
     if ss == "fragment":
         _check_whole_fragment(src, s.loc)
@@ -469,6 +471,23 @@ def lower_copy(em: Emitter, s):
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
         em.emit(f"{em.name(dst.buffer)} = {value}{cast}")
+
+
+def _tma_store(em: Emitter, s):
+    """fragment -> NVMMA shared staging tile -> TMA store.  The staging tile is waited on
+    (`store_wait(0)`) before this statement ends, so it is free for any later use."""
+    src, dst = s.src, s.dst
+    dt = GL_DTYPES[dst.buffer.dtype.name]
+    shape = list(dst.extents)
+    layout = lay.nvmma_default_for(shape, dst.buffer.dtype.bits)
+    stage = em.tmp("store_tile")
+    em.emit(f"{stage} = gl.allocate_shared_memory({dt}, {shape}, {em.layout_name(layout)})")
+    value = em.name(src.buffer) + ("" if src.buffer.dtype == dst.buffer.dtype else f".to({dt})")
+    em.emit(f"{stage}.store({value})")
+    em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy TMA read
+    coords = ", ".join(em.expr(x).text for x in dst.starts)
+    em.emit(f"tma.async_copy_shared_to_global({em.descriptor(dst, layout)}, [{coords}], {stage})")
+    em.emit("tma.store_wait(0)")
 
 
 def _check_whole_fragment(region: ir.Region, loc):

@@ -1,0 +1,238 @@
+"""`@tritile.autotune` above `@tritile.jit`, on CPU (the interpreter, timed with perf_counter).
+
+Kernels are built by factories so each test gets a fresh decorated object (an empty in-memory
+cache, like a new process) with the same identity (module, qualname, source), hence the same
+disk-cache key.  The disk cache is redirected to tmp_path by an autouse fixture.
+"""
+import json
+
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+GEMM_CONFIGS = [{"block_M": 32, "num_stages": 0}, {"block_M": 64, "num_stages": 2}]
+TUNING = dict(warmup=1, rep=1)  # ms: one warmup call, one timed call per config on CPU
+
+
+@pytest.fixture(autouse=True)
+def disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITILE_AUTOTUNE_DISABLE_CACHE", raising=False)
+    return tmp_path / "autotune"
+
+
+def gemm_ref(a, b):
+    return (a.float() @ b.float()).to(a.dtype)
+
+
+def make_lazy_gemm(configs=GEMM_CONFIGS, compiled=None, **tune_options):
+    """`compiled` (a list) records the config of every compilation: the lazy body runs once per compile."""
+
+    @tritile.autotune(configs=configs, **{**TUNING, **tune_options})
+    @tritile.jit(out_idx=[-1])
+    def matmul(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=2, dtype="float16"):
+        if compiled is not None:
+            compiled.append({"block_M": block_M, "num_stages": num_stages})
+
+        @T.prim_func
+        def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+                A_s = T.alloc_shared((block_M, block_K), dtype)
+                B_s = T.alloc_shared((block_K, block_N), dtype)
+                C_f = T.alloc_fragment((block_M, block_N), "float32")
+                T.clear(C_f)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                    T.copy(A[by * block_M, k * block_K], A_s)
+                    T.copy(B[k * block_K, bx * block_N], B_s)
+                    T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[by * block_M, bx * block_N])
+
+        return main
+
+    return matmul
+
+
+def make_eager_gemm(configs=GEMM_CONFIGS, **tune_options):
+    @tritile.autotune(configs=configs, **{**TUNING, **tune_options})
+    @tritile.jit
+    def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2):
+        M, N, K = T.const("M, N, K")
+        A: T.Tensor((M, K), T.float16)
+        B: T.Tensor((K, N), T.float16)
+        C = T.empty((M, N), T.float16)
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_s = T.alloc_shared((block_M, block_K), T.float16)
+            B_s = T.alloc_shared((block_K, block_N), T.float16)
+            C_f = T.alloc_fragment((block_M, block_N), T.float32)
+            T.clear(C_f)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_s)
+                T.copy(B[k * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[by * block_M, bx * block_N])
+        return C
+
+    return matmul
+
+
+def operands(M=64, N=64, K=64):
+    return torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+
+
+def test_lazy_tunes_and_returns_best_kernel(assert_close, disk_cache):
+    matmul = make_lazy_gemm(ref_prog=gemm_ref)
+    kernel = matmul(64, 64, 64)
+    assert isinstance(kernel, tritile.JITKernel)
+    result = matmul.last_result
+    assert result.source == "tuned" and result.kernel is kernel
+    assert [config for config, _, _ in result.records] == GEMM_CONFIGS
+    latencies = {tuple(config.items()): latency for config, latency, _ in result.records}
+    assert kernel.config in GEMM_CONFIGS and kernel.latency == min(latencies.values()) > 0
+    a, b = operands()
+    assert_close(kernel(a, b), gemm_ref(a, b))
+    entry = json.loads(next(disk_cache.glob("*.json")).read_text())
+    assert GEMM_CONFIGS[entry["config_index"]] == kernel.config
+    assert entry["arguments"]["M"] == "64" and "block_M" not in entry["arguments"]
+
+
+def test_eager_tunes_on_actual_tensors_and_runs_best(assert_close):
+    matmul = make_eager_gemm(ref_prog=gemm_ref)
+    a, b = operands(64, 64, 128)
+    a_before = a.clone()
+    assert_close(matmul(a, b), gemm_ref(a, b))
+    assert torch.equal(a, a_before)  # tuning ran on clones
+    result = matmul.last_result
+    assert result.config in GEMM_CONFIGS and result.latency > 0 and len(result.records) == 2
+    # another shape is another tuning key
+    c, d = operands(128, 64, 64)
+    assert_close(matmul(c, d), gemm_ref(c, d))
+    assert matmul.last_result.source == "tuned"
+
+
+def test_second_call_hits_memory_cache():
+    compiled = []
+    matmul = make_lazy_gemm(compiled=compiled)
+    kernel = matmul(64, 64, 64)
+    assert len(compiled) == len(GEMM_CONFIGS)  # the best one is served by @jit's own cache
+    assert matmul(M=64, N=64, K=64) is kernel
+    assert matmul.last_result.source == "memory" and len(compiled) == len(GEMM_CONFIGS)
+
+    eager = make_eager_gemm()
+    a, b = operands()
+    eager(a, b)
+    eager(a.clone(), b.clone())
+    assert eager.last_result.source == "memory"
+
+
+def test_fresh_state_reads_disk_cache(assert_close, disk_cache):
+    first = make_lazy_gemm()
+    best = first(64, 64, 64).config
+    assert len(list(disk_cache.glob("*.json"))) == 1
+
+    compiled = []
+    fresh = make_lazy_gemm(compiled=compiled)
+    kernel = fresh(64, 64, 64)
+    assert fresh.last_result.source == "disk" and kernel.config == best
+    assert compiled == [best]  # only the cached winner is compiled, nothing is timed
+    a, b = operands()
+    assert_close(kernel(a, b), gemm_ref(a, b))
+
+    fresh_eager = make_eager_gemm()
+    fresh_eager(*operands())
+    make_eager_gemm()(*operands())
+    assert len(list(disk_cache.glob("*.json"))) == 2
+
+
+def test_disable_disk_cache_env(monkeypatch, disk_cache):
+    monkeypatch.setenv("TRITILE_AUTOTUNE_DISABLE_CACHE", "1")
+    make_lazy_gemm()(64, 64, 64)
+    fresh = make_lazy_gemm()
+    fresh(64, 64, 64)
+    assert fresh.last_result.source == "tuned"
+    assert not disk_cache.exists()
+
+
+def test_config_that_fails_to_compile_is_skipped(assert_close):
+    too_big = {"block_M": 64, "block_N": 1024, "block_K": 512, "num_stages": 2}  # exceeds shared memory
+    matmul = make_lazy_gemm(configs=[too_big, GEMM_CONFIGS[0]])
+    with pytest.warns(UserWarning, match="skipping config .*shared memory"):
+        kernel = matmul(64, 64, 64)
+    assert kernel.config == GEMM_CONFIGS[0]
+    skipped = matmul.last_result.records[0]
+    assert skipped[0] == too_big and skipped[1] is None and "compile failed" in skipped[2]
+    a, b = operands()
+    assert_close(kernel(a, b), gemm_ref(a, b))
+
+    with pytest.warns(UserWarning, match="skipping config"), pytest.raises(RuntimeError, match="no config"):
+        make_eager_gemm(configs=[too_big])(*operands())
+
+
+def make_scale(configs, **tune_options):
+    @tritile.autotune(configs=configs, **{**TUNING, **tune_options})
+    @tritile.jit(out_idx=[-1])
+    def scale(M, N, factor=1.0, block=32):
+        @T.prim_func
+        def main(X: T.Tensor((M, N), "float32"), Y: T.Tensor((M, N), "float32")):
+            with T.Kernel(T.ceildiv(M, block)) as bx:
+                for i, j in T.Parallel(block, N):
+                    Y[bx * block + i, j] = X[bx * block + i, j] * factor
+
+        return main
+
+    return scale
+
+
+def test_ref_prog_rejects_wrong_configs_and_supply_prog_feeds_inputs(assert_close):
+    supplied = []
+
+    def supply(params):
+        assert [p.name for p in params] == ["X"]  # outputs are not supplied
+        supplied.append(torch.randn(*params[0].shape))
+        return [supplied[-1]]
+
+    scale = make_scale([{"factor": 3.0}, {"factor": 2.0, "block": 64}], ref_prog=lambda x: x * 2.0,
+                       supply_prog=supply, cache_input_tensors=True)
+    with pytest.warns(UserWarning, match="differs from ref_prog"):
+        kernel = scale(64, 32)
+    assert kernel.config == {"factor": 2.0, "block": 64}
+    assert len(supplied) == 1  # cache_input_tensors: one input set for every config
+    x = torch.randn(64, 32)
+    assert_close(kernel(x), x * 2.0)
+
+
+def test_callable_configs_get_call_arguments(assert_close):
+    scale = make_scale(lambda M, N: [{"block": b} for b in (16, 32, 64) if b <= M])
+    kernel = scale(32, 16)
+    assert kernel.config in ({"block": 16}, {"block": 32})
+    x = torch.randn(32, 16)
+    assert_close(kernel(x), x)
+
+
+def test_explicit_tunable_argument_skips_tuning(assert_close):
+    compiled = []
+    matmul = make_lazy_gemm(compiled=compiled)
+    kernel = matmul(64, 64, 64, block_M=32, num_stages=0)
+    assert compiled == [{"block_M": 32, "num_stages": 0}] and matmul.last_result is None
+    a, b = operands()
+    assert_close(kernel(a, b), gemm_ref(a, b))
+
+    eager = make_eager_gemm()
+    assert_close(eager(a, b, block_M=32), gemm_ref(a, b))
+    assert eager.last_result is None
+
+
+def test_config_errors():
+    with pytest.raises(TypeError, match="'block_X' is not a keyword parameter"):
+        make_lazy_gemm(configs=[{"block_M": 32}, {"block_X": 32}])
+    with pytest.raises(TypeError, match="'M'.*must have a default"):
+        make_lazy_gemm(configs=[{"M": 32}])
+    with pytest.raises(ValueError, match="empty"):
+        make_lazy_gemm(configs=[])
+    with pytest.raises(TypeError, match="list of dicts"):
+        make_lazy_gemm(configs={"block_M": 32})
+    with pytest.raises(ValueError, match="empty"):
+        make_scale(lambda M, N: [])(32, 32)
+    with pytest.raises(TypeError, match="stacked above @tritile.jit"):
+        tritile.autotune(configs=[{"block": 32}])(lambda block=32: None)

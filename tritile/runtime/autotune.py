@@ -1,0 +1,517 @@
+"""`@tritile.autotune`: TileLang's autotuner, stacked above `@tritile.jit`.
+
+    @tritile.autotune(configs=[{"block_M": 64, "num_stages": 2}, ...], warmup=25, rep=100)
+    @tritile.jit(out_idx=[-1])
+    def matmul(M, N, K, block_M=128, num_stages=3): ...
+
+Contract:
+* `configs` is a non-empty list of dicts, or a callable returning one when given the call's
+  arguments.  Every key is a keyword parameter of the jitted function that has a default (the
+  "tunable" parameters); otherwise TypeError naming the key.  An empty list -> ValueError.
+* A call that passes any tunable parameter explicitly skips tuning: it is the plain jit call.
+* Lazy style (the function returns a `@T.prim_func`): `f(M, N, K)` tunes and returns the best
+  `JITKernel`, with `.config` (the chosen dict) and `.latency` (ms) set on it.  Inputs are
+  `supply_prog(params)` (params = the kernel's input `Buffer`s, each with `.shape` and `.dtype`)
+  or random tensors of the params' shapes and dtypes (a `T.dynamic` dimension needs
+  `supply_prog`).
+* Eager style (the body is the kernel): `f(a, b)` tunes on clones of the actual tensors (so
+  in-place kernels do not accumulate into the caller's data), then runs the best config on the
+  caller's tensors and returns its outputs.  `supply_prog` is not used.
+* `f.tune(*args, **kwargs)` returns the `AutotuneResult` of a call without running it (eager) or
+  with the kernel in `.kernel` (lazy); `f.last_result` is the result of the latest call.
+* Per config: compile (and, eager, the first run); a config that raises `CompileError` (or,
+  on CUDA, Triton's compilation / out-of-resources errors) is skipped with a warning; with
+  `ref_prog` and not `skip_check`, outputs must match `ref_prog(*inputs)` within rtol/atol or
+  the config is skipped; then timed: `triton.testing.do_bench(fn, warmup, rep,
+  return_mode="median")` on CUDA, a few `time.perf_counter` reps of the interpreter on CPU.
+  `timeout` (seconds) is checked between those phases - Python cannot pre-empt a running
+  compile - and a config over it is skipped.  The fastest config wins; if none survives,
+  RuntimeError lists why each failed.
+* `cache_input_tensors=True` generates the tuning inputs (and reference outputs) once and
+  reuses them for every config; otherwise each config gets fresh ones.
+* Results are cached in memory per decorated function and on disk as JSON under
+  `$TRITILE_CACHE_DIR/autotune` (default `~/.cache/tritile/autotune`), keyed by the kernel's
+  identity (module, qualname, hash of its source), the non-tuned arguments (tensors by shape
+  and dtype), the configs, the jit target, the device name and the tritile version.
+  `TRITILE_AUTOTUNE_DISABLE_CACHE=1` disables the disk cache; `f.clear_cache()` empties the
+  in-memory one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+import tritile
+from tritile.errors import CompileError
+from tritile.runtime.cache import cache_dir
+from tritile.runtime.jit import EagerJIT, LazyJIT
+from tritile.runtime.kernel import JITKernel
+from tritile.runtime.target import parse_target
+
+__all__ = ["autotune", "AutotuneResult", "AutoTunedKernel"]
+
+# Interpreter runs take tens of milliseconds or more: a few timed reps are enough to rank configs.
+_CPU_MAX_REPS = 3
+
+
+@dataclasses.dataclass
+class AutotuneResult:
+    """The outcome of tuning one call signature.
+
+    `config`: the chosen tunable arguments; `latency`: its time in ms; `kernel`: the best
+    `JITKernel` (lazy style; None for eager); `source`: "tuned", "memory" or "disk";
+    `records`: (config, latency ms or None, why it was skipped or None) per config tried
+    (empty when the result came from a cache)."""
+
+    config: dict
+    latency: float
+    kernel: Optional[JITKernel] = None
+    source: str = "tuned"
+    records: list = dataclasses.field(default_factory=list)
+
+
+class _ConfigFailed(Exception):
+    """A config that cannot be used (compile error, wrong result, timeout); tuning goes on."""
+
+
+class AutoTunedKernel:
+    """The object `@tritile.autotune` returns; see the module docstring."""
+
+    def __init__(self, jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol, skip_check,
+                 cache_input_tensors):
+        if not isinstance(jit_fn, (LazyJIT, EagerJIT)):
+            raise TypeError(f"@tritile.autotune must be stacked above @tritile.jit, got {type(jit_fn).__name__}")
+        self.jit = jit_fn
+        self.signature = inspect.signature(jit_fn.fn)
+        self.configs = configs
+        self.warmup, self.rep, self.timeout = warmup, rep, timeout
+        self.ref_prog, self.supply_prog = ref_prog, supply_prog
+        self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
+        self.cache_input_tensors = cache_input_tensors
+        self.last_result: Optional[AutotuneResult] = None
+        self._results = {}  # cache key -> AutotuneResult
+        self.__name__ = jit_fn.__name__
+        self.__doc__ = jit_fn.__doc__
+        self.__wrapped__ = jit_fn
+        self._identity = _kernel_identity(jit_fn.fn)
+        if not callable(configs):
+            self._check_configs(configs)
+
+    # ---------------------------------------------------------------- calls
+    def __call__(self, *args, **kwargs):
+        bound = self._bind(args, kwargs)
+        configs = self._configs_for(args, kwargs)
+        if set(bound.arguments) & self._tunable_names(configs):
+            return self.jit(*args, **kwargs)
+        result = self._result_for(bound, configs)
+        if isinstance(self.jit, LazyJIT):
+            return result.kernel
+        return self.jit(*args, **kwargs, **result.config)
+
+    def tune(self, *args, **kwargs) -> AutotuneResult:
+        """Tune (or fetch from the caches) without running the best kernel."""
+        bound = self._bind(args, kwargs)
+        configs = self._configs_for(args, kwargs)
+        tuned = sorted(set(bound.arguments) & self._tunable_names(configs))
+        if tuned:
+            raise TypeError(f"{self.__name__}.tune(): {', '.join(tuned)} are tuned; don't pass them")
+        return self._result_for(bound, configs)
+
+    def clear_cache(self) -> None:
+        """Forget the in-memory results (the disk cache is kept)."""
+        self._results.clear()
+
+    # ---------------------------------------------------------------- configs
+    def _bind(self, args, kwargs) -> inspect.BoundArguments:
+        try:
+            return self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.__name__}(): {exc}") from None
+
+    def _configs_for(self, args, kwargs) -> list:
+        if not callable(self.configs):
+            return self.configs
+        configs = self.configs(*args, **kwargs)
+        self._check_configs(configs)
+        return configs
+
+    def _check_configs(self, configs) -> None:
+        if not isinstance(configs, (list, tuple)):
+            raise TypeError(f"autotune configs of {self.__name__} must be a list of dicts (or a callable returning "
+                            f"one), got {type(configs).__name__}")
+        if not configs:
+            raise ValueError(f"autotune configs of {self.__name__} is empty")
+        params = self.signature.parameters
+        for config in configs:
+            if not isinstance(config, dict):
+                raise TypeError(f"autotune config {config!r} of {self.__name__} must be a dict")
+            for key in config:
+                param = params.get(key)
+                if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                    raise TypeError(f"autotune config key {key!r} is not a keyword parameter of {self.__name__}"
+                                    f"({', '.join(params)})")
+                if param.default is param.empty:
+                    raise TypeError(f"autotune config key {key!r}: parameter {key!r} of {self.__name__} must "
+                                    f"have a default to be tunable")
+
+    @staticmethod
+    def _tunable_names(configs) -> set:
+        return {key for config in configs for key in config}
+
+    # ---------------------------------------------------------------- caches
+    def _result_for(self, bound: inspect.BoundArguments, configs) -> AutotuneResult:
+        device = self._device(bound)
+        key, description = self._cache_key(bound, configs, device)
+        result = self._results.get(key)
+        if result is not None:
+            result = dataclasses.replace(result, source="memory", records=[])
+        else:
+            result = self._load(key, configs, bound) or self._tune(bound, configs, device)
+            self._results[key] = result
+            if result.source == "tuned":
+                self._store(key, description, configs, result)
+        if result.kernel is not None:  # TileLang exposes the tuning outcome on the kernel itself
+            result.kernel.config, result.kernel.latency = result.config, result.latency
+        self.last_result = result
+        return result
+
+    def _cache_key(self, bound, configs, device: torch.device):
+        tunable = self._tunable_names(configs)
+        arguments = {name: _describe(value) for name, value in _with_defaults(bound).items() if name not in tunable}
+        description = {
+            "kernel": self._identity[0],
+            "source_sha256": self._identity[1],
+            "arguments": arguments,
+            "configs": _describe(list(configs)),
+            "target": _describe(self.jit.options["target"]),
+            "device": _device_name(device),
+            "tritile": tritile.__version__,
+        }
+        key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:32]
+        return key, description
+
+    def _load(self, key: str, configs, bound) -> Optional[AutotuneResult]:
+        if _disk_cache_disabled():
+            return None
+        try:
+            entry = json.loads(_cache_path(key).read_text())
+            index, latency = int(entry["config_index"]), float(entry["latency_ms"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not 0 <= index < len(configs):
+            return None
+        config = configs[index]
+        kernel = self._lazy_kernel(bound, config) if isinstance(self.jit, LazyJIT) else None
+        return AutotuneResult(config, latency, kernel, source="disk")
+
+    def _store(self, key: str, description: dict, configs, result: AutotuneResult) -> None:
+        if _disk_cache_disabled():
+            return
+        entry = dict(description, config_index=configs.index(result.config),
+                     config=_describe(result.config), latency_ms=result.latency)
+        path = _cache_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)  # atomic: concurrent tuners never see a half-written entry
+
+    # ---------------------------------------------------------------- tuning
+    def _device(self, bound) -> torch.device:
+        if isinstance(self.jit, EagerJIT):
+            tensors = [v for v in bound.arguments.values() if isinstance(v, torch.Tensor)]
+            return tensors[0].device if tensors else torch.device("cpu")
+        target = parse_target(self.jit.options["target"])
+        on_gpu = target.kind == "cuda" and torch.cuda.is_available()
+        return torch.device("cuda" if on_gpu else "cpu")
+
+    def _lazy_kernel(self, bound, config: dict) -> JITKernel:
+        return self.jit(*bound.args, **bound.kwargs, **config)
+
+    def _tune(self, bound, configs, device: torch.device) -> AutotuneResult:
+        trial = (_LazyTrial if isinstance(self.jit, LazyJIT) else _EagerTrial)(self, bound, device)
+        records, best = [], None
+        progress = _Progress(f"autotune {self.__name__}", len(configs))
+        for config in configs:
+            try:
+                latency = trial.run(config)
+            except _ConfigFailed as exc:
+                warnings.warn(f"autotune {self.__name__}: skipping config {config}: {exc}", stacklevel=4)
+                records.append((config, None, str(exc)))
+            else:
+                records.append((config, latency, None))
+                if best is None or latency < best[1]:
+                    best = (config, latency)
+            progress.step(None if best is None else best[1])
+        progress.close()
+        if best is None:
+            reasons = "\n".join(f"  {config}: {why}" for config, _, why in records)
+            raise RuntimeError(f"autotune {self.__name__}: no config could be used:\n{reasons}")
+        config, latency = best
+        return AutotuneResult(config, latency, trial.kernel_for(config), source="tuned", records=records)
+
+
+class _Trial:
+    """Compiles, checks and times one config at a time for one call signature.
+
+    Subclasses define `prepare(config)` (compile; returns what `launch` runs), `make_inputs`,
+    `ref_args(inputs)` (the tensors `ref_prog` gets), `compatible(inputs, prepared)` (may
+    cached inputs be reused), `launch(prepared, inputs)` and `kernel_for(config)`."""
+
+    def __init__(self, tuner: AutoTunedKernel, bound, device: torch.device):
+        self.tuner, self.bound, self.device = tuner, bound, device
+        self._cached = None  # (inputs, reference outputs), reused with cache_input_tensors
+
+    def run(self, config: dict) -> float:
+        tuner = self.tuner
+        start = time.perf_counter()
+        try:
+            prepared = self.prepare(config)
+        except _compile_errors() as exc:
+            raise _ConfigFailed(f"compile failed: {exc}") from exc
+        self._check_time(start, "compile")
+        inputs, expected = self._inputs(prepared)
+        if expected is not None:
+            _compare(_as_list(self.launch(prepared, inputs)), expected, tuner.rtol, tuner.atol)
+            self._check_time(start, "the correctness check")
+        latency = _bench(lambda: self.launch(prepared, inputs), self.device, tuner.warmup, tuner.rep)
+        self._check_time(start, "benchmarking")
+        return latency
+
+    def _check_time(self, start: float, phase: str) -> None:
+        elapsed = time.perf_counter() - start
+        if elapsed > self.tuner.timeout:
+            raise _ConfigFailed(f"timed out after {phase} ({elapsed:.1f} s > timeout={self.tuner.timeout} s)")
+
+    def _inputs(self, prepared):
+        tuner = self.tuner
+        if tuner.cache_input_tensors and self._cached is not None and self.compatible(self._cached[0], prepared):
+            return self._cached
+        inputs = self.make_inputs(prepared)
+        expected = None
+        if tuner.ref_prog is not None and not tuner.skip_check:
+            expected = _as_list(tuner.ref_prog(*self.ref_args(inputs)))
+        self._cached = (inputs, expected)
+        return self._cached
+
+
+class _LazyTrial(_Trial):
+    """Lazy style: the config's `JITKernel`, run on `supply_prog` or random inputs."""
+
+    def prepare(self, config) -> JITKernel:
+        return self.tuner._lazy_kernel(self.bound, config)
+
+    kernel_for = prepare
+
+    def make_inputs(self, kernel: JITKernel) -> list:
+        params = _input_params(kernel)
+        if self.tuner.supply_prog is not None:
+            return list(self.tuner.supply_prog(params))
+        return [_random_tensor(p, self.device) for p in params]
+
+    @staticmethod
+    def ref_args(inputs: list) -> list:
+        return inputs
+
+    @staticmethod
+    def compatible(inputs: list, kernel: JITKernel) -> bool:
+        wanted = [(tuple(p.shape), p.dtype.torch) for p in _input_params(kernel)]
+        return [(tuple(t.shape), t.dtype) for t in inputs] == wanted
+
+    @staticmethod
+    def launch(kernel: JITKernel, inputs: list):
+        return kernel(*inputs)
+
+
+class _EagerTrial(_Trial):
+    """Eager style: `f(**arguments, **config)` on clones of the caller's tensors."""
+
+    def prepare(self, config) -> dict:
+        self.launch(config, self.make_inputs(config))  # the first call compiles (and may raise)
+        return config
+
+    def make_inputs(self, _config) -> dict:
+        return {name: value.clone() if isinstance(value, torch.Tensor) else value
+                for name, value in self.bound.arguments.items()}
+
+    @staticmethod
+    def ref_args(inputs: dict) -> list:
+        return [value for value in inputs.values() if isinstance(value, torch.Tensor)]
+
+    @staticmethod
+    def compatible(_inputs: dict, _config: dict) -> bool:
+        return True  # every config runs on the same call's tensors
+
+    def launch(self, config: dict, inputs: dict):
+        return self.tuner.jit(**inputs, **config)
+
+    @staticmethod
+    def kernel_for(_config):
+        return None
+
+
+# -------------------------------------------------------------------- helpers
+def _input_params(kernel: JITKernel) -> list:
+    return [p for i, p in enumerate(kernel.params) if i not in kernel.out_idx]
+
+
+def _random_tensor(param, device: torch.device) -> torch.Tensor:
+    shape = []
+    for dim in param.shape:
+        if not isinstance(dim, int):
+            raise ValueError(f"autotune: parameter '{param.name}' has the dynamic dimension {dim}; pass "
+                             f"supply_prog= to give the tuning inputs")
+        shape.append(dim)
+    dtype = param.dtype
+    if dtype.kind == "float":
+        return torch.randn(shape, device=device).to(dtype.torch)
+    if dtype.kind == "bool":
+        return torch.randint(0, 2, shape, device=device).bool()
+    low = 0 if dtype.kind == "uint" else -4
+    return torch.randint(low, 5, shape, device=device).to(dtype.torch)
+
+
+def _as_list(outputs) -> list:
+    if outputs is None:
+        return []
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+def _compare(actual: list, expected: list, rtol: float, atol: float) -> None:
+    if len(actual) != len(expected):
+        raise ValueError(f"autotune: the kernel returns {len(actual)} outputs but ref_prog returns {len(expected)}")
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        try:
+            torch.testing.assert_close(a.float(), e.to(a.device).float(), rtol=rtol, atol=atol)
+        except AssertionError as exc:
+            first_line = str(exc).strip().splitlines()[0]
+            raise _ConfigFailed(f"output {index} differs from ref_prog: {first_line}") from None
+
+
+def _bench(fn: Callable, device: torch.device, warmup: float, rep: float) -> float:
+    """Median latency of `fn` in ms."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    if warmup > 0:
+        fn()
+    times, budget = [], rep / 1e3
+    while len(times) < _CPU_MAX_REPS and (not times or sum(times) < budget):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _compile_errors() -> tuple:
+    """What marks a config as unbuildable: ours, and Triton's when it compiles/launches on CUDA."""
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    return CompileError, CompilationError, OutOfResources
+
+
+def _kernel_identity(fn) -> tuple:
+    """(module.qualname, sha256 of the source): an edited kernel never reuses old tuning results."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        source = repr(fn.__code__.co_code)
+    return f"{fn.__module__}.{fn.__qualname__}", hashlib.sha256(source.encode()).hexdigest()
+
+
+def _with_defaults(bound: inspect.BoundArguments) -> dict:
+    """The call's arguments with defaults filled in, so f(64) and f(M=64) share a cache entry."""
+    full = inspect.BoundArguments(bound.signature, bound.arguments.copy())
+    full.apply_defaults()
+    return dict(full.arguments)
+
+
+def _describe(value) -> Any:
+    """A JSON-able description: tensors by shape and dtype, containers recursively, else repr."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor({list(value.shape)}, {value.dtype})"
+    if isinstance(value, dict):
+        return {str(k): _describe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, *(_describe(v) for v in value)]
+    return repr(value)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        name = f"cuda:{torch.cuda.get_device_name(device)}"
+        # interpreter timings on a GPU say nothing about the compiled kernels
+        interpreted = os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0")
+        return name + (" (interpreted)" if interpreted else "")
+    return device.type
+
+
+def _disk_cache_disabled() -> bool:
+    return os.environ.get("TRITILE_AUTOTUNE_DISABLE_CACHE", "0") not in ("", "0")
+
+
+def _cache_path(key: str) -> Path:
+    return cache_dir() / "autotune" / f"{key}.json"
+
+
+class _Progress:
+    """tqdm when it is installed, else one line on stderr rewritten in place."""
+
+    def __init__(self, title: str, total: int):
+        self.title, self.total, self.done = title, total, 0
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self._bar = None
+            self._show(None)
+        else:
+            self._bar = tqdm(total=total, desc=title, unit="config", leave=False)
+
+    def step(self, best_ms: Optional[float]) -> None:
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(1)
+            if best_ms is not None:
+                self._bar.set_postfix(best_ms=f"{best_ms:.4g}")
+        else:
+            self._show(best_ms)
+
+    def _show(self, best_ms: Optional[float]) -> None:
+        best = "" if best_ms is None else f", best {best_ms:.4g} ms"
+        sys.stderr.write(f"\r{self.title}: {self.done}/{self.total} configs{best}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            sys.stderr.write("\n")
+
+
+def autotune(configs=None, warmup: float = 25, rep: float = 100, timeout: float = 100, ref_prog=None,
+             supply_prog=None, rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
+             cache_input_tensors: bool = False):
+    """`@tritile.autotune(configs=...)` above `@tritile.jit` (TileLang's keywords); see the module
+    docstring for the semantics.  `warmup`/`rep` are in ms (do_bench's), `timeout` in seconds."""
+    if configs is None:
+        raise ValueError("autotune needs configs=[{...}, ...] (or a callable returning them)")
+
+    def decorate(jit_fn) -> AutoTunedKernel:
+        return AutoTunedKernel(jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol,
+                               skip_check, cache_input_tensors)
+
+    return decorate
