@@ -63,12 +63,39 @@ def bench(fn):
     return do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
+def attention():
+    """The issue-5 attention shapes: tritile's example kernel vs SDPA's cuDNN back-end."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from examples.flash_attention import tritile_attention
+
+    print(f"{'B x H x S x D':18} {'causal':6} {'cuDNN':>7} {'tritile':>8} {'ratio':>6}  rel_err")
+    for B, H, S, D, causal in ((4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)):
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ref = sdpa(q, k, v, is_causal=causal)
+            cudnn = flops / bench(lambda: sdpa(q, k, v, is_causal=causal)) / 1e9
+        try:
+            out = tritile_attention(q, k, v, causal)
+            err = float((out.double() - ref.double()).norm() / ref.double().norm())
+            ours = flops / bench(lambda: tritile_attention(q, k, v, causal)) / 1e9 if err < 1e-2 else 0.0
+        except Exception as e:  # report and go on
+            traceback.print_exc()
+            err, ours = float("nan"), 0.0
+        print(f"{B}x{H}x{S}x{D:<8} {str(causal):6} {cudnn:7.1f} {ours:8.1f} {ours / cudnn:6.3f}  {err:.1e}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--only", default="", help="comma-separated substrings of variant names")
+    parser.add_argument("--attention", action="store_true", help="also time examples/flash_attention.py vs SDPA")
     args = parser.parse_args()
+    if args.attention:
+        attention()
     rows = []
     for dtype_name in args.dtypes.split(","):
         torch_dtype = getattr(torch, dtype_name)

@@ -4,6 +4,10 @@ Tests marked ``@pytest.mark.gpu`` need a CUDA device; on a machine without one t
 skipped (not failed), so the same suite runs on CPU-only CI and on GPU boxes.  Everything
 else runs on CPU tensors, i.e. through the reference interpreter.
 
+The `device` fixture runs a kernel test twice: on "cpu" tensors (the reference interpreter)
+and on "cuda" tensors (the Gluon kernel; that parameter carries the `gpu` mark).  A test
+creates its inputs on `device` and computes its torch reference on the same device.
+
 The `assert_close` fixture compares a kernel's result with a torch reference at the tolerance of
 the result's dtype (fp16/bf16 1e-2, fp32 1e-4, relative and absolute).
 """
@@ -18,6 +22,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    """The torch device a kernel test runs on: "cpu" (interpreter) or "cuda" (Gluon kernel)."""
+    return request.param
 
 
 # Relative (and absolute) tolerance by the dtype of the result: one rounding of a half-precision

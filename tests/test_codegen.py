@@ -326,3 +326,36 @@ def test_scan_and_atomics_compile():
     k = compile_for(scan_and_atomics(), H100)
     assert "gl.associative_scan(x_frag, 1, _add_combine" in k.source
     assert "atom.global" in k.asm["ptx"] or "red.global" in k.asm["ptx"]
+
+
+def _example_gemm(M, N, K):
+    from examples.gemm import matmul, tile_config
+    from tritile.frontend import parse_kernel
+
+    return parse_kernel(matmul.fn, dict(M=M, N=N, K=K, **tile_config("cuda")))
+
+
+def test_sm90_example_gemm_keeps_one_wgmma_in_flight_and_stores_with_tma():
+    k = compile_for(_example_gemm(512, 512, 512), H100)
+    src, ptx = k.source, k.asm["ptx"]
+    steady = src.split("for k_t in range(")[1].split("\n    mbarrier.wait")[0]
+    # consumers first: issue gemm(t-2), retire gemm(t-3) only, then refill its slot
+    assert steady.index("warpgroup_mma(") < steady.index("num_outstanding=1") < steady.index("tma.async_copy_global")
+    assert "num_outstanding=0" not in steady
+    assert TMA_LOAD in ptx and TMA_STORE in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+    assert "tma.async_copy_shared_to_global(C_desc" in src and "gl.store(" not in src
+    assert k.metadata.num_warps == 8 and "warps_per_cta=[8, 1]" in src
+
+
+def test_sm90_use_swizzle_rasterises_blocks_in_panels():
+    src = compile_for(_example_gemm(512, 512, 512), H100).source
+    assert "programs walk panels of 10 rows" in src and "gl.num_programs(0)" in src
+
+
+def test_sm90_attention_loads_k_v_with_tma_over_rows_view():
+    from examples.flash_attention import flashattn, tile_config
+
+    func = flashattn.fn(2, 2, 256, 256, 64, True, **tile_config("cuda"))
+    k = compile_for(func, H100)
+    assert k.asm["ptx"].count(TMA_LOAD) >= 2
+    assert "[K.numel() // K.shape[-1], K.shape[-1]]" in k.source

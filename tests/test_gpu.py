@@ -124,3 +124,13 @@ def test_example_gemm_cuda_config_on_ragged_shape():
     b = torch.randn(200, 392, device="cuda", dtype=torch.float16)
     out = matmul(a, b, **tile_config("cuda"))
     close(out, a.float() @ b.float(), 1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_example_flash_attention_cuda_config(causal, dim):
+    """K/V through TMA over the [B*H*S, D] rows view, 2-stage ring, 8 warps."""
+    from examples.flash_attention import ref_program, tritile_attention
+
+    q, k, v = (torch.randn(2, 2, 256, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    close(tritile_attention(q, k, v, causal), ref_program(q, k, v, causal), 1e-2)

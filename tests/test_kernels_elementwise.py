@@ -5,7 +5,8 @@
 * row softmax over fragments (`T.reduce_max`, `T.exp`, `T.reduce_sum`), fp16 in and out;
 * `T.alloc_var` scalars as counters and accumulators in a serial loop;
 * Python `while` and `if` on runtime values (a per-row length read from a tensor).
-All on CPU tensors (the reference interpreter), against torch.
+On the `device` fixture's tensors (CPU: the reference interpreter; CUDA: the Gluon kernel),
+against torch on the same device.
 """
 import pytest
 import torch
@@ -26,10 +27,10 @@ def bias_add_global(M, N, block_M, block_N, dtype="float16"):
     return main
 
 
-def test_bias_add_global(assert_close):
+def test_bias_add_global(device, assert_close):
     M, N = 128, 256
-    a = torch.randn(M, N, dtype=torch.float16)
-    bias = torch.randn(N, dtype=torch.float16)
+    a = torch.randn(M, N, dtype=torch.float16, device=device)
+    bias = torch.randn(N, dtype=torch.float16, device=device)
     assert_close(bias_add_global(M, N, 64, 64)(a, bias), a + bias)
 
 
@@ -59,10 +60,10 @@ def bias_add_tiles(M, N, block_M, block_N, along, dtype="float16", accum_dtype="
 
 
 @pytest.mark.parametrize("along", ["row", "col"])
-def test_bias_add_tiles_broadcast(along, assert_close):
+def test_bias_add_tiles_broadcast(along, device, assert_close):
     M, N = 128, 192
-    a = torch.randn(M, N, dtype=torch.float16)
-    bias = torch.randn(N if along == "row" else M, dtype=torch.float16)
+    a = torch.randn(M, N, dtype=torch.float16, device=device)
+    bias = torch.randn(N if along == "row" else M, dtype=torch.float16, device=device)
     expected = a.float() + (bias.float() if along == "row" else bias.float()[:, None])
     assert_close(bias_add_tiles(M, N, 64, 64, along)(a, bias), expected.to(torch.float16))
 
@@ -87,9 +88,9 @@ def softmax_rows(M, N, block_M, dtype="float16", accum_dtype="float32"):
     return main
 
 
-def test_row_softmax(assert_close):
+def test_row_softmax(device, assert_close):
     M, N = 128, 256
-    x = torch.randn(M, N, dtype=torch.float16) * 4
+    x = torch.randn(M, N, dtype=torch.float16, device=device) * 4
     expected = torch.softmax(x.float(), dim=1).to(torch.float16)
     assert_close(softmax_rows(M, N, 32)(x), expected)
 
@@ -113,9 +114,9 @@ def count_and_sum_positives(M, N, dtype="float32"):
     return main
 
 
-def test_alloc_var_counter(assert_close):
+def test_alloc_var_counter(device, assert_close):
     M, N = 16, 64
-    a = torch.randn(M, N)
+    a = torch.randn(M, N, device=device)
     count, total = count_and_sum_positives(M, N)(a)
     assert torch.equal(count, (a > 0).sum(1).to(torch.int32))
     assert_close(total, torch.where(a > 0, a, torch.zeros_like(a)).sum(1))
@@ -144,11 +145,22 @@ def prefix_sums_by_sign(M, N, dtype="float32"):
     return main
 
 
-def test_while_and_if_on_runtime_values(assert_close):
+def test_while_and_if_on_runtime_values(device, assert_close):
     M, N = 16, 64
-    a = torch.randn(M, N)
-    lengths = torch.randint(1, N + 1, (M,), dtype=torch.int32)
-    prefix = torch.arange(N)[None, :] < lengths[:, None].long()
+    a = torch.randn(M, N, device=device)
+    lengths = torch.randint(1, N + 1, (M,), dtype=torch.int32, device=device)
+    prefix = torch.arange(N, device=device)[None, :] < lengths[:, None].long()
     expected = torch.stack([torch.where(prefix & (a >= 0), a, 0.0).sum(1),
                             torch.where(prefix & (a < 0), a, 0.0).sum(1)], dim=1)
     assert_close(prefix_sums_by_sign(M, N)(a, lengths), expected)
+
+
+# The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
+COMPILE_CASES = {
+    "bias_add_global": lambda: bias_add_global(128, 256, 64, 64),
+    "bias_add_tiles-row": lambda: bias_add_tiles(128, 192, 64, 64, "row"),
+    "bias_add_tiles-col": lambda: bias_add_tiles(128, 192, 64, 64, "col"),
+    "softmax_rows": lambda: softmax_rows(128, 256, 32),
+    "count_and_sum_positives": lambda: count_and_sum_positives(16, 64),
+    "prefix_sums_by_sign": lambda: prefix_sums_by_sign(16, 64),
+}

@@ -1,17 +1,45 @@
-"""The examples in examples/ run end to end (on CPU: through the reference interpreter) and
-pass their own checks against torch."""
+"""The examples in examples/ run end to end and pass their own checks against torch.
+
+An example's `main()` picks its device itself (CUDA when available, else the CPU interpreter at
+small sizes); the `device` fixture's "cpu" case hides the GPU from it so both paths are covered
+on a GPU machine."""
 import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+NAMES = ["gemm", "flash_attention"]
 
 
-@pytest.mark.parametrize("name", ["gemm", "flash_attention"])
-def test_example_main(name, capsys):
+def load_example(name: str):
     spec = importlib.util.spec_from_file_location(f"tritile_example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main()
-    assert "max |tritile - torch|" in capsys.readouterr().out
+    return module
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_main(name, device, capsys, monkeypatch):
+    if device == "cpu":
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    load_example(name).main()
+    out = capsys.readouterr().out
+    assert "max |tritile - torch|" in out
+    assert f"on {device}:" in out
+
+
+def flash_attention_cuda_config(is_causal: bool):
+    """The attention kernel examples/flash_attention.py's main() launches on CUDA."""
+    module = load_example("flash_attention")
+    return module.flashattn(1, 8, 1024, 1024, 64, is_causal, **module.tile_config("cuda"))
+
+
+# The kernels the examples' main() launches, with their CUDA tile configs and sizes, for
+# tests/test_kernels_compile.py (sm_90 and sm_80).
+COMPILE_CASES = {
+    "gemm-cuda_config": lambda: load_example("gemm").build_matmul_kernel(1024, 1024, 1024, "cuda"),
+    "flash_attention-cuda_config-full": lambda: flash_attention_cuda_config(False),
+    "flash_attention-cuda_config-causal": lambda: flash_attention_cuda_config(True),
+}

@@ -1,4 +1,5 @@
-"""GEMM kernels written the TileLang way, run on CPU tensors (the reference interpreter).
+"""GEMM kernels written the TileLang way, run on the `device` fixture's tensors (CPU: the
+reference interpreter; CUDA: the Gluon kernel, tests marked `gpu`).
 
 Covers both `@tritile.jit` styles (lazy: returns a `@T.prim_func`; eager: `T.const` / `T.empty` /
 `return C`) over the NN/TN/NT/TT layouts, fp16/bf16/fp32 and `num_stages` 0–3, padded shapes
@@ -82,9 +83,9 @@ def matmul_eager(A, B, trans_A: bool = False, trans_B: bool = False, num_stages:
     return C
 
 
-def make_operands(M, N, K, trans_A, trans_B, dtype):
-    a = torch.randn((K, M) if trans_A else (M, K), dtype=dtype)
-    b = torch.randn((N, K) if trans_B else (K, N), dtype=dtype)
+def make_operands(M, N, K, trans_A, trans_B, dtype, device):
+    a = torch.randn((K, M) if trans_A else (M, K), dtype=dtype, device=device)
+    b = torch.randn((N, K) if trans_B else (K, N), dtype=dtype, device=device)
     return a, b
 
 
@@ -97,10 +98,10 @@ def reference(a, b, trans_A, trans_B, out_dtype):
 @pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
-def test_gemm_lazy(trans_A, trans_B, dtype, num_stages, assert_close):
+def test_gemm_lazy(trans_A, trans_B, dtype, num_stages, device, assert_close):
     M = N = K = 128
     kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", num_stages)
-    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
     c = kernel(a, b)
     assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
@@ -108,10 +109,10 @@ def test_gemm_lazy(trans_A, trans_B, dtype, num_stages, assert_close):
 @pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
-def test_gemm_eager(trans_A, trans_B, dtype, num_stages, assert_close):
+def test_gemm_eager(trans_A, trans_B, dtype, num_stages, device, assert_close):
     M = N = K = 128
     tl_dtype = getattr(T, dtype)
-    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
     c = matmul_eager(a, b, trans_A=trans_A, trans_B=trans_B, num_stages=num_stages,
                      in_dtype=tl_dtype, out_dtype=tl_dtype)
     assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
@@ -122,24 +123,24 @@ def test_gemm_lazy_kernel_is_cached_per_arguments():
     assert matmul(*args) is matmul(*args)
 
 
-def test_gemm_eager_compile_returns_a_kernel(assert_close):
+def test_gemm_eager_compile_returns_a_kernel(device, assert_close):
     kernel = matmul_eager.compile(M=128, N=128, K=128, num_stages=2)
-    a, b = make_operands(128, 128, 128, False, False, torch.float16)
+    a, b = make_operands(128, 128, 128, False, False, torch.float16, device)
     assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
-def test_gemm_padded_shape(trans_A, trans_B, dtype, assert_close):
+def test_gemm_padded_shape(trans_A, trans_B, dtype, device, assert_close):
     M, N, K = 200, 136, 72  # none a multiple of its tile: edge tiles read zeros, drop writes
     kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", 2)
-    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype])
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
     assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
 
 @pytest.mark.parametrize("num_stages", [0, 3])
-def test_gemm_padded_shape_eager(num_stages, assert_close):
-    a, b = make_operands(200, 136, 72, False, False, torch.float16)
+def test_gemm_padded_shape_eager(num_stages, device, assert_close):
+    a, b = make_operands(200, 136, 72, False, False, torch.float16, device)
     c = matmul_eager(a, b, num_stages=num_stages)
     assert_close(c, reference(a, b, False, False, torch.float16))
 
@@ -189,10 +190,10 @@ def matmul_register_operand(M, N, K, block_M, block_N, block_K, trans_A, trans_B
 @pytest.mark.parametrize("num_stages", [0, 2])
 @pytest.mark.parametrize("operand", ["A", "B"], ids=["rs", "sr"])
 @pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
-def test_gemm_register_operand(trans_A, trans_B, operand, num_stages, assert_close):
+def test_gemm_register_operand(trans_A, trans_B, operand, num_stages, device, assert_close):
     M = N = K = 128
     kernel = matmul_register_operand(M, N, K, 64, 64, 32, trans_A, trans_B, operand, num_stages)
-    a, b = make_operands(M, N, K, trans_A, trans_B, torch.float16)
+    a, b = make_operands(M, N, K, trans_A, trans_B, torch.float16, device)
     assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, torch.float16))
 
 
@@ -223,10 +224,10 @@ def matmul_dynamic(block_M, block_N, block_K, num_stages, dtype="float16", accum
 RUNTIME_SIZES = [(128, 128, 128), (200, 136, 72), (64, 192, 96)]
 
 
-def test_gemm_dynamic_shapes_one_kernel(assert_close):
+def test_gemm_dynamic_shapes_one_kernel(device, assert_close):
     kernel = matmul_dynamic(64, 64, 32, 2)
     for M, N, K in RUNTIME_SIZES:
-        a, b = make_operands(M, N, K, False, False, torch.float16)
+        a, b = make_operands(M, N, K, False, False, torch.float16, device)
         assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
     # the lazy cache hands back the same kernel, compiled once for every runtime size
     assert matmul_dynamic(64, 64, 32, 2) is kernel
@@ -253,13 +254,14 @@ def matmul_dynamic_eager(A, B, num_stages: int = 2, block_M: int = 64, block_N: 
     return C
 
 
-def test_gemm_dynamic_shapes_eager(assert_close):
+def test_gemm_dynamic_shapes_eager(device, assert_close):
+    matmul_dynamic_eager.cache_clear()
     for M, N, K in RUNTIME_SIZES:
-        a, b = make_operands(M, N, K, False, False, torch.float16)
+        a, b = make_operands(M, N, K, False, False, torch.float16, device)
         assert_close(matmul_dynamic_eager(a, b), reference(a, b, False, False, torch.float16))
     # T.dynamic dims are not part of the specialisation: three sizes, one compiled kernel
-    # (`_kernels` is the jit object's specialisation cache; there is no public accessor yet)
-    assert len(matmul_dynamic_eager._kernels) == 1
+    info = matmul_dynamic_eager.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (1, 2, 1)
 
 
 @tritile.jit(out_idx=[-1])
@@ -302,14 +304,14 @@ def blocksparse_matmul(M, N, K, block_M, block_N, block_K, num_stages, mask_via_
 
 @pytest.mark.parametrize("mask_via_local", [False, True], ids=["global_mask", "local_mask"])
 @pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
-def test_gemm_block_sparse(num_stages, mask_via_local, assert_close):
+def test_gemm_block_sparse(num_stages, mask_via_local, device, assert_close):
     M, N, K, bM, bN, bK = 128, 128, 128, 64, 64, 32
     kernel = blocksparse_matmul(M, N, K, bM, bN, bK, num_stages, mask_via_local)
-    a, b = make_operands(M, N, K, False, False, torch.float16)
-    mask = torch.rand(M // bM, N // bN, K // bK) > 0.5
+    a, b = make_operands(M, N, K, False, False, torch.float16, device)
+    mask = torch.rand(M // bM, N // bN, K // bK, device=device) > 0.5
     mask[..., 0] = True  # every output tile has some work ...
     mask[0, 0, 1] = False  # ... and at least one tile skips some
-    ref = torch.zeros(M, N)
+    ref = torch.zeros(M, N, device=device)
     for i in range(M // bM):
         for j in range(N // bN):
             for k in range(K // bK):
@@ -345,8 +347,35 @@ def matmul_swizzled(M, N, K, block_M, block_N, block_K, panel_size, order, dtype
 
 
 @pytest.mark.parametrize("order", ["row", "column"])
-def test_gemm_use_swizzle(order, assert_close):
+def test_gemm_use_swizzle(order, device, assert_close):
     M, N, K = 256, 192, 64  # a 3 x 4 grid: the panel size does not divide it
     kernel = matmul_swizzled(M, N, K, 64, 64, 32, 2, order)
-    a, b = make_operands(M, N, K, False, False, torch.float16)
+    a, b = make_operands(M, N, K, False, False, torch.float16, device)
     assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+
+
+# The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel of
+# this module over every layout and dtype the tests above run, each num_stages at least once.
+COMPILE_CASES = {
+    **{f"matmul-{lid}-{dtype}-s2": (lambda ta=ta, tb=tb, dtype=dtype: matmul(
+        128, 128, 128, 64, 64, 32, ta, tb, dtype, dtype, "float32", 2))
+       for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS) for dtype in DTYPES},
+    **{f"matmul-NN-float16-s{stages}": (lambda stages=stages: matmul(
+        128, 128, 128, 64, 64, 32, False, False, "float16", "float16", "float32", stages)) for stages in (0, 1, 3)},
+    **{f"matmul-padded-{lid}-{dtype}": (lambda ta=ta, tb=tb, dtype=dtype: matmul(
+        200, 136, 72, 64, 64, 32, ta, tb, dtype, dtype, "float32", 2))
+       for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS) for dtype in ("float16", "float32")},
+    **{f"matmul_eager-{lid}-float16": (lambda ta=ta, tb=tb: matmul_eager.compile(M=128, N=128, K=128, trans_A=ta,
+                                                                               trans_B=tb))
+       for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS)},
+    **{f"matmul_register_operand-{lid}-{op}-s{stages}": (
+        lambda ta=ta, tb=tb, op=op, stages=stages: matmul_register_operand(128, 128, 128, 64, 64, 32, ta, tb, op, stages))
+       for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS) for op in ("A", "B") for stages in (0, 2)},
+    "matmul_dynamic": lambda: matmul_dynamic(64, 64, 32, 2),
+    "matmul_dynamic_eager": lambda: matmul_dynamic_eager.compile(),
+    **{f"blocksparse_matmul-{'local' if local else 'global'}-s{stages}": (
+        lambda stages=stages, local=local: blocksparse_matmul(128, 128, 128, 64, 64, 32, stages, local))
+       for stages in (0, 1, 2, 3) for local in (False, True)},
+    **{f"matmul_swizzled-{order}": (lambda order=order: matmul_swizzled(256, 192, 64, 64, 64, 32, 2, order))
+       for order in ("row", "column")},
+}

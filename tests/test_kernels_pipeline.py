@@ -1,7 +1,8 @@
 """`T.Pipelined` end to end on the kernels behind TileLang's pipelining bug reports.
 
-Each kernel goes through `@tritile.jit` and every lowering pass, then runs on CPU tensors in the
-reference interpreter (which raises `HazardError` on a schedule that would race on hardware):
+Each kernel goes through `@tritile.jit` and every lowering pass, then runs on the `device`
+fixture's tensors: on CPU in the reference interpreter (which raises `HazardError` on a schedule
+that would race on hardware), on CUDA as the Gluon kernel (tests marked `gpu`):
 
 * sibling pipelined loops sharing `A_shared` / `B_shared` with different `num_stages`
   (TileLang #2309 / PR #2342, seed 000), and a pipelined loop inside an outer serial loop;
@@ -56,12 +57,15 @@ def matmul_sibling_pipelines(M, N, K, block_M, block_N, block_K, stages, dtype="
     return main
 
 
-@pytest.mark.parametrize("stages", [(2, 4), (4, 2), (2, 3, 4), (0, 3)], ids=str)
-def test_sibling_pipelines_share_buffers(stages, assert_close):
+SIBLING_STAGES = [(2, 4), (4, 2), (2, 3, 4), (0, 3)]
+
+
+@pytest.mark.parametrize("stages", SIBLING_STAGES, ids=str)
+def test_sibling_pipelines_share_buffers(stages, device, assert_close):
     M, N, K = 128, 128, 384
     kernel = matmul_sibling_pipelines(M, N, K, 64, 64, 32, stages)
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(K, N, dtype=torch.float16)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(K, N, dtype=torch.float16, device=device)
     assert_close(kernel(a, b), matmul_reference(a, b))
 
 
@@ -88,11 +92,11 @@ def matmul_batched_outer_loop(batch, M, N, K, block_M, block_N, block_K, num_sta
     return main
 
 
-def test_pipeline_inside_serial_loop(assert_close):
+def test_pipeline_inside_serial_loop(device, assert_close):
     batch, M, N, K = 3, 64, 128, 96
     kernel = matmul_batched_outer_loop(batch, M, N, K, 64, 64, 32, 2)
-    a = torch.randn(batch, M, K, dtype=torch.float16)
-    b = torch.randn(batch, K, N, dtype=torch.float16)
+    a = torch.randn(batch, M, K, dtype=torch.float16, device=device)
+    b = torch.randn(batch, K, N, dtype=torch.float16, device=device)
     assert_close(kernel(a, b), torch.bmm(a.float(), b.float()).to(torch.float16))
 
 
@@ -120,11 +124,11 @@ def matmul_and_last_a_tile(M, N, K, block_M, block_N, block_K, num_stages, dtype
 
 
 @pytest.mark.parametrize("num_stages", [2, 3])
-def test_versioned_buffer_read_after_loop(num_stages, assert_close):
+def test_versioned_buffer_read_after_loop(num_stages, device, assert_close):
     M, N, K, block_K = 128, 128, 160, 32  # 5 K tiles: the last one is in slot 4 % num_stages
     kernel = matmul_and_last_a_tile(M, N, K, 64, 64, block_K, num_stages)
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(K, N, dtype=torch.float16)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(K, N, dtype=torch.float16, device=device)
     c, last_a = kernel(a, b)
     assert_close(c, matmul_reference(a, b))
     assert torch.equal(last_a, a[:, K - block_K:])
@@ -155,10 +159,10 @@ def two_gemms_one_tile(M, N, D, block_M, block_N, num_stages, dtype="float16", a
 
 
 @pytest.mark.parametrize("num_stages", [0, 2])
-def test_shared_tile_feeds_gemms_with_different_transpose(num_stages, assert_close):
+def test_shared_tile_feeds_gemms_with_different_transpose(num_stages, device, assert_close):
     M, N, D = 128, 128, 64
-    q = torch.randn(M, D, dtype=torch.float16) / 4
-    x = torch.randn(N, D, dtype=torch.float16) / 4
+    q = torch.randn(M, D, dtype=torch.float16, device=device) / 4
+    x = torch.randn(N, D, dtype=torch.float16, device=device) / 4
     kernel = two_gemms_one_tile(M, N, D, 64, 64, num_stages)
     # the kernel rounds each S block to fp16 before the second gemm; so does the reference
     s = (q.float() @ x.float().T).to(torch.float16)
@@ -204,32 +208,36 @@ def matmul_manual_schedule(M, N, K, block_M, block_N, block_K, order, stage, dty
     return main
 
 
-@pytest.mark.parametrize("K, num_stages", [
+TRIP_COUNT_CASES = [
     (33, 2),  # TileLang #2365: the second K tile holds one valid column
     (33, 3),
     (32, 3),  # one iteration, three stages
     (64, 4),  # two iterations, four stages
-])
-def test_trip_counts_and_residual_k(K, num_stages, assert_close):
-    M, N = 64, 128
-    kernel = matmul_plain(M, N, K, 64, 64, 32, num_stages)
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(K, N, dtype=torch.float16)
-    assert_close(kernel(a, b), matmul_reference(a, b))
-
-
-@pytest.mark.parametrize("order, stage", [
+]
+MANUAL_SCHEDULES = [
     ([0, 1, 2], [0, 0, 1]),
     ([0, 1, 2], [0, 0, 2]),
     ([1, 2, 0], [0, 0, 2]),
     ([1, 2, 0], [0, 0, 1]),
     ([0, 1, 2], [0, 1, 2]),
-], ids=str)
-def test_manual_order_and_stage(order, stage, assert_close):
+]
+
+
+@pytest.mark.parametrize("K, num_stages", TRIP_COUNT_CASES)
+def test_trip_counts_and_residual_k(K, num_stages, device, assert_close):
+    M, N = 64, 128
+    kernel = matmul_plain(M, N, K, 64, 64, 32, num_stages)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(K, N, dtype=torch.float16, device=device)
+    assert_close(kernel(a, b), matmul_reference(a, b))
+
+
+@pytest.mark.parametrize("order, stage", MANUAL_SCHEDULES, ids=str)
+def test_manual_order_and_stage(order, stage, device, assert_close):
     M, N, K = 128, 128, 160
     kernel = tritile.compile(matmul_manual_schedule(M, N, K, 64, 64, 32, order, stage), out_idx=[2])
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(K, N, dtype=torch.float16)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(K, N, dtype=torch.float16, device=device)
     assert_close(kernel(a, b), matmul_reference(a, b))
 
 
@@ -252,10 +260,10 @@ def matmul_nt_parallel_load(M, N, K, block_M, block_N, block_K, dtype="float16",
     return main
 
 
-def test_nt_gemm_with_parallel_shared_store(assert_close):
+def test_nt_gemm_with_parallel_shared_store(device, assert_close):
     M, N, K = 128, 128, 128
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(N, K, dtype=torch.float16)
+    a = torch.randn(M, K, dtype=torch.float16, device=device)
+    b = torch.randn(N, K, dtype=torch.float16, device=device)
     kernel = matmul_nt_parallel_load(M, N, K, 64, 64, 32)
     assert_close(kernel(a, b), (a.float() @ b.float().T).to(torch.float16))
 
@@ -276,10 +284,30 @@ def gather_row_blocks(num_blocks, block_M, N, dtype="float32"):
     return main
 
 
-def test_pipelined_copy_through_index_tensor():
+def test_pipelined_copy_through_index_tensor(device):
     num_blocks, block_M, N = 4, 16, 64
-    x = torch.randn(num_blocks * block_M, N)
-    ids = torch.randperm(num_blocks).to(torch.int32)
+    x = torch.randn(num_blocks * block_M, N, device=device)
+    ids = torch.randperm(num_blocks, device=device).to(torch.int32)
     y = gather_row_blocks(num_blocks, block_M, N)(x, ids)
     expected = x.reshape(num_blocks, block_M, N)[ids.long()].reshape(num_blocks * block_M, N)
     assert torch.equal(y, expected)
+
+
+# The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel
+# and every parametrisation of the tests above.
+COMPILE_CASES = {
+    **{f"matmul_sibling_pipelines-{stages}": (lambda stages=stages: matmul_sibling_pipelines(
+        128, 128, 384, 64, 64, 32, stages)) for stages in SIBLING_STAGES},
+    "matmul_batched_outer_loop": lambda: matmul_batched_outer_loop(3, 64, 128, 96, 64, 64, 32, 2),
+    **{f"matmul_and_last_a_tile-s{stages}": (lambda stages=stages: matmul_and_last_a_tile(
+        128, 128, 160, 64, 64, 32, stages)) for stages in (2, 3)},
+    **{f"two_gemms_one_tile-s{stages}": (lambda stages=stages: two_gemms_one_tile(128, 128, 64, 64, 64, stages))
+       for stages in (0, 2)},
+    **{f"matmul_plain-K{K}-s{stages}": (lambda K=K, stages=stages: matmul_plain(64, 128, K, 64, 64, 32, stages))
+       for K, stages in TRIP_COUNT_CASES},
+    **{f"matmul_manual_schedule-{order}-{stage}": (lambda order=order, stage=stage: tritile.compile(
+        matmul_manual_schedule(128, 128, 160, 64, 64, 32, order, stage), out_idx=[2]))
+       for order, stage in MANUAL_SCHEDULES},
+    "matmul_nt_parallel_load": lambda: matmul_nt_parallel_load(128, 128, 128, 64, 64, 32),
+    "gather_row_blocks": lambda: gather_row_blocks(4, 16, 64),
+}

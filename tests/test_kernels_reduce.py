@@ -4,7 +4,8 @@ Reductions run over both dimensions, with `clear=True` (overwrite the output) an
 (combine with the output's old value, as FlashAttention's running max does), into an output of
 the reduced shape or with the reduced dimension kept as 1.  `T.cumsum` runs over both dimensions,
 forwards and in `reverse`, in place (`dst=None`) and out of place, on shared and fragment tiles.
-All on CPU tensors (the reference interpreter), against torch.
+On the `device` fixture's tensors (CPU: the reference interpreter; CUDA: the Gluon kernel),
+against torch on the same device.
 """
 import pytest
 import torch
@@ -57,31 +58,31 @@ def reduce_reference(a, init, kind, dim, clear):
 @pytest.mark.parametrize("clear", [True, False])
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["max", "min", "sum"])
-def test_reduce(kind, dim, clear, assert_close):
+def test_reduce(kind, dim, clear, device, assert_close):
     M, N = 64, 128
     kernel = reduce_rows_or_cols(M, N, kind, dim, clear)
-    a = torch.randn(M, N)
-    init = torch.randn(M if dim == 1 else N)
+    a = torch.randn(M, N, device=device)
+    init = torch.randn(M if dim == 1 else N, device=device)
     assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, clear))
 
 
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["abssum", "absmax"])
-def test_reduce_abs(kind, dim, assert_close):
+def test_reduce_abs(kind, dim, device, assert_close):
     M, N = 64, 128
     kernel = reduce_rows_or_cols(M, N, kind, dim, True)
-    a = torch.randn(M, N)
-    init = torch.randn(M if dim == 1 else N)
+    a = torch.randn(M, N, device=device)
+    init = torch.randn(M if dim == 1 else N, device=device)
     assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, True))
 
 
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["max", "sum"])
-def test_reduce_keeps_reduced_dim_as_one(kind, dim, assert_close):
+def test_reduce_keeps_reduced_dim_as_one(kind, dim, device, assert_close):
     M, N = 64, 128
     kernel = reduce_rows_or_cols(M, N, kind, dim, False, keep_dim=True)
-    a = torch.randn(M, N)
-    init = torch.randn((M, 1) if dim == 1 else (1, N))
+    a = torch.randn(M, N, device=device)
+    init = torch.randn((M, 1) if dim == 1 else (1, N), device=device)
     assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, False))
 
 
@@ -101,9 +102,9 @@ def row_sum_from_shared(M, N, block_M, dtype="float32"):
     return main
 
 
-def test_reduce_shared_many_blocks(assert_close):
+def test_reduce_shared_many_blocks(device, assert_close):
     M, N = 256, 64
-    a = torch.randn(M, N)
+    a = torch.randn(M, N, device=device)
     assert_close(row_sum_from_shared(M, N, 64)(a), a.sum(1))
 
 
@@ -153,10 +154,10 @@ def blockwise_cumsum(a, block_M, block_N, dim, reverse):
 @pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "out_of_place"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("dim", [0, 1])
-def test_cumsum(dim, reverse, in_place, scope, assert_close):
+def test_cumsum(dim, reverse, in_place, scope, device, assert_close):
     M, N, block_M, block_N = 128, 128, 64, 32
     kernel = cumsum_tiles(M, N, block_M, block_N, dim, reverse, in_place, scope)
-    a = torch.randn(M, N)
+    a = torch.randn(M, N, device=device)
     assert_close(kernel(a), blockwise_cumsum(a, block_M, block_N, dim, reverse))
 
 
@@ -174,8 +175,26 @@ def cumsum_1d(N, block, reverse, dtype="float32"):
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
-def test_cumsum_1d(reverse, assert_close):
+def test_cumsum_1d(reverse, device, assert_close):
     N, block = 256, 64
-    a = torch.randn(N)
+    a = torch.randn(N, device=device)
     expected = blockwise_cumsum(a.reshape(1, N), 1, block, 1, reverse).reshape(N)
     assert_close(cumsum_1d(N, block, reverse)(a), expected)
+
+
+# The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel of
+# this module with every reduction kind, dimension, clear/keep_dim and scan variant tested above.
+COMPILE_CASES = {
+    **{f"reduce-{kind}-dim{dim}-clear{clear}": (lambda kind=kind, dim=dim, clear=clear: reduce_rows_or_cols(
+        64, 128, kind, dim, clear)) for kind in ("max", "min", "sum") for dim in (0, 1) for clear in (True, False)},
+    **{f"reduce-{kind}-dim{dim}": (lambda kind=kind, dim=dim: reduce_rows_or_cols(64, 128, kind, dim, True))
+       for kind in ("abssum", "absmax") for dim in (0, 1)},
+    **{f"reduce-{kind}-dim{dim}-keep_dim": (lambda kind=kind, dim=dim: reduce_rows_or_cols(
+        64, 128, kind, dim, False, keep_dim=True)) for kind in ("max", "sum") for dim in (0, 1)},
+    "row_sum_from_shared": lambda: row_sum_from_shared(256, 64, 64),
+    **{f"cumsum-{scope}-dim{dim}-{'reverse' if rev else 'forward'}-{'in_place' if inp else 'out_of_place'}": (
+        lambda dim=dim, rev=rev, inp=inp, scope=scope: cumsum_tiles(128, 128, 64, 32, dim, rev, inp, scope))
+       for scope in ("shared", "fragment") for dim in (0, 1) for rev in (False, True) for inp in (True, False)},
+    **{f"cumsum_1d-{'reverse' if rev else 'forward'}": (lambda rev=rev: cumsum_1d(256, 64, rev))
+       for rev in (False, True)},
+}

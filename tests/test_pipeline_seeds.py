@@ -1,6 +1,6 @@
 """Regression tests for the pipelining bug reports we must get right, written TileLang-style
-(`import tritile.language as T`, `@tritile.jit`) and run through every pass and the
-interpreter: seed 000 (sibling loops 2 then 4, and its mirror), TileLang #3039 (read after
+(`import tritile.language as T`, `@tritile.jit`) and run through every pass on the `device`
+fixture's tensors (CPU: the interpreter; CUDA: the Gluon kernel): seed 000 (sibling loops 2 then 4, and its mirror), TileLang #3039 (read after
 the loop) and seed 001 (a shared buffer used only outside the pipelines)."""
 import pytest
 import torch
@@ -77,13 +77,16 @@ def staged_output(A, B, num_stages: int = 3):
     return C
 
 
-def _inputs(m, n, k):
-    return torch.randn(m, k).half(), torch.randn(k, n).half()
+def _inputs(m, n, k, device):
+    return torch.randn(m, k, device=device).half(), torch.randn(k, n, device=device).half()
 
 
-@pytest.mark.parametrize("first, second", [(2, 4), (4, 2)], ids=["seed000_2_then_4", "seed000_mirror_4_then_2"])
-def test_seed000_sibling_pipelines(first, second, assert_close):
-    a, b = _inputs(64, 64, 256)
+SEED000_ORDERS = [(2, 4), (4, 2)]
+
+
+@pytest.mark.parametrize("first, second", SEED000_ORDERS, ids=["seed000_2_then_4", "seed000_mirror_4_then_2"])
+def test_seed000_sibling_pipelines(first, second, device, assert_close):
+    a, b = _inputs(64, 64, 256, device)
     c = sibling_pipelines(a, b, first=first, second=second)
     assert_close(c, (a.float() @ b.float()).half())
     kernel = sibling_pipelines.compile(M=64, N=64, K=256, first=first, second=second)
@@ -93,17 +96,26 @@ def test_seed000_sibling_pipelines(first, second, assert_close):
     assert "% 2, :, :]" in text and "% 4, :, :]" in text
 
 
-def test_issue3039_read_after_loop(assert_close):
+def test_issue3039_read_after_loop(device, assert_close):
     """TileLang #3039: the versioned tile read after the loop holds the last iteration's data."""
-    a, b = _inputs(128, 64, 160)  # 5 K tiles: the last one lives in slot 4 % 3 = 1
+    a, b = _inputs(128, 64, 160, device)  # 5 K tiles: the last one lives in slot 4 % 3 = 1
     c, d = read_after_loop(a, b)
     assert_close(c, (a.float() @ b.float()).half())
     assert_close(d, a[:, 128:160].contiguous())
 
 
-def test_seed001_buffer_outside_pipeline_untouched(assert_close):
-    a, b = _inputs(64, 128, 128)
+def test_seed001_buffer_outside_pipeline_untouched(device, assert_close):
+    a, b = _inputs(64, 128, 128, device)
     assert_close(staged_output(a, b), (a.float() @ b.float()).half())
     text = staged_output.compile(M=64, N=128, K=128).get_source("buffer_versioning")
     assert "C_shared = T.alloc_shared([64, 64], float16)" in text
     assert "A_shared = T.alloc_shared([3, 64, 32], float16)" in text
+
+
+# The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80 (the shapes above).
+COMPILE_CASES = {
+    **{f"sibling_pipelines-{first}-{second}": (lambda first=first, second=second: sibling_pipelines.compile(
+        M=64, N=64, K=256, first=first, second=second)) for first, second in SEED000_ORDERS},
+    "read_after_loop": lambda: read_after_loop.compile(M=128, N=64, K=160),
+    "staged_output": lambda: staged_output.compile(M=64, N=128, K=128),
+}

@@ -9,12 +9,15 @@ Two styles, detected from the decorated function's source:
   shapes, dtypes, device kind) and runs; `f.compile(**consts)` returns the `JITKernel`.
   `out_idx` is rejected (the `return` statement names the outputs).
 Caches are per decorated function, keyed by value (not by object identity), so repeated
-calls with equal arguments return the same `JITKernel` object.
+calls with equal arguments return the same `JITKernel` object.  `f.cache_info()` reports
+the cache as `functools.lru_cache` does (`CacheInfo(hits, misses, currsize)`: a miss is one
+compiled specialisation) and `f.cache_clear()` empties it.
 """
 from __future__ import annotations
 
 import ast
 import inspect
+from collections import namedtuple
 
 import torch
 
@@ -24,7 +27,9 @@ from tritile.frontend.source import FunctionSource
 from tritile.ir import nodes as ir
 from tritile.runtime.kernel import JITKernel
 
-__all__ = ["jit", "compile", "JITKernel"]
+__all__ = ["jit", "compile", "JITKernel", "CacheInfo"]
+
+CacheInfo = namedtuple("CacheInfo", "hits misses currsize")
 
 
 def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
@@ -72,6 +77,7 @@ class _JITBase:
         self.fn = fn
         self.options = options
         self._kernels = {}
+        self._hits = self._misses = 0
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -80,21 +86,38 @@ class _JITBase:
         keys = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags")
         return {k: self.options[k] for k in keys}
 
+    def _cached(self, key, build) -> JITKernel:
+        """The kernel cached under `key`, built by `build()` on a miss."""
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            self._misses += 1
+            kernel = self._kernels[key] = build()
+        else:
+            self._hits += 1
+        return kernel
+
+    def cache_info(self) -> CacheInfo:
+        """Specialisation cache statistics: `hits`, `misses` (= kernels compiled), `currsize`."""
+        return CacheInfo(self._hits, self._misses, len(self._kernels))
+
+    def cache_clear(self) -> None:
+        """Forget every compiled specialisation and reset the statistics."""
+        self._kernels.clear()
+        self._hits = self._misses = 0
+
 
 class LazyJIT(_JITBase):
     """`f(*consts)` -> the function's `@T.prim_func`, compiled and cached."""
 
     def __call__(self, *args, **kwargs) -> JITKernel:
-        key = (_freeze(args), _freeze(kwargs))
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            func = self.fn(*args, **kwargs)
-            if not isinstance(func, ir.PrimFunc):
-                raise TypeError(f"@tritile.jit function {self.fn.__name__} must return a @T.prim_func, got "
-                                f"{type(func).__name__}")
-            kernel = compile(func, out_idx=self.options["out_idx"], **self._compile_options())
-            self._kernels[key] = kernel
-        return kernel
+        return self._cached((_freeze(args), _freeze(kwargs)), lambda: self._build(*args, **kwargs))
+
+    def _build(self, *args, **kwargs) -> JITKernel:
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, ir.PrimFunc):
+            raise TypeError(f"@tritile.jit function {self.fn.__name__} must return a @T.prim_func, got "
+                            f"{type(func).__name__}")
+        return compile(func, out_idx=self.options["out_idx"], **self._compile_options())
 
     compile = __call__
 
@@ -112,12 +135,10 @@ class EagerJIT(_JITBase):
         self._probes = {}
 
     def compile(self, **consts) -> JITKernel:
-        key = ("compile", _freeze(consts))
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
-            self._kernels[key] = kernel
-        return kernel
+        return self._cached(("compile", _freeze(consts)), lambda: self._build(consts))
+
+    def _build(self, consts: dict) -> JITKernel:
+        return JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
 
     def __call__(self, *args, **kwargs):
         try:
@@ -144,11 +165,7 @@ class EagerJIT(_JITBase):
             consts[name] = int(tensor.shape[dim])
         key = ("call", _freeze(consts), tuple(str(t.dtype) for t in tensors),
                tuple(t.device.type for t in tensors))
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel = JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
-            self._kernels[key] = kernel
-        return kernel(*tensors)
+        return self._cached(key, lambda: self._build(consts))(*tensors)
 
 
 def _annotated_tensor_params(tree: ast.FunctionDef) -> list:

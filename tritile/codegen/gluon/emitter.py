@@ -95,6 +95,7 @@ class DescriptorArg:
     block_shape: tuple
     layout: lay.NVMMASharedLayout
     dtype: object
+    rows_view: bool = False  # over the tensor's [prod(shape[:-1]), shape[-1]] view
 
 
 @dataclass
@@ -285,13 +286,23 @@ class Emitter:
             masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)
 
-    def descriptor(self, region: ir.Region, layout) -> str:
+    def descriptor(self, region: ir.Region, layout) -> tuple:
+        """(descriptor argument name, coordinate list text) of a TMA tile of a global region;
+        rank-3+ tensors are addressed through their 2-D rows view (instructions.tma_rows_view)."""
         buf = region.buffer
-        key = (self.param_index[id(buf)], tuple(region.extents))
+        rows_view = len(buf.shape) > 2
+        block = tuple(region.extents[-2:]) if rows_view else tuple(region.extents)
+        key = (self.param_index[id(buf)], block, rows_view, str(layout))  # one descriptor per smem encoding
         if key not in self.descriptors:
             name = self.fresh(f"{self.name(buf)}_desc")
-            self.descriptors[key] = DescriptorArg(name, key[0], key[1], layout, buf.dtype)
-        return self.descriptors[key].name
+            self.descriptors[key] = DescriptorArg(name, key[0], block, layout, buf.dtype, rows_view)
+        starts = [self.expr(x).text for x in region.starts]
+        if rows_view:  # row = flattened index of (leading indices, row); the column start is 0
+            row = starts[0]
+            for start, dim in zip(starts[1:-1], buf.shape[1:-1]):
+                row = f"({row}) * {self.shape_text(dim)} + {start}"
+            starts = [row, starts[-1]]
+        return self.descriptors[key].name, ", ".join(starts)
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e) -> Val:

@@ -11,7 +11,8 @@ Paths:
   float32 inputs: we use exact FP32 FMA instead of TF32 tensor cores, so float32 GEMMs match
   torch's float32 matmul at 1e-4).
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
-  equal to one whole buffer version, same dtype, static 16-byte aligned row pitch).
+  equal to one whole buffer version, same dtype, static 16-byte aligned row pitch); a
+  rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
 """
@@ -67,11 +68,41 @@ def _static(x):
     return x.value if isinstance(x, ir.Const) else x
 
 
-def _tma_tile_ok(global_buf, box) -> bool:
-    """A TMA descriptor over rank-2 `global_buf` with block `box`: static 16-byte aligned
-    row pitch, a box row of at least 16 bytes, box dims <= 256 (the hardware limit)."""
+def _multiple_of(e, n: int) -> bool:
+    """Is the integer expression `e` provably a multiple of n (e.g. ``k * 128`` for 128)?"""
+    if isinstance(e, ir.Const):
+        return isinstance(e.value, int) and e.value % n == 0
+    if isinstance(e, ir.BinOp) and e.op == "*":
+        return _multiple_of(e.lhs, n) or _multiple_of(e.rhs, n)
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+        return _multiple_of(e.lhs, n) and _multiple_of(e.rhs, n)
+    return False
+
+
+def tma_rows_view(region) -> bool:
+    """A tile of a rank-3+ tensor served by a 2-D descriptor over its contiguous
+    ``[prod(shape[:-1]), shape[-1]]`` view: unit extents on the leading dims, whole static
+    last dim, and a row block that can never straddle two leading indices (the row dim is
+    a static multiple of the block and the block starts at a multiple of it).  Like every
+    TMA tile, the leading indices must lie inside the tensor."""
+    buf = region.buffer
+    if len(buf.shape) < 3 or any(e != 1 for e in region.extents[:-2]):
+        return False
+    rows, inner = buf.shape[-2], buf.shape[-1]
+    block_rows = region.extents[-2]
+    return (isinstance(rows, int) and isinstance(inner, int) and region.extents[-1] == inner
+            and _static(region.starts[-1]) == 0 and rows % block_rows == 0
+            and _multiple_of(region.starts[-2], block_rows))
+
+
+def _tma_tile_ok(region, box) -> bool:
+    """A TMA descriptor for `region` of a global tensor with block `box`: rank 2 (or a
+    `tma_rows_view`), static 16-byte aligned row pitch, a box row of at least 16 bytes, box
+    dims <= 256 (the hardware limit)."""
+    global_buf = region.buffer
     inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
-    return (len(global_buf.shape) == 2 and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
+    return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
+            and global_buf.dtype.bits in (8, 16, 32)
             and isinstance(inner, int) and (inner * elem) % 16 == 0 and box[-1] * elem >= 16
             and all(b <= 256 for b in box))
 
@@ -83,12 +114,12 @@ def uses_tma(copy, target) -> bool:
     if src.buffer.dtype != dst.buffer.dtype:
         return False
     tile = dst.buffer.tile_shape
-    if tuple(src.extents) != tuple(tile) or dst.tile_shape != tuple(tile):
+    if tuple(src.tile_shape) != tuple(tile) or dst.tile_shape != tuple(tile):
         return False
     lead = 1 if dst.buffer.num_versions > 1 else 0
     if any(_static(s) != 0 for s in dst.starts[lead:]):
         return False
-    return _tma_tile_ok(src.buffer, tile)
+    return _tma_tile_ok(src, tile)
 
 
 def uses_tma_store(copy, target) -> bool:
@@ -97,6 +128,6 @@ def uses_tma_store(copy, target) -> bool:
     src, dst = copy.src, copy.dst
     if not target.has_tma or src.buffer.scope != "fragment" or dst.buffer.scope != "global":
         return False
-    if tuple(src.extents) != tuple(src.buffer.shape) or tuple(dst.extents) != tuple(src.buffer.shape):
+    if tuple(src.extents) != tuple(src.buffer.shape) or tuple(dst.tile_shape) != tuple(src.buffer.shape):
         return False
-    return _tma_tile_ok(dst.buffer, tuple(dst.extents))
+    return _tma_tile_ok(dst, tuple(dst.tile_shape))

@@ -54,7 +54,10 @@ def _host_launcher(func, em, params, descs, dims) -> str:
     lines = [f"def tritile_launch(compiled, {', '.join(params + dims)}):"]
     for d in descs:
         t = params[d.param_index]
-        lines.append(f"    {d.name} = TensorDescriptor({t}, list({t}.shape), list({t}.stride()), "
+        shape, strides = f"list({t}.shape)", f"list({t}.stride())"
+        if d.rows_view:  # contiguous (checked at launch): the [prod(shape[:-1]), shape[-1]] view
+            shape, strides = f"[{t}.numel() // {t}.shape[-1], {t}.shape[-1]]", f"[{t}.shape[-1], 1]"
+        lines.append(f"    {d.name} = TensorDescriptor({t}, {shape}, {strides}, "
                      f"{list(d.block_shape)}, {_host_layout(d)}, padding=\"zero\")")
     lines.append(f"    compiled[({', '.join(grid)})]({', '.join(params + [d.name for d in descs] + dims)})")
     return "\n".join(lines) + "\n"

@@ -478,15 +478,15 @@ def _tma_store(em: Emitter, s):
     (`store_wait(0)`) before this statement ends, so it is free for any later use."""
     src, dst = s.src, s.dst
     dt = GL_DTYPES[dst.buffer.dtype.name]
-    shape = list(dst.extents)
+    shape = list(dst.tile_shape)
     layout = lay.nvmma_default_for(shape, dst.buffer.dtype.bits)
     stage = em.tmp("store_tile")
     em.emit(f"{stage} = gl.allocate_shared_memory({dt}, {shape}, {em.layout_name(layout)})")
     value = em.name(src.buffer) + ("" if src.buffer.dtype == dst.buffer.dtype else f".to({dt})")
     em.emit(f"{stage}.store({value})")
     em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy TMA read
-    coords = ", ".join(em.expr(x).text for x in dst.starts)
-    em.emit(f"tma.async_copy_shared_to_global({em.descriptor(dst, layout)}, [{coords}], {stage})")
+    desc, coords = em.descriptor(dst, layout)
+    em.emit(f"tma.async_copy_shared_to_global({desc}, [{coords}], {stage})")
     em.emit("tma.store_wait(0)")
 
 
@@ -500,12 +500,11 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     ring = em.rings.get(id(s))
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
-        desc = em.descriptor(s.src, layout)
+        desc, coords = em.descriptor(s.src, layout)
         bar = _ring_slot(em, ring, s.iteration)
         nbytes = em.expect_bytes.get(id(s))
         if nbytes is not None:
             em.emit(f"mbarrier.expect({bar}, {nbytes})")
-        coords = ", ".join(em.expr(x).text for x in s.src.starts)
         em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(s.dst, s.loc)})")
         return
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype:
