@@ -153,5 +153,7 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
     if read_after:
         body.append(ir.Copy(ir.Region.full(A_s), _region(D, (_mul(by, bm), _mul(bx, bk)), (bm, bk))))
     kernel = ir.Kernel((ir.Const(gx), ir.Const(gy)), (bx, by), 128, ir.Seq(body))
-    func = ir.PrimFunc("pipelined_gemm", [A, B, mask, C, D], kernel, out_idx=[3, 4], loc=LOC)
+    # runtime trip counts are the kernel's dynamic scalars (launch arguments on CUDA)
+    func = ir.PrimFunc("pipelined_gemm", [A, B, mask, C, D], kernel, out_idx=[3, 4], loc=LOC,
+                       dynamic_vars=list(dims))
     return Program(func, list(loops), dims, grid, tiles, outer, read_after, staged_store)

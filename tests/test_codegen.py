@@ -359,3 +359,21 @@ def test_sm90_attention_loads_k_v_with_tma_over_rows_view():
     k = compile_for(func, H100)
     assert k.asm["ptx"].count(TMA_LOAD) >= 2
     assert "[K.numel() // K.shape[-1], K.shape[-1]]" in k.source
+
+
+def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax():
+    from examples.flash_attention import flashattn, tile_config
+
+    k = compile_for(flashattn.fn(1, 2, 1024, 1024, 128, False, **tile_config("cuda")), H100)
+    src, ptx = k.source, k.asm["ptx"]
+    steady = src.split("for k_t in range(")[1].split("\n    mbarrier")[0]
+    # PV of i-1 is issued after QK^T of i; only QK^T is retired before the row max
+    pv = steady.index("warpgroup_mma(acc_s_cast")
+    assert steady.index("warpgroup_mma(Q_shared") < pv < steady.index("num_outstanding=1") < steady.index("gl.max(")
+    # the P operand stays live until the wait that retires PV, which precedes its rewrite
+    assert "warpgroup_mma_wait(num_outstanding=0, deps=(acc_o, acc_s_cast))" in steady
+    assert steady.index("gl.exp2(") < steady.index("num_outstanding=0")
+    # K of i+1 and V of i share one barrier (the group's), waits cover groups up to stop + 1
+    assert "V_shared.index(((k_t - 1) % 2))" in steady and "k_t_bars.index(k_t % 2), V_shared" in steady
+    assert "< (8 + 1)" in steady
+    assert "wgmma.wait_group.sync.aligned 1" in ptx

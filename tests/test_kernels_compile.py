@@ -21,32 +21,8 @@ SUITES = ["test_kernels_gemm", "test_kernels_reduce", "test_kernels_atomic", "te
           "test_kernels_attention", "test_kernels_pipeline", "test_kernels_examples", "test_pipeline_seeds"]
 TARGETS = {"sm90": Target("cuda", 90), "sm80": Target("cuda", 80)}
 
-_TRANSPOSED_REGISTER_OPERAND = ("CompileError: a transposed register operand ({}) of T.gemm is not supported by the "
-                                "Gluon backend yet")
-_FMA_REGISTER_B = ("CompileError: PassManager::run failed - ConvertTritonGPUToLLVM asserts `aElem.getType() == tgtTy` "
-                   "(DotOpToLLVM/FMA.cpp:28): the fp16 register B operand is lowered as an FMA dot "
-                   "(dot_op parent #blocked) into the fp32 accumulator")
-_CP_ASYNC_2_BYTES = ("CompileError: PassManager::run failed - cp.async does not support transfers smaller than 4 bytes; "
-                     "calculated this as 2 bytes (failed to legalize 'ttg.async_copy_global_to_local')")
-_KEEP_DIM_REDUCE = ("CompileError: tensor shape and layout rank mismatch: shape=[128], layout=BlockedLayout(...), shape "
-                    "rank=1, layout rank=2 (gl.arange over a (1, N) / (M, 1) fragment's 2-D layout)")
-_SHARED_1D_IN_PARALLEL = "CompileError: this indexing of shared buffer {} inside T.Parallel is not supported by the Gluon backend yet"
-
-# {case id: the backend's error} for the kernels the Gluon backend cannot compile yet.
-BACKEND_GAPS = {
-    **{f"kernels_gemm::matmul_register_operand-{layout}-{op}-s{stages}": _TRANSPOSED_REGISTER_OPERAND.format(f"{op}_local")
-       for layout, op in (("TN", "A"), ("TT", "A"), ("NT", "B"), ("TT", "B")) for stages in (0, 2)},
-    **{f"kernels_gemm::matmul_register_operand-{layout}-B-s{stages}": _FMA_REGISTER_B
-       for layout in ("NN", "TN") for stages in (0, 2)},
-    # runtime K (unknown alignment) and K = 33 (odd row stride): 2-byte cp.async of fp16 rows
-    "kernels_gemm::matmul_dynamic": _CP_ASYNC_2_BYTES,
-    "kernels_gemm::matmul_dynamic_eager": _CP_ASYNC_2_BYTES,
-    "kernels_pipeline::matmul_plain-K33-s2": _CP_ASYNC_2_BYTES,
-    "kernels_pipeline::matmul_plain-K33-s3": _CP_ASYNC_2_BYTES,
-    **{f"kernels_reduce::reduce-{kind}-dim{dim}-keep_dim": _KEEP_DIM_REDUCE for kind in ("max", "sum") for dim in (0, 1)},
-    "kernels_elementwise::bias_add_tiles-row": _SHARED_1D_IN_PARALLEL.format("bias_row"),
-    "kernels_elementwise::bias_add_tiles-col": _SHARED_1D_IN_PARALLEL.format("bias_col"),
-}
+# {case id: the backend's error} for the kernels the Gluon backend cannot compile yet (none today).
+BACKEND_GAPS = {}
 
 
 def compile_cases():

@@ -4,7 +4,8 @@
   column vectors);
 * row softmax over fragments (`T.reduce_max`, `T.exp`, `T.reduce_sum`), fp16 in and out;
 * `T.alloc_var` scalars as counters and accumulators in a serial loop;
-* Python `while` and `if` on runtime values (a per-row length read from a tensor).
+* Python `while` and `if` on runtime values (a per-row length read from a tensor);
+* `T.float16.max` / `.min` (the type's finite extremes) as clamp bounds.
 On the `device` fixture's tensors (CPU: the reference interpreter; CUDA: the Gluon kernel),
 against torch on the same device.
 """
@@ -155,6 +156,29 @@ def test_while_and_if_on_runtime_values(device, assert_close):
     assert_close(prefix_sums_by_sign(M, N)(a, lengths), expected)
 
 
+@tritile.jit(out_idx=[-1])
+def saturate_to_half(M, N, block_M, dtype="float32"):
+    """Clamps float32 values into float16's finite range, then casts: no infinities."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            for i, j in T.Parallel(block_M, N):
+                B[bx * block_M + i, j] = T.cast(
+                    T.min(T.max(A[bx * block_M + i, j], T.float16.min), T.float16.max), "float16")
+
+    return main
+
+
+def test_dtype_extremes_as_clamp_bounds(device, assert_close):
+    M, N = 64, 64
+    a = torch.randn(M, N, device=device) * 1e5  # many values beyond float16's 65504
+    expected = a.clamp(torch.finfo(torch.float16).min, torch.finfo(torch.float16).max).half()
+    out = saturate_to_half(M, N, 32)(a)
+    assert torch.isfinite(out).all()
+    assert_close(out, expected)
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
 COMPILE_CASES = {
     "bias_add_global": lambda: bias_add_global(128, 256, 64, 64),
@@ -163,4 +187,5 @@ COMPILE_CASES = {
     "softmax_rows": lambda: softmax_rows(128, 256, 32),
     "count_and_sum_positives": lambda: count_and_sum_positives(16, 64),
     "prefix_sums_by_sign": lambda: prefix_sums_by_sign(16, 64),
+    "saturate_to_half": lambda: saturate_to_half(64, 64, 32),
 }

@@ -1,10 +1,13 @@
 """Layout inference: encodings per buffer, swizzle choice, reconciliation, order independence."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from triton.experimental.gluon import language as gl
 
 from test_codegen import A100, H100, pipelined_gemm, shared_operand_two_gemms, softmax_rows
+from tritile.errors import CompileError
 from tritile.ir import dtypes as dt
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
@@ -115,3 +118,123 @@ def test_cpu_target_is_untouched():
 def test_fp32_gemm_uses_fma_blocked_accumulator():
     got = layouts_by_name(infer(pipelined_gemm(dtype=dt.float32, BK=32), H100))
     assert isinstance(got["C_local"], lay.BlockedLayout)
+
+
+# ------------------------------------------------------------------ backend gaps closed
+# (the kernels themselves compile to PTX in tests/test_kernels_compile.py; these pin down
+# the layout / instruction decisions behind them)
+
+def frontend_ir(jit_kernel):
+    return jit_kernel.stages[0][1]
+
+
+def gluon_source(func, target):
+    from tritile.codegen.gluon.kernel_module import emit_module
+
+    return emit_module(infer(func, target), target).source
+
+
+TARGETS = pytest.mark.parametrize("target", [H100, A100], ids=["sm90", "sm80"])
+
+
+@TARGETS
+@pytest.mark.parametrize("trans_a, trans_b, operand", [(True, False, "A"), (True, True, "A"),
+                                                       (False, True, "B"), (True, True, "B")])
+def test_transposed_register_operand_is_permuted_in_registers(target, trans_a, trans_b, operand):
+    from test_kernels_gemm import matmul_register_operand
+
+    func = frontend_ir(matmul_register_operand(128, 128, 128, 64, 64, 32, trans_a, trans_b, operand, 0))
+    got = layouts_by_name(infer(func, target))
+    # stored (K, M) / (N, K): no operand layout of its own, the dot gets its permutation
+    assert isinstance(got[f"{operand}_local"], lay.BlockedLayout)
+    assert f"gl.permute({operand}_local, (1, 0))" in gluon_source(func, target)
+
+
+@TARGETS
+@pytest.mark.parametrize("trans_b", [False, True], ids=["B_KN", "B_NK"])
+def test_register_b_operand_takes_mma_sync(target, trans_b):
+    from test_kernels_gemm import matmul_register_operand
+    from tritile.codegen.gluon import instructions as isel
+
+    func = before_layouts(frontend_ir(matmul_register_operand(128, 128, 128, 64, 64, 32, False, trans_b, "B", 0)),
+                          target)
+    gemm = next(n for n in walk(func.kernel.body) if isinstance(n, ir.Gemm))
+    assert isel.gemm_engine(gemm, target, 4) == "mma_v2"  # wgmma reads B from shared only
+
+
+def test_fma_gemm_computes_in_the_accumulator_dtype():
+    # K = 8 fp16: too short for mma.sync / wgmma, so the FMA engine with fp16 operands
+    src = gluon_source(pipelined_gemm(M=64, N=64, K=64, BM=64, BN=64, BK=8, S=2), A100)
+    dot = next(line for line in src.splitlines() if "gl.dot_fma(" in line)
+    assert dot.count(".to(gl.float32)") == 2
+
+
+@TARGETS
+@pytest.mark.parametrize("dim", [0, 1])
+def test_keep_dim_reduction_result_shares_its_source_layout(target, dim):
+    from test_kernels_reduce import reduce_rows_or_cols
+
+    func = frontend_ir(reduce_rows_or_cols(64, 128, "sum", dim, False, keep_dim=True))
+    got = layouts_by_name(infer(func, target))
+    assert got["B_local"] == got["A_local"]
+    assert f"gl.expand_dims(" in gluon_source(func, target)
+
+
+def _async_copy(shape, dtype, starts, extents):
+    src = ir.Buffer("A", shape, dtype, "global")
+    dst = ir.Buffer("A_shared", tuple(extents), dtype, "shared")
+    return ir.AsyncCopy(ir.Region(src, tuple(starts), tuple(extents)), ir.Region.full(dst))
+
+
+@pytest.mark.parametrize("shape, dtype, last_start, extents, ok", [
+    ((128, 128), dt.float16, ir.BinOp("*", ir.Var("k"), ir.const(32)), (64, 32), True),
+    ((128, 34), dt.float16, ir.const(0), (64, 32), True),  # 4-byte aligned rows
+    ((128, 33), dt.float16, ir.const(0), (64, 32), False),  # odd fp16 row stride
+    ((128, ir.Var("K")), dt.float16, ir.const(0), (64, 32), False),  # runtime row stride
+    ((128, 128), dt.float16, ir.Var("k"), (64, 32), False),  # column start of unknown parity
+    ((128, 128), dt.float16, ir.const(0), (64, 1), False),  # a column: 2-byte vectors
+    ((128, ir.Var("K")), dt.float32, ir.Var("k"), (64, 32), True),  # 4-byte elements: always
+    ((128, 130), dt.int8, ir.const(0), (64, 32), False),  # 1-byte elements need 4 | row stride
+])
+def test_cp_async_only_where_4_byte_vectors_are_provable(shape, dtype, last_start, extents, ok):
+    from tritile.codegen.gluon import instructions as isel
+
+    assert isel.uses_cp_async(_async_copy(shape, dtype, (ir.const(0), last_start), extents)) is ok
+
+
+@TARGETS
+def test_unaligned_async_copy_falls_back_to_a_synchronous_store(target):
+    from test_kernels_pipeline import COMPILE_CASES
+
+    src = gluon_source(frontend_ir(COMPILE_CASES["matmul_plain-K33-s2"]()), target)
+    a_copies = [line for line in src.splitlines() if "gl.load(A + " in line]
+    assert a_copies and all(".store(gl.load(A + " in line for line in a_copies)  # A (M, 33): synchronous
+    # B (33, 128): rows stay 16-byte aligned, B keeps its asynchronous path
+    b_copy = "tma.async_copy_global_to_shared(B_desc" if target is H100 else "cp.async_copy_global_to_shared(B_shared"
+    assert b_copy in src
+
+
+@TARGETS
+def test_shared_vector_broadcast_in_parallel_loads_a_slice(target):
+    from test_kernels_elementwise import bias_add_tiles
+
+    src = gluon_source(frontend_ir(bias_add_tiles(128, 192, 64, 64, "col")), target)
+    assert re.search(r"bias_col\.load\(\w+\)\[:, None\]", src)
+
+
+def test_unsupported_unit_dim_copy_is_a_compile_error_at_the_statement():
+    from test_codegen import compile_for
+
+    loc = ir.SourceLoc("kernel.py", 7, 0, "T.copy(v_shared, row)")
+    g = ir.Buffer("G", (128,), dt.float32, "global")
+    out = ir.Buffer("O", (1, 128), dt.float32, "global")
+    v = ir.Buffer("v_shared", (128,), dt.float32, "shared")
+    row = ir.Buffer("row", (1, 128), dt.float32, "fragment")
+    stmts = [ir.Alloc(v), ir.Alloc(row), ir.Copy(ir.Region.full(g), ir.Region.full(v)),
+             ir.Copy(ir.Region.full(v), ir.Region.full(row), loc=loc), ir.Copy(ir.Region.full(row), ir.Region.full(out))]
+    bx = ir.Var("bx")
+    func = ir.PrimFunc("unit_dims", [g, out], ir.Kernel((ir.const(1),), (bx,), 128, ir.Seq(stmts)), out_idx=[1])
+    with pytest.raises(CompileError) as info:
+        compile_for(func, H100)
+    assert info.value.loc == loc
+    assert "not supported by the Gluon backend" in info.value.message

@@ -235,3 +235,58 @@ def test_shared_memory_budget_error_names_buffers():
     program = gemm_program([LoopSpec(4, 2)], tiles=(256, 256, 64))
     with pytest.raises(CompileError, match=r"A_shared 131072 B.*B_shared 131072 B"):
         run_passes(program.func, Target("cuda", 80), stop_after="shared_memory_budget")
+
+
+# ------------------------------------------------------------------------------ deferred accumulation
+
+
+def _attention(seq, causal, num_stages=2):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.flash_attention import flashattn
+
+    return flashattn.fn(1, 2, seq, seq, 64, causal, block_M=64, block_N=64, num_stages=num_stages, threads=128)
+
+
+def _steady_body(func):
+    loops = [n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.pipelined_from]
+    return loops[0].body.stmts
+
+
+@pytest.mark.parametrize("seq", [64, 128, 256])  # trip counts 1 (< D), 2 (== D) and 4
+def test_attention_defers_pv_gemm_and_matches_torch_through_every_stage(seq):
+    from examples.flash_attention import ref_program
+
+    func = _attention(seq, causal=False)
+    q, k, v = (torch.randn(1, 2, seq, 64, dtype=torch.float16) for _ in range(3))
+    ref = ref_program(q, k, v, False)
+    for name, stage in run_passes(func, H100, stop_after="shared_memory_budget"):
+        out = torch.empty_like(q)
+        execute(stage, [q, k, v, out], {})  # raises HazardError on any unsafe emission
+        torch.testing.assert_close(out, ref, rtol=1e-2, atol=1e-2, msg=lambda m: f"after {name}: {m}")
+
+
+def test_attention_steady_state_issues_qk_then_pv_before_the_softmax():
+    stages = dict(run_passes(_attention(512, causal=False), H100, stop_after="pipeline_injection"))
+    body = _steady_body(stages["pipeline_injection"])
+    kinds = [type(s).__name__ for s in body]
+    gemms = [j for j, s in enumerate(body) if isinstance(s, ir.Gemm)]
+    reduce_max = next(j for j, s in enumerate(body) if isinstance(s, ir.Reduce) and s.kind == "max")
+    cast = max(j for j, s in enumerate(body) if isinstance(s, ir.Copy))
+    assert len(gemms) == 2 and gemms[1] < reduce_max, kinds
+    qk, pv = (body[j] for j in gemms)
+    assert qk.c.buffer.name == "acc_s" and pv.c.buffer.name == "acc_o"
+    # QK^T of i is retired with PV of i - 1 still in flight; PV retires before P is rewritten
+    assert isinstance(body[reduce_max - 1], ir.WaitMMA) and body[reduce_max - 1].pending == 1
+    assert isinstance(body[cast - 1], ir.WaitMMA) and body[cast - 1].pending == 0
+    # one commit group per step, holding K of i + 1 and V of i
+    copies = [s for s in body if isinstance(s, ir.AsyncCopy)]
+    assert [c.dst.buffer.name for c in copies] == ["K_shared", "V_shared"]
+    assert sum(isinstance(s, ir.CommitGroup) for s in body) == 1
+
+
+def test_dynamic_trip_count_keeps_the_plain_schedule():
+    stages = dict(run_passes(_attention(512, causal=True), H100, stop_after="pipeline_injection"))
+    body = _steady_body(stages["pipeline_injection"])
+    gemms = [j for j, s in enumerate(body) if isinstance(s, ir.Gemm)]
+    reduce_max = next(j for j, s in enumerate(body) if isinstance(s, ir.Reduce) and s.kind == "max")
+    assert gemms[0] < reduce_max < gemms[1]

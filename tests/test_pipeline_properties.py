@@ -1,6 +1,11 @@
 """Property test of the pipeline passes: random kernels with sibling pipelined loops give the
 same result before and after every pass, equal to torch, with no async hazard, and every
-versioned buffer is allocated with the maximum version count of the loops using it."""
+versioned buffer is allocated with the maximum version count of the loops using it.
+
+`test_replayed_programs_through_gluon` replays a fixed, derandomized set of the same generated
+programs through the whole compile path (passes planned for the target, Gluon, Triton): on CPU
+it compiles each to PTX for sm_90 and sm_80; on CUDA (`gpu`) it launches the kernel for the
+current device and compares with the torch reference."""
 import sys
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from tritile.lowering import run_passes  # noqa: E402
 from tritile.runtime.target import Target  # noqa: E402
 
 TARGET = Target("cuda", 90)
+GLUON_REPLAY_EXAMPLES = 40
 
 
 # manual (stage, order) plans for copy A, copy B, gemm; None = num_stages planning
@@ -79,3 +85,30 @@ def test_passes_preserve_semantics(program, seed):
             assert node.buffer.shape[0] == want or want == 1, text
     assert not any(isinstance(n, ir.For) and n.kind == "pipelined" and (n.num_stages >= 1 or n.stage)
                    for n in walk(final.kernel.body)), text
+
+
+def _device_target() -> Target:
+    major, minor = torch.cuda.get_device_capability()
+    return Target("cuda", major * 10 + minor)
+
+
+@settings(max_examples=GLUON_REPLAY_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(program=programs(), seed=st.integers(0, 2**16))
+def test_replayed_programs_through_gluon(program, seed, device):
+    from tritile.codegen.gluon import compile_kernel
+
+    if device == "cpu":
+        for target in (Target("cuda", 90), Target("cuda", 80)):
+            ptx = compile_kernel(run_passes(program.func, target)[-1][1], target).asm["ptx"]
+            assert f".target sm_{target.arch}" in ptx
+        return
+    target = _device_target()
+    kernel = compile_kernel(run_passes(program.func, target)[-1][1], target)
+    args = [t.to(device) for t in program.make_args(seed)]
+    kernel.launch(args, program.dims)
+    expected_c, expected_d = program.reference(program.make_args(seed))
+    torch.testing.assert_close(args[3].cpu(), expected_c, rtol=1e-4, atol=1e-3)
+    if program.read_after:
+        torch.testing.assert_close(args[4].cpu(), expected_d, rtol=0, atol=0)

@@ -2,6 +2,8 @@
 
 One `DType` object per type; they are compared by name.  `T.float16`, the string
 "float16" and `torch.float16` all normalise to the same object via `as_dtype`.
+`dtype.max` / `dtype.min` are the largest / lowest finite values as typed constants (TVM's
+`max_value` / `min_value`, which TileLang kernels use as `T.max_value(dtype)`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,16 @@ class DType:
 
     def __repr__(self) -> str:
         return self.name
+
+    @property
+    def max(self):
+        """The largest finite value of the type, as a typed `Const` (`T.float16.max` = 65504)."""
+        return self(_extremes(self)[1])
+
+    @property
+    def min(self):
+        """The lowest finite value of the type, as a typed `Const` (`T.float16.min` = -65504)."""
+        return self(_extremes(self)[0])
 
     def __call__(self, value):
         """`T.float32(0)` builds a typed constant (TileLang spelling)."""
@@ -79,6 +91,14 @@ _TO_TORCH = {
     "bool": torch.bool,
 }
 _FROM_TORCH = {v: _BY_NAME[k] for k, v in _TO_TORCH.items()}
+
+
+def _extremes(dtype: DType) -> tuple:
+    """(lowest, largest) finite values of `dtype`, from torch's finfo / iinfo."""
+    if dtype.kind == "bool":
+        return False, True
+    info = torch.finfo(dtype.torch) if dtype.is_float else torch.iinfo(dtype.torch)
+    return info.min, info.max
 
 
 def as_dtype(value) -> DType:

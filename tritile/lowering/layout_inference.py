@@ -23,9 +23,11 @@ shared:   wgmma operand or TMA destination -> NVMMASharedLayout of the stored ti
           fed through a permuted view, so seed 003's shared tile needs no conversion);
           mma.sync operand -> bank-conflict-free SwizzledSharedLayout; else unswizzled.
 fragment: gemm accumulator (NVMMADistributedLayout v3 / v2, BlockedLayout for FMA) >
-          register gemm operand (DotOperandLayout) > derived from a decided neighbour
+          register gemm operand (DotOperandLayout; not for a transposed one, which the
+          code generator permutes in registers) > derived from a decided neighbour
           (SliceLayout for reduction results and for 1-D fragments broadcast inside a
-          T.Parallel over a 2-D fragment) > coalesced BlockedLayout.
+          T.Parallel over a 2-D fragment; a keep-dim reduction's (1, N) / (M, 1) result
+          shares its source's BlockedLayout) > coalesced BlockedLayout.
 """
 from __future__ import annotations
 
@@ -99,7 +101,9 @@ def _decide_fragments(func, target, num_warps, fragments, decided):
         acc = isel.accumulator_layout(node, target, num_warps)
         strong.setdefault(node.c.buffer, set()).add((_ACCUMULATOR, str(acc), acc))
         for index, op in enumerate((node.a, node.b)):
-            if op.buffer.scope == "fragment":
+            # a transposed register operand is permuted in registers before the dot, so
+            # its stored (K, M) / (N, K) tile has no operand layout of its own
+            if op.buffer.scope == "fragment" and not (node.transpose_a, node.transpose_b)[index]:
                 dot = isel.operand_layout(node, index, target, num_warps)
                 strong.setdefault(op.buffer, set()).add((_DOT_OPERAND, str(dot), dot))
     for buf in fragments:
@@ -136,6 +140,9 @@ def _derivation_links(func) -> dict:
             src, dst, dim = node.src.buffer, node.dst.buffer, node.dim
             if len(dst.shape) == len(src.shape) - 1:
                 add(dst, lambda d, src=src, dim=dim: lay.slice_of(d[src], dim) if src in d else None)
+            elif len(dst.shape) == len(src.shape) and dst.shape[dim] == 1:
+                # keep-dim result: the source's blocked layout fits any shape (an MMA one does not)
+                add(dst, lambda d, src=src: d[src] if isinstance(d.get(src), lay.BlockedLayout) else None)
         elif isinstance(node, ir.Copy) and node.src.buffer.scope == node.dst.buffer.scope == "fragment":
             a, b = node.src.buffer, node.dst.buffer
             if tuple(a.shape) == tuple(b.shape):  # same layout: the copy is free

@@ -27,6 +27,17 @@ Guarantees
       step of lead, and all producers form one commit group per step (one mbarrier phase).
   Units of different stages in one time step belong to different iterations, so either
   order keeps every same-iteration dependency.
+* Deferred accumulation (auto-planned loops with a constant trip count, stages [0, D]):
+  when the last consumer is an accumulating gemm G2 whose A operand is a fragment the loop
+  computes (FlashAttention's ``O += P V`` after the softmax of ``S = Q K^T``), G2 and the
+  units after the last write of its A operand (the ``O *= rescale``) move to stage D+1, the
+  producers only they read (V) to stage D, and a time step is emitted as
+  ``copies; early (up to the first gemm, QK^T of i); late (rescale + G2 of i-1); middle
+  (softmax of i)``.  The tensor cores run G2(i-1) while the softmax of i computes; its
+  `WaitMMA` lands before the write of G2's operand (the P cast).  Taken only when the
+  early and late units touch disjoint buffers (their order within an iteration flips) and
+  no late unit reads a slot a stage-0 copy of its step refills; needs ``S >= D + 2``
+  versions no more than before (the late producers' slots stay D steps ahead).
 * Global->shared copies become `AsyncCopy(iteration=i, slot=version index)`; one
   `CommitGroup` per run of consecutive producers in a time step, emitted unconditionally
   (even when its producers are guarded off or dropped) so every time step commits the same
@@ -144,7 +155,14 @@ class _Pipeline:
         self.versioned = set(versioned_by(loop))
         stages = [s - low for s in sched.stages]
         self.D = max(stages, default=0)
-        if loop.order is not None or loop.stage is not None:
+        self.n = _trip_count(loop)
+        deferred = None
+        if loop.order is None and loop.stage is None and isinstance(self.n, ir.Const):
+            deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
+        if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"
+            stages, emit = deferred
+            self.D = max(stages)
+        elif loop.order is not None or loop.stage is not None:
             emit = sorted(range(len(stages)), key=lambda j: sched.orders[j])
         elif self.D >= 2:  # auto-planned, see "Emission order" above
             emit = sorted(range(len(stages)), key=lambda j: (-stages[j], sched.orders[j]))
@@ -170,7 +188,6 @@ class _Pipeline:
         self.R = run
         self.run_stage = [min(u.stage for u in by_index.values() if u.producer and u.run == r) for r in range(run)]
         self.units = [by_index[j] for j in emit]
-        self.n = _trip_count(loop)
 
     # ---------------------------------------------------------------- conflicts
     def _same_place(self, buf, ra, ua, step_a, rb, ub, step_b) -> bool:
@@ -310,6 +327,55 @@ class _Pipeline:
         if any(u.producer for u in self.units):
             out.append(ir.WaitGroup(0, loc=self.loop.loc))
         return out
+
+
+
+def _deferred_accumulation(stmts: list, stages: list, D: int, depth: int):
+    """(stages, emission order) that defers a loop's accumulating register-operand gemm by
+    one iteration, or None when the loop is not that shape.  See "Deferred accumulation"."""
+    if D < 1 or depth < D + 1 or any(s not in (0, D) for s in stages):
+        return None
+    cores = [split_unit(s).core for s in stmts]
+    acc = [accesses(s) for s in stmts]
+    producers = [j for j, c in enumerate(cores) if is_producer(c)]
+    if any(stages[j] != 0 for j in producers):
+        return None
+    consumers = [j for j in range(len(stmts)) if j not in producers]
+    gemms = [j for j in consumers if isinstance(cores[j], ir.Gemm)]
+    if len(gemms) < 2 or gemms[-1] != consumers[-1]:
+        return None
+    first, last = gemms[0], cores[gemms[-1]]
+    if last.a.buffer.scope != "fragment" or last.clear_accum:
+        return None
+    writers = [j for j in consumers if j < gemms[-1] and any(a.write and a.buffer is last.a.buffer for a in acc[j])]
+    if not writers or first > writers[-1]:
+        return None
+    early = [j for j in consumers if j <= first]
+    middle = [j for j in consumers if first < j <= writers[-1]]
+    late = [j for j in consumers if j > writers[-1]]
+
+    def touches(j, buf, write_only=False):
+        return any(a.buffer is buf and (a.write or not write_only) for a in acc[j])
+
+    def dependent(x, y):
+        return any(touches(y, a.buffer, write_only=not a.write) for a in acc[x])
+
+    if any(dependent(e, l) for e in early for l in late):
+        return None
+    late_producers = []
+    for p in producers:
+        readers = [j for j in consumers if touches(j, cores[p].dst.buffer)]
+        if readers and all(j in late for j in readers):
+            late_producers.append(p)
+        elif any(j in late for j in readers):
+            return None  # a late unit would read a slot its own step already refilled
+    new_stages = list(stages)
+    for j in late:
+        new_stages[j] = D + 1
+    for p in late_producers:
+        new_stages[p] = D
+    emit = [p for p in producers if p not in late_producers] + late_producers + early + late + middle
+    return new_stages, emit
 
 
 class _Injector(Transformer):

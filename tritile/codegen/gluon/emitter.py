@@ -117,6 +117,7 @@ class Ring:
     loop: ir.For
     stages: int
     has_tma: bool = False
+    span: int = 0  # a commit group of iteration g also holds copies of iterations g - span .. g - 1
 
 
 @dataclass
@@ -151,12 +152,16 @@ class Emitter:
         self.descriptors = {}  # (param index, block shape) -> DescriptorArg
         self.tokens = set()  # accumulators currently holding a wgmma token (async result)
         self.inflight = set()  # accumulators an async wgmma may still be writing
+        # async wgmmas issued since the last point the emitter lost track (a loop or branch
+        # boundary), oldest first: (accumulator, register A operand name or None)
+        self.issued = []
         self.par = None  # ParallelContext inside a T.Parallel
         self.rings = {}  # id(stmt) -> Ring (filled by rings.plan)
         self.ring_owner = {}  # id(For) -> Ring
         self.ring_before = {}  # id(stmt) -> [Ring] to allocate before it
         self.ring_after = {}  # id(stmt) -> [Ring] to invalidate after it
         self.expect_bytes = {}  # id(first TMA copy of a commit group) -> bytes of the group
+        self.copy_group = {}  # id(TMA copy) -> iteration of its commit group (whose barrier it signals)
         self.wait_iteration = {}  # id(WaitGroup) -> iteration Expr its TMA wait covers, or None
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}
@@ -216,22 +221,35 @@ class Emitter:
             self.wait_mma(0, waiting)
 
     def wait_mma(self, pending: int, bufs):
-        names = [self.name(b) for b in bufs]
+        """`warpgroup_mma_wait(pending)` over `bufs`.  An accumulator stays in flight only if
+        one of the `pending` newest tracked wgmmas writes it; a register A operand of a
+        retiring wgmma is passed as a dep so it stays live until the wait."""
+        known = len(self.issued) >= pending
+        newest = self.issued[len(self.issued) - pending:] if known else self.issued
+        retiring = self.issued[:len(self.issued) - pending] if known else []
+        operands = sorted({a for _, a in retiring if a is not None})
+        names = [self.name(b) for b in bufs] + [a for a in operands if a not in [self.name(b) for b in bufs]]
         deps = ", ".join(names) + ("," if len(names) == 1 else "")
         self.emit(f"{', '.join(names)} = warpgroup_mma_wait(num_outstanding={pending}, deps=({deps}))")
+        still = {acc for acc, _ in newest}
         for b in bufs:
             self.tokens.discard(b)
-            if pending == 0:
+            if pending == 0 or (known and b not in still):
                 self.inflight.discard(b)
+        if known:
+            self.issued = list(newest)
 
-    def shared_view(self, region: ir.Region, loc) -> str:
+    def shared_view(self, region: ir.Region, loc, rank: int = None) -> str:
         """A shared_memory_descriptor expression for a shared region: leading unit dims
-        (the version slot first) are indexed away down to the tile's rank, the rest must
-        be whole or a static slice."""
+        (the version slot first) are indexed away down to the tile's rank (or `rank`, that
+        of a register tensor keeping unit dims), the rest must be whole or a static slice."""
         buf = region.buffer
+        rank = len(region.tile_shape) if rank is None else rank
+        if buf.tile_shape and len(buf.tile_shape) < rank:
+            raise unsupported(f"a {rank}-D register tile of {len(buf.tile_shape)}-D shared buffer {buf.name}", loc)
         text = self.name(buf)
         lead = 0
-        while buf.ndim - lead > len(region.tile_shape) and region.extents[lead] == 1:
+        while buf.ndim - lead > rank and region.extents[lead] == 1:
             text += f".index({self.expr(region.starts[lead]).text})"
             lead += 1
         for pos, d in enumerate(range(lead, buf.ndim)):
@@ -256,11 +274,17 @@ class Emitter:
             acc = d if acc is None else f"{acc} * {_paren(d)}"
         return list(reversed(out))
 
-    def global_tile(self, region: ir.Region, layout_name: str, loc):
+    def global_tile(self, region: ir.Region, layout_name: str, loc, shape=None):
         """(pointer text, mask text) of a tile of a global region in a register layout whose
-        rank is the tile's rank."""
+        rank is the tile's rank, or the rank of `shape`: the register tensor's shape when it
+        keeps unit dims (a (1, N) fragment), which must then be the region's trailing extents."""
         buf = region.buffer
         tdims = [d for d, e in enumerate(region.extents) if e != 1]
+        if shape is not None and len(shape) != len(tdims):
+            if tuple(region.extents[len(region.extents) - len(shape):]) != tuple(shape):
+                raise unsupported(f"a copy between {buf.name}{list(region.extents)} and a tile of shape "
+                                  f"{list(shape)}", loc)
+            tdims = list(range(len(region.extents) - len(shape), len(region.extents)))
         rank = len(tdims)
         if rank > 2:
             raise unsupported(f"a {rank}-D tile of global tensor {buf.name}", loc)
@@ -268,7 +292,7 @@ class Emitter:
         offs, masks = [], []
         for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
             s = self.expr(start).text
-            if extent == 1:
+            if d not in tdims:
                 idx = s
             else:
                 if not is_pow2(extent):

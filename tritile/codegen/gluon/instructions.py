@@ -15,6 +15,15 @@ Paths:
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
+* `uses_cp_async`: a non-TMA async global->shared copy whose per-thread vectors are provably
+  4-byte aligned (cp.async moves 4/8/16 bytes); otherwise the copy is a synchronous masked
+  load + shared store, correct for any row stride (runtime `T.dynamic` dims, K = 33 fp16).
+
+Register (fragment) gemm operands are fed to the tensor cores as DotOperandLayout tensors;
+a transposed one (A stored (K, M), B stored (N, K)) is permuted in registers first, so it
+takes the same engine as an untransposed one.  wgmma reads B from shared memory only: a
+register B uses mma.sync.  The FMA engine computes in the accumulator's dtype (operands
+are cast to it: Triton's FMA dot requires equal element types).
 """
 from __future__ import annotations
 
@@ -30,15 +39,15 @@ def _is_tensor_core_dtype(dtype) -> bool:
 def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
     m, n, k = gemm_mnk(g)
     a_dt, b_dt = g.a.buffer.dtype, g.b.buffer.dtype
-    if a_dt != b_dt or not _is_tensor_core_dtype(a_dt) or g.b.buffer.scope != "shared":
+    if a_dt != b_dt or not _is_tensor_core_dtype(a_dt):
         return "fma"
     if a_dt.kind == "int" and g.c.buffer.dtype.name != "int32":
         return "fma"
-    if target.has_wgmma and k % (256 // a_dt.bits) == 0:
-        # 8-bit wgmma reads both smem operands K-major only.
+    if target.has_wgmma and g.b.buffer.scope == "shared" and k % (256 // a_dt.bits) == 0:
+        # 8-bit wgmma reads both smem operands K-major only (a register A is always K-major).
         k_major = (not g.transpose_a or g.a.buffer.scope != "shared") and g.transpose_b
         acc = lay.wgmma_accumulator(m, n, num_warps, g.policy, a_dt.bits)
-        if acc is not None and (a_dt.bits == 16 or k_major) and not (g.a.buffer.scope != "shared" and g.transpose_a):
+        if acc is not None and (a_dt.bits == 16 or k_major):
             return "wgmma"
     if k % (32 // a_dt.bits * 8) == 0 and lay.mma_v2_accumulator(m, n, num_warps, g.policy) is not None:
         if not (a_dt.bits == 8 and (g.transpose_a or not g.transpose_b)):
@@ -131,3 +140,22 @@ def uses_tma_store(copy, target) -> bool:
     if tuple(src.extents) != tuple(src.buffer.shape) or tuple(dst.tile_shape) != tuple(src.buffer.shape):
         return False
     return _tma_tile_ok(dst, tuple(dst.tile_shape))
+
+
+def uses_cp_async(copy) -> bool:
+    """Can cp.async serve this global->shared copy?  Each thread copies a contiguous vector
+    of the tile's last dim; Triton emits cp.async only when it proves every vector is at
+    least 4 bytes and 4-byte aligned.  The base pointer is 16-byte aligned (checked at
+    launch), so that holds for 1/2-byte elements when the tensor's last dim (a factor of
+    every other stride, and the bound of the last-dim mask) is a static multiple of 4 bytes
+    and the tile's last-dim start and extent are provable multiples of 4 bytes.  A runtime
+    last dim is never assumed aligned: such copies take the synchronous path."""
+    src = copy.src
+    buf = src.buffer
+    elem = buf.dtype.itemsize
+    if elem >= 4:
+        return True
+    per = 4 // elem
+    inner = buf.shape[-1]
+    return (isinstance(inner, int) and inner % per == 0 and src.extents[-1] % per == 0
+            and _multiple_of(src.starts[-1], per))

@@ -22,6 +22,11 @@ Guarantees (recorded on the `Emitter`):
   that statement) and `ring_after[id(stmt)]` (invalidate after it);
 * `expect_bytes[id(copy)]` = bytes of the copy's whole commit group, for the group's first
   TMA copy, so the emitter issues one `mbarrier.expect` per group before its copies;
+* `copy_group[id(copy)]` = the iteration tag of the copy's commit group: every TMA copy of
+  a group signals the group's barrier, even when the group mixes iterations (pipeline
+  injection's deferred accumulation commits V of i - 1 with K of i); `Ring.span` = how
+  many iterations older than its tag a group's copies can be, so a wait on group g is
+  live while ``g < stop + span``;
 * `wait_iteration[id(wait)]` = the iteration (an Expr) whose barrier a WaitGroup waits on,
   or None when no group can be pending;
 * `cp_async` = True when some AsyncCopy will be lowered to cp.async (then commit/wait
@@ -96,8 +101,11 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int):
     unguarded = all(not isinstance(s, ir.If) for s in loop.body.stmts if _members([s]))
     ring.has_tma = one_group_per_step and unguarded and any(
         isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
+    span = _group_span(loop, sections[1])
+    ring.has_tma = ring.has_tma and span is not None
     if not ring.has_tma:
         return
+    ring.span = span
     first = next(j for j in range(lo, hi) if _contains_async(stmts[j]))
     last = max(j for j in range(lo, hi) if _contains_async(stmts[j]))
     em.ring_before.setdefault(id(stmts[first]), []).append(ring)
@@ -111,9 +119,37 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int):
         elif isinstance(m, ir.CommitGroup):
             if group:
                 em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+            for c in group:
+                em.copy_group[id(c)] = m.iteration
             group = []
     if group:
         em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+
+
+def _lag(e, var):
+    """k for an iteration expression ``var - k`` (``var`` alone: 0), else None."""
+    if e is var:
+        return 0
+    if isinstance(e, ir.BinOp) and e.lhs is var and isinstance(e.rhs, ir.Const) and e.op in ("-", "+"):
+        return e.rhs.value if e.op == "-" else -e.rhs.value
+    return None
+
+
+def _group_span(loop, body: list):
+    """How many iterations older than its commit group's tag a steady-state copy can be (a
+    deferred-accumulation loop commits V of i - 1 with K of i), or None when not static."""
+    span, copies = 0, []
+    for m in body:
+        if isinstance(m, ir.AsyncCopy):
+            copies.append(m)
+        elif isinstance(m, ir.CommitGroup):
+            for c in copies:
+                lags = _lag(c.iteration, loop.var), _lag(m.iteration, loop.var)
+                if None in lags or lags[0] < lags[1]:
+                    return None
+                span = max(span, lags[0] - lags[1])
+            copies = []
+    return span
 
 
 def _resolve_waits(em: Emitter, section: list):

@@ -120,12 +120,18 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     if buf.scope == "fragment" and _identity(e.indices, par) and tuple(buf.shape) == tuple(par.loop.extents):
         return Val(_convert(em, em.name(buf), em.buffer_layout(buf), par.layout, par.layout_name),
                    frozenset(range(len(par.loop.vars))))
-    if buf.scope == "fragment" and len(buf.shape) == 1 and len(par.loop.vars) == 2:
+    if buf.scope in ("fragment", "shared") and len(buf.tile_shape) == 1 and len(par.loop.vars) == 2:
+        # a vector indexed by loop var k broadcasts along the other dim: read it in the
+        # loop layout's slice and expand
         for k, var in enumerate(par.loop.vars):
-            if e.indices[0] is var and buf.shape[0] == par.loop.extents[k]:
+            if e.indices[lead] is var and buf.tile_shape[0] == par.loop.extents[k]:
                 want = lay.slice_of(par.layout, 1 - k)
                 want_name = em.layout_name(f"gl.SliceLayout({1 - k}, {par.layout_name})")
-                text = _convert(em, em.name(buf), em.buffer_layout(buf), want, want_name)
+                if buf.scope == "fragment":
+                    text = _convert(em, em.name(buf), em.buffer_layout(buf), want, want_name)
+                else:
+                    view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+                    text = f"{view}.load({want_name})"
                 return Val(f"{text}[:, None]" if k == 0 else f"{text}[None, :]", frozenset([k]))
     if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
@@ -346,7 +352,9 @@ def _branch(em: Emitter, body, entry: set):
     """Emit one branch of an `if`; at its end every accumulator is a wgmma token exactly
     when it was one before the `if` (both branches must yield the same types)."""
     em.depth += 1
+    em.issued = []  # the other branch may have issued or retired differently
     em.body(body)
+    em.issued = []
     for buf in sorted(em.tokens - entry, key=em.name):
         em.wait_mma(0, [buf])
     for buf in sorted(entry - em.tokens, key=em.name):
@@ -370,6 +378,7 @@ def _loop(em: Emitter, header: str, body):
         em.tokens, em.inflight = set(tokens), set(inflight)
         em.emit(header)
         em.depth += 1
+        em.issued = []  # wgmmas of the previous iteration interleave with those before the loop
         em.body(body)
         em.depth -= 1
         if em.tokens <= tokens and em.inflight <= inflight:
@@ -385,6 +394,7 @@ def _loop(em: Emitter, header: str, body):
               for b in sorted(tokens - entry_tokens, key=em.name)]
     em.lines[at:at] = prefix
     em.tokens, em.inflight = tokens, inflight | em.inflight
+    em.issued = []
 
 
 def lower_for(em: Emitter, s: ir.For):
@@ -420,7 +430,10 @@ def lower_copy(em: Emitter, s):
     ss, ds = src.buffer.scope, dst.buffer.scope
     if tuple(src.tile_shape) != tuple(dst.tile_shape):
         raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
-    shape = list(dst.tile_shape)
+    # the register tensor's shape: a fragment's own shape (it may keep unit dims, e.g. a
+    # keep-dim reduction's (1, N)), else the tile's
+    frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
+    shape = list(frag.shape) if frag is not None else list(dst.tile_shape)
     ddt = GL_DTYPES[dst.buffer.dtype.name]
     cast = "" if src.buffer.dtype == dst.buffer.dtype else f".to({ddt})"
     for b in (src.buffer, dst.buffer):
@@ -432,7 +445,7 @@ def lower_copy(em: Emitter, s):
             _check_whole_fragment(dst, s.loc)
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
-            ptr, mask = em.global_tile(src, lname, s.loc)
+            ptr, mask = em.global_tile(src, lname, s.loc, shape)
             em.emit(f"{em.name(dst.buffer)} = gl.load({ptr}, mask={mask}, other=0){cast}")
             return
         lname = em.layout_name(blocked)
@@ -455,19 +468,22 @@ def lower_copy(em: Emitter, s):
         value, have = em.name(src.buffer), em.buffer_layout(src.buffer)
     else:  # shared
         have = blocked if ds != "fragment" else em.buffer_layout(dst.buffer)
-        value = f"{em.shared_view(src, s.loc)}.load({em.layout_name(have)})"
+        value = f"{em.shared_view(src, s.loc, len(shape))}.load({em.layout_name(have)})"
     if ds == "global":
         lname = em.layout_name(blocked)
         value = _convert(em, value, have, blocked, lname)
         tmp = em.tmp("v")
         em.emit(f"{tmp} = {value}{cast}")
-        ptr, mask = em.global_tile(dst, lname, s.loc)
+        ptr, mask = em.global_tile(dst, lname, s.loc, shape)
         em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
     elif ds == "shared":
-        em.emit(f"{em.shared_view(dst, s.loc)}.store({value}{cast})")
+        em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value}{cast})")
         _after_generic_shared_write(em)
     else:  # fragment
         _check_whole_fragment(dst, s.loc)
+        if ss == "fragment" and len(src.buffer.shape) != len(dst.buffer.shape):
+            raise unsupported(f"a T.copy between fragments of ranks {len(src.buffer.shape)} and "
+                              f"{len(dst.buffer.shape)}", s.loc)
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
         em.emit(f"{em.name(dst.buffer)} = {value}{cast}")
@@ -501,14 +517,15 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
         desc, coords = em.descriptor(s.src, layout)
-        bar = _ring_slot(em, ring, s.iteration)
+        bar = _ring_slot(em, ring, em.copy_group.get(id(s), s.iteration))
         nbytes = em.expect_bytes.get(id(s))
         if nbytes is not None:
             em.emit(f"mbarrier.expect({bar}, {nbytes})")
         em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(s.dst, s.loc)})")
         return
-    if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype:
-        return lower_copy(em, s)  # data visible earlier than required: still correct
+    if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
+            or not isel.uses_cp_async(s):
+        return lower_copy(em, s)  # synchronous: data visible earlier than required, still correct
     shape = list(s.dst.tile_shape)
     lname = em.layout_name(lay.blocked_for(shape, s.dst.buffer.dtype.bits, em.num_warps))
     ptr, mask = em.global_tile(s.src, lname, s.loc)
@@ -545,16 +562,20 @@ def lower_wait_group(em: Emitter, s: ir.WaitGroup):
     if iteration is None:
         em.emit("# no TMA group can be in flight here")
         return
+    # group g holds iterations g - span .. g: it has copies while g - span < stop
     it, stop = static_int(iteration), static_int(ring.loop.stop)
+    stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")
+    if stop is not None:
+        stop += ring.span
     if it is not None:
         if it < 0 or (stop is not None and it >= stop):
             em.emit(f"# iteration {it} has no TMA group to wait for")
             return
         wait = f"mbarrier.wait({ring.name}.index({it % ring.stages}), {(it // ring.stages) & 1}"
-        em.emit(f"{wait})" if stop is not None else f"{wait}, pred={it} < {em.expr(ring.loop.stop).text})")
+        em.emit(f"{wait})" if stop is not None else f"{wait}, pred={it} < ({stop_text}))")
         return
     it = _paren_text(em.expr(iteration).text)
-    stop = em.expr(ring.loop.stop).text
+    stop = f"({stop_text})" if ring.span else stop_text
     wait = f"mbarrier.wait({ring.name}.index({it} % {ring.stages}), ({it} // {ring.stages}) & 1"
     em.emit(f"{wait}, pred=({it} >= 0) & ({it} < {stop}))")
 
@@ -599,31 +620,38 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
     if engine == "wgmma" and s.is_async:
         em.tokens.add(c)
         em.inflight.add(c)
+        em.issued.append((c, a if s.a.buffer.scope == "fragment" and a.isidentifier() else None))
 
 
 def _operand(em: Emitter, g: ir.Gemm, index: int, engine: str) -> str:
+    """Operand `index` (0 = A, 1 = B) as wgmma wants it (a shared view) or as a register
+    DotOperandLayout tensor.  A transposed operand is stored (K, M) / (N, K): a shared one
+    is read through a permuted view, a register one is permuted in registers.  The FMA
+    engine computes in the accumulator's dtype (see `instructions`)."""
     region = (g.a, g.b)[index]
     transposed = (g.transpose_a, g.transpose_b)[index]
     buf = region.buffer
+    want = isel.operand_layout(g, index, em.target, em.num_warps)
     if buf.scope == "shared":
         view = em.shared_view(region, g.loc)
         if transposed:
             view += ".permute((1, 0))"
         if engine == "wgmma":
             return view
-        want = isel.operand_layout(g, index, em.target, em.num_warps)
-        return f"{view}.load({em.layout_name(want)})"
-    if buf.scope == "fragment":
-        if transposed:
-            raise unsupported(f"a transposed register operand ({buf.name}) of T.gemm", g.loc)
+        text = f"{view}.load({em.layout_name(want)})"
+    elif buf.scope == "fragment":
         _check_whole_fragment(region, g.loc)
-        want = isel.operand_layout(g, index, em.target, em.num_warps)
-        have = em.buffer_layout(buf)
-        text = _convert(em, em.name(buf), have, want, em.layout_name(want))
-        if buf.dtype != g.a.buffer.dtype:
-            text += f".to({GL_DTYPES[g.a.buffer.dtype.name]})"
-        return text
-    raise unsupported(f"T.gemm operand in {buf.scope} memory ({buf.name})", g.loc)
+        text, have = em.name(buf), em.buffer_layout(buf)
+        if transposed:
+            text = f"gl.convert_layout(gl.permute({text}, (1, 0)), {em.layout_name(want)})"
+        else:
+            text = _convert(em, text, have, want, em.layout_name(want))
+    else:
+        raise unsupported(f"T.gemm operand in {buf.scope} memory ({buf.name})", g.loc)
+    compute = g.c.buffer.dtype if engine == "fma" else g.a.buffer.dtype
+    if buf.dtype != compute:
+        text += f".to({GL_DTYPES[compute.name]})"
+    return text
 
 
 def lower_wait_mma(em: Emitter, s: ir.WaitMMA):
@@ -699,6 +727,12 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
     new = em.tmp("red")
     em.emit(f"{new} = {fn}({src}, axis={s.dim})")
     new_layout = lay.slice_of(layout, s.dim)
+    if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank:
+        if s.dst.buffer.shape[s.dim] != 1:
+            raise unsupported(f"T.reduce_{s.kind} along dim {s.dim} into {list(s.dst.buffer.shape)}", s.loc)
+        # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
+        em.emit(f"{new} = gl.expand_dims({new}, {s.dim})")
+        new_layout = layout
     if not s.clear:
         old, old_layout = _register_tile(em, s.dst, s.loc)
         old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
