@@ -51,6 +51,8 @@ Guarantees
   the newer gemms that are certainly issued (slot conflicts come from the slot formulas: two
   accesses of a loop-versioned buffer hit the same slot iff their iterations are congruent
   mod S).  After the epilogue: `WaitMMA(0)` and `WaitGroup(0)` drain the loop.
+* Everything a loop becomes (prologue, steady loop, epilogue, drains) is one `Seq`, so its
+  commit groups and waits are never mistaken for a sibling loop's (codegen's barrier rings).
 * With D == 0 (num_stages=1) the loop is one steady loop: async copies, a commit, a wait
   before the consumers, synchronous gemms, no versions.
 The result is hazard-free under the interpreter's async model for every trip count.
@@ -382,7 +384,10 @@ class _Injector(Transformer):
     def visit_For(self, loop):
         if loop.kind != "pipelined" or loop.schedule is None:
             return loop
-        return _Pipeline(loop).lower()
+        # one Seq per pipelined loop: code generators rely on it to tell which commit groups
+        # and waits belong to which loop's barrier ring (a loop with no steady-state For,
+        # e.g. a trip count of 0, still owns its empty groups and drains)
+        return ir.Seq(_Pipeline(loop).lower(), loc=loop.loc)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:

@@ -1,7 +1,7 @@
 """mbarrier rings for TMA pipelines: which async statements belong to which pipelined loop.
 
-Assumes pipeline_injection's output: inside one `Seq`,
-``[prologue time steps] For(t, D, n, pipelined_from=S) [epilogue time steps]``, where every
+Assumes pipeline_injection's output: one `Seq` per pipelined loop,
+``[prologue time steps] For(t, D, n, pipelined_from=S) [epilogue time steps] [drains]``, where every
 time step commits exactly one group per producer run, `AsyncCopy.iteration` /
 `CommitGroup.iteration` are 0-based iteration indices (valid when ``0 <= i < n``, the loop's
 `stop`), and iteration ``i`` lives in slot ``i % S``.  Between two pipelined loops of one
