@@ -377,3 +377,19 @@ def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax():
     assert "V_shared.index(((k_t - 1) % 2))" in steady and "k_t_bars.index(k_t % 2), V_shared" in steady
     assert "< (8 + 1)" in steady
     assert "wgmma.wait_group.sync.aligned 1" in ptx
+
+
+def test_cache_hit_binds_the_callers_runtime_dims():
+    """Two IRs that print the same share one compiled kernel, and each launches with its own
+    runtime-dim Vars (a cache hit used to keep the first IR's Vars: KeyError at launch)."""
+    from pipeline_programs import LoopSpec, gemm_program
+
+    from tritile.codegen.gluon import compile_kernel
+    from tritile.lowering import run_passes
+
+    target = Target("cuda", 90)
+    first, second = (gemm_program([LoopSpec(3, 4, dynamic=True)]) for _ in range(2))
+    k1 = compile_kernel(run_passes(first.func, target)[-1][1], target)
+    k2 = compile_kernel(run_passes(second.func, target)[-1][1], target)
+    assert k2.compiled is k1.compiled
+    assert k2._dynamic_vars == list(second.func.dynamic_vars) != list(first.func.dynamic_vars)

@@ -44,6 +44,11 @@ class GluonKernel:
         self._dynamic_vars = list(func.dynamic_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
 
+    def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
+        """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
+        runtime dims are looked up by `func`'s Vars, in the same order."""
+        return GluonKernel(func, self.source, self.compiled, self._host_launch)
+
     def launch(self, args, dim_values=None):
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
@@ -72,7 +77,8 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     key = cache.cache_key(ir_text, _specialization(func), target)
     hit = cache.lookup(key)
     if hit is not None:
-        return hit
+        # equal IR text, but the caller's runtime-dim Vars are other objects: bind them
+        return hit if hit.func is func else hit.bound_to(func)
     from tritile.codegen.gluon.kernel_module import emit_module
 
     try:
