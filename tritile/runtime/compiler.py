@@ -78,7 +78,8 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     hit = cache.lookup(key)
     if hit is not None:
         # equal IR text, but the caller's runtime-dim Vars are other objects: bind them
-        return hit if hit.func is func else hit.bound_to(func)
+        same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
+        return hit if same_vars else hit.bound_to(func)
     from tritile.codegen.gluon.kernel_module import emit_module
 
     try:
