@@ -38,23 +38,42 @@ def matmul(A, B, block_M: int = 128, block_N: int = 128, block_K: int = 32, num_
     return C
 
 
-def tile_config(device_type: str) -> dict:
-    """Tile sizes: a Hopper-sized config on CUDA, small tiles for the CPU interpreter."""
-    if device_type == "cuda":
-        # two warpgroups on a 128x256 tile: the fastest of the configs tried on an H100
-        return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
-    return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
+def tile_config(device_type: str, M: int = None, N: int = None, K: int = None) -> dict:
+    """Tile sizes for a problem shape (M, N, K; None = large).
+
+    CPU: small tiles for the interpreter.  CUDA (chosen on an H100, bench/NOTES.md): large M
+    uses two warpgroups on a 128x256 tile (when its tiles outnumber the SMs, the compiler
+    also makes the kernel persistent: lowering/persistent_tiles.py).  Small M leaves most SMs
+    idle with 128x256 tiles (M=128, N=4096: 16 programs on 132 SMs) and is bound by reading B,
+    so it takes narrow tiles with one warpgroup and a deeper pipeline: one 128-row tile
+    covers M <= 256 (B is read once), and M <= 64 takes 64-row tiles (wgmma's minimum)."""
+    if device_type != "cuda":
+        return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
+    if M is not None and M <= 64:
+        return dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128)
+    if M is not None and M <= 256:
+        return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
+    return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
+
+
+_compiled = {}  # (M, N, K, dtype) -> compiled kernel: a warm call skips the jit's argument parsing
 
 
 def tritile_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` for fp16/bf16 matrices (used by bench/bench_h100.py)."""
     dtype = T.bfloat16 if a.dtype == torch.bfloat16 else T.float16
-    return matmul(a, b, dtype=dtype, **tile_config(a.device.type))
+    (M, K), N = a.shape, b.shape[-1]
+    if a.device.type != "cuda":
+        return matmul(a, b, dtype=dtype, **tile_config(a.device.type))
+    key = (M, N, K, dtype)
+    if key not in _compiled:
+        _compiled[key] = build_matmul_kernel(M, N, K, dtype=dtype)
+    return _compiled[key](a, b)
 
 
-def build_matmul_kernel(M: int, N: int, K: int, device_type: str = "cuda"):
-    """The compiled fp16 kernel for one shape; call it as `kernel(a, b)` -> C."""
-    return matmul.compile(M=M, N=N, K=K, **tile_config(device_type))
+def build_matmul_kernel(M: int, N: int, K: int, device_type: str = "cuda", dtype=T.float16):
+    """The compiled kernel for one shape; call it as `kernel(a, b)` -> C."""
+    return matmul.compile(M=M, N=N, K=K, dtype=dtype, **tile_config(device_type, M, N, K))
 
 
 def main():

@@ -11,6 +11,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from kernels import gemm, gemm_eager, gemm_reference, make_operands
 
 GEMM_CONFIGS = [{"block_M": 32, "num_stages": 0}, {"block_M": 64, "num_stages": 2}]
 TUNING = dict(warmup=1, rep=1)  # ms: one warmup call, one timed call per config on CPU
@@ -23,10 +24,6 @@ def disk_cache(tmp_path, monkeypatch):
     return tmp_path / "autotune"
 
 
-def gemm_ref(a, b):
-    return (a.float() @ b.float()).to(a.dtype)
-
-
 def make_lazy_gemm(configs=GEMM_CONFIGS, compiled=None, **tune_options):
     """`compiled` (a list) records the config of every compilation: the lazy body runs once per compile."""
 
@@ -35,54 +32,17 @@ def make_lazy_gemm(configs=GEMM_CONFIGS, compiled=None, **tune_options):
     def matmul(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=2, dtype="float16"):
         if compiled is not None:
             compiled.append({"block_M": block_M, "num_stages": num_stages})
-
-        @T.prim_func
-        def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-                A_s = T.alloc_shared((block_M, block_K), dtype)
-                B_s = T.alloc_shared((block_K, block_N), dtype)
-                C_f = T.alloc_fragment((block_M, block_N), "float32")
-                T.clear(C_f)
-                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                    T.copy(A[by * block_M, k * block_K], A_s)
-                    T.copy(B[k * block_K, bx * block_N], B_s)
-                    T.gemm(A_s, B_s, C_f)
-                T.copy(C_f, C[by * block_M, bx * block_N])
-
-        return main
+        return gemm(M, N, K, block_M, block_N, block_K, in_dtype=dtype, out_dtype=dtype, num_stages=num_stages)
 
     return matmul
 
 
 def make_eager_gemm(configs=GEMM_CONFIGS, **tune_options):
-    @tritile.autotune(configs=configs, **{**TUNING, **tune_options})
-    @tritile.jit
-    def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2):
-        M, N, K = T.const("M, N, K")
-        A: T.Tensor((M, K), T.float16)
-        B: T.Tensor((K, N), T.float16)
-        C = T.empty((M, N), T.float16)
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_s = T.alloc_shared((block_M, block_K), T.float16)
-            B_s = T.alloc_shared((block_K, block_N), T.float16)
-            C_f = T.alloc_fragment((block_M, block_N), T.float32)
-            T.clear(C_f)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_s)
-                T.copy(B[k * block_K, bx * block_N], B_s)
-                T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C[by * block_M, bx * block_N])
-        return C
-
-    return matmul
-
-
-def operands(M=64, N=64, K=64):
-    return torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    return tritile.autotune(configs=configs, **{**TUNING, **tune_options})(tritile.jit(gemm_eager))
 
 
 def test_lazy_tunes_and_returns_best_kernel(assert_close, disk_cache):
-    matmul = make_lazy_gemm(ref_prog=gemm_ref)
+    matmul = make_lazy_gemm(ref_prog=gemm_reference)
     kernel = matmul(64, 64, 64)
     assert isinstance(kernel, tritile.JITKernel)
     result = matmul.last_result
@@ -90,24 +50,24 @@ def test_lazy_tunes_and_returns_best_kernel(assert_close, disk_cache):
     assert [config for config, _, _ in result.records] == GEMM_CONFIGS
     latencies = {tuple(config.items()): latency for config, latency, _ in result.records}
     assert kernel.config in GEMM_CONFIGS and kernel.latency == min(latencies.values()) > 0
-    a, b = operands()
-    assert_close(kernel(a, b), gemm_ref(a, b))
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
     entry = json.loads(next(disk_cache.glob("*.json")).read_text())
     assert GEMM_CONFIGS[entry["config_index"]] == kernel.config
     assert entry["arguments"]["M"] == "64" and "block_M" not in entry["arguments"]
 
 
 def test_eager_tunes_on_actual_tensors_and_runs_best(assert_close):
-    matmul = make_eager_gemm(ref_prog=gemm_ref)
-    a, b = operands(64, 64, 128)
+    matmul = make_eager_gemm(ref_prog=gemm_reference)
+    a, b = make_operands(64, 64, 128)
     a_before = a.clone()
-    assert_close(matmul(a, b), gemm_ref(a, b))
+    assert_close(matmul(a, b), gemm_reference(a, b))
     assert torch.equal(a, a_before)  # tuning ran on clones
     result = matmul.last_result
     assert result.config in GEMM_CONFIGS and result.latency > 0 and len(result.records) == 2
     # another shape is another tuning key
-    c, d = operands(128, 64, 64)
-    assert_close(matmul(c, d), gemm_ref(c, d))
+    c, d = make_operands(128, 64, 64)
+    assert_close(matmul(c, d), gemm_reference(c, d))
     assert matmul.last_result.source == "tuned"
 
 
@@ -120,7 +80,7 @@ def test_second_call_hits_memory_cache():
     assert matmul.last_result.source == "memory" and len(compiled) == len(GEMM_CONFIGS)
 
     eager = make_eager_gemm()
-    a, b = operands()
+    a, b = make_operands(64, 64, 64)
     eager(a, b)
     eager(a.clone(), b.clone())
     assert eager.last_result.source == "memory"
@@ -136,12 +96,12 @@ def test_fresh_state_reads_disk_cache(assert_close, disk_cache):
     kernel = fresh(64, 64, 64)
     assert fresh.last_result.source == "disk" and kernel.config == best
     assert compiled == [best]  # only the cached winner is compiled, nothing is timed
-    a, b = operands()
-    assert_close(kernel(a, b), gemm_ref(a, b))
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
     fresh_eager = make_eager_gemm()
-    fresh_eager(*operands())
-    make_eager_gemm()(*operands())
+    fresh_eager(*make_operands(64, 64, 64))
+    make_eager_gemm()(*make_operands(64, 64, 64))
     assert len(list(disk_cache.glob("*.json"))) == 2
 
 
@@ -162,11 +122,11 @@ def test_config_that_fails_to_compile_is_skipped(assert_close):
     assert kernel.config == GEMM_CONFIGS[0]
     skipped = matmul.last_result.records[0]
     assert skipped[0] == too_big and skipped[1] is None and "compile failed" in skipped[2]
-    a, b = operands()
-    assert_close(kernel(a, b), gemm_ref(a, b))
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
     with pytest.warns(UserWarning, match="skipping config"), pytest.raises(RuntimeError, match="no config"):
-        make_eager_gemm(configs=[too_big])(*operands())
+        make_eager_gemm(configs=[too_big])(*make_operands(64, 64, 64))
 
 
 def make_scale(configs, **tune_options):
@@ -215,11 +175,11 @@ def test_explicit_tunable_argument_skips_tuning(assert_close):
     matmul = make_lazy_gemm(compiled=compiled)
     kernel = matmul(64, 64, 64, block_M=32, num_stages=0)
     assert compiled == [{"block_M": 32, "num_stages": 0}] and matmul.last_result is None
-    a, b = operands()
-    assert_close(kernel(a, b), gemm_ref(a, b))
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
     eager = make_eager_gemm()
-    assert_close(eager(a, b, block_M=32), gemm_ref(a, b))
+    assert_close(eager(a, b, block_M=32), gemm_reference(a, b))
     assert eager.last_result is None
 
 

@@ -332,7 +332,7 @@ def _example_gemm(M, N, K):
     from examples.gemm import matmul, tile_config
     from tritile.frontend import parse_kernel
 
-    return parse_kernel(matmul.fn, dict(M=M, N=N, K=K, **tile_config("cuda")))
+    return parse_kernel(matmul.fn, dict(M=M, N=N, K=K, **tile_config("cuda", M, N, K)))
 
 
 def test_sm90_example_gemm_keeps_one_wgmma_in_flight_and_stores_with_tma():
@@ -393,3 +393,81 @@ def test_cache_hit_binds_the_callers_runtime_dims():
     k2 = compile_kernel(run_passes(second.func, target)[-1][1], target)
     assert k2.compiled is k1.compiled
     assert k2._dynamic_vars == list(second.func.dynamic_vars) != list(first.func.dynamic_vars)
+
+
+# ---------------------------------------------------------------- persistent tiles
+
+
+def _persistent(func, programs):
+    from tritile.lowering.persistent_tiles import persist
+
+    return persist(lowered(func, H100), programs)
+
+
+@pytest.mark.parametrize("programs,stages,M,N,K", [(3, 3, 160, 192, 96), (5, 2, 96, 224, 160), (7, 4, 64, 64, 32)])
+def test_persistent_tiles_keep_interpreter_results(programs, stages, M, N, K):
+    """Persistent scheduling (fewer programs than tiles, a tile count not a multiple of
+    them, every tile once in panel order) gives the non-persistent program's values;
+    the interpreter also checks that no async copy or gemm hazard crosses a tile boundary."""
+    import torch
+
+    from examples.gemm import matmul
+    from tritile.frontend import parse_kernel
+    from tritile.interpreter import execute
+
+    func = parse_kernel(matmul.fn, dict(M=M, N=N, K=K, block_M=32, block_N=32, block_K=32, num_stages=stages))
+    persistent = _persistent(func, programs)
+    loop = persistent.kernel.body.stmts[-1]
+    assert isinstance(loop, ir.For) and loop.var is persistent.attrs["persistent_tile_loop"]
+    a, b = torch.randn(M, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    ref = a.float() @ b.float()
+    for f in (func, persistent):
+        c_out = torch.full((M, N), float("nan"), dtype=torch.float16)  # every element must be written
+        execute(f, [a, b, c_out], {})
+        torch.testing.assert_close(c_out.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_persistent_tiles_enabled_only_when_tiles_leave_a_partial_wave(monkeypatch):
+    from tritile.lowering import persistent_tiles
+
+    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)
+    ragged, exact, few = _example_gemm(2048, 4096, 256), _example_gemm(128 * 11, 256 * 12, 256), _example_gemm(1024, 1024, 256)
+    assert persistent_tiles.run(lowered(ragged, H100), H100).attrs.get("persistent_tile_loop") is not None  # 256 tiles
+    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(exact, H100), H100).attrs  # 132 tiles
+    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(few, H100), H100).attrs  # 32 tiles
+    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(ragged, Target("cpu")), Target("cpu")).attrs
+    monkeypatch.setenv("TRITILE_PERSISTENT", "0")
+    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(ragged, H100), H100).attrs
+
+
+def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store():
+    """The mbarrier ring is initialised once, before the tile loop, and indexed by
+    tile_iter * (groups per tile) + iteration; the TMA store of a tile is waited on only
+    before the staging tile is written again (the next tile's epilogue) and after the loop."""
+    func = _example_gemm(2048, 4096, 512)  # 16 x 16 = 256 tiles of 128x256 on 132 SMs
+    from tritile.codegen.gluon import compile_kernel
+
+    k = compile_kernel(lowered(func, H100), H100)
+    src, ptx = k.source, k.asm["ptx"]
+    loop = src.index("for tile_iter in range(")
+    assert src.index("mbarrier.init(") < loop < src.index("mbarrier.expect(")
+    assert src.index("mbarrier.invalidate(") > src.rindex("tma.async_copy_shared_to_global(")
+    assert "(tile_iter * 8) + " in src  # 512 / 64 = 8 commit groups per tile
+    assert src.index("gl.allocate_shared_memory(gl.float16, [128, 256]") < loop
+    epilogue = src[src.rindex("tma.store_wait(0)", 0, src.rindex("tma.async_copy_shared_to_global(")):]
+    assert epilogue.index("tma.store_wait(0)") < epilogue.index(".store(C_local") and epilogue.count("store_wait") == 2
+    assert "min((16 * 16), 132)" in src and TMA_STORE in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+
+
+def test_tile_config_by_shape():
+    from examples.gemm import tile_config
+
+    assert tile_config("cuda", 16, 4096, 4096)["block_M"] == 64
+    assert tile_config("cuda", 128, 8192, 8192)["threads"] == 128
+    assert tile_config("cuda", 4096, 4096, 4096) == tile_config("cuda")
+
+
+@pytest.mark.parametrize("M", [16, 128])
+def test_sm90_small_m_configs_compile(M):
+    k = compile_for(_example_gemm(M, 1024, 512), H100)
+    assert TMA_LOAD in k.asm["ptx"] and "wgmma" in k.asm["ptx"] and k.metadata.num_warps == 4

@@ -7,41 +7,7 @@ from tritile.frontend import parse_kernel, probe_const_dims
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.ir.transform import walk
-
-
-def lazy_gemm(M, N, K, block_M, block_N, block_K, num_stages=3, dtype="float16", accum_dtype="float"):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
-
-
-def eager_gemm(A, B, block_M=64, block_N=64, block_K=32):
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor((M, K), T.float16)
-    B: T.Tensor[(K, N), "float16"]
-    C = T.empty((M, N), T.float16)
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M)) as (bx, by):
-        A_shared = T.alloc_shared((block_M, block_K), T.float16)
-        B_shared = T.alloc_shared((block_K, block_N), T.float16)
-        C_local = T.alloc_fragment((block_M, block_N), T.float32)
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-            T.copy(A[by * block_M, k * block_K], A_shared)
-            T.copy(B[k * block_K, bx * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local)
-        T.copy(C_local, C[by * block_M, bx * block_N])
-    return C
+from kernels import gemm, gemm_eager
 
 
 def _stmts(func, cls):
@@ -49,7 +15,7 @@ def _stmts(func, cls):
 
 
 def test_lazy_gemm_structure():
-    func = lazy_gemm(256, 128, 96, 64, 64, 32)
+    func = gemm(256, 128, 96, 64, 64, 32, num_stages=3)
     assert [p.name for p in func.params] == ["A", "B", "C"]
     assert [p.shape for p in func.params] == [(256, 96), (96, 128), (256, 128)]
     assert all(p.scope == "global" and p.dtype == T.float16 for p in func.params)
@@ -64,24 +30,24 @@ def test_lazy_gemm_structure():
     # head addresses take the other operand's extents
     assert [c.src.extents for c in copies] == [(64, 32), (32, 64), (64, 64)]
     assert copies[-1].dst.buffer.name == "C" and copies[-1].dst.extents == (64, 64)
-    (gemm,) = _stmts(func, ir.Gemm)
-    assert (gemm.a.buffer, gemm.b.buffer, gemm.c.buffer) == (allocs["A_shared"], allocs["B_shared"],
-                                                            allocs["C_local"])
-    assert not gemm.transpose_a and not gemm.transpose_b and gemm.policy == "Square"
-    assert all(s.loc is not None and s.loc.filename.endswith("test_frontend.py") for s in walk(kernel.body)
+    (gemm_op,) = _stmts(func, ir.Gemm)
+    assert (gemm_op.a.buffer, gemm_op.b.buffer, gemm_op.c.buffer) == (allocs["A_shared"], allocs["B_shared"],
+                                                                     allocs["C_local"])
+    assert not gemm_op.transpose_a and not gemm_op.transpose_b and gemm_op.policy == "Square"
+    assert all(s.loc is not None and s.loc.filename.endswith("kernels.py") for s in walk(kernel.body)
                if isinstance(s, ir.Stmt) and not isinstance(s, ir.Seq))
 
 
 def test_printer_shows_the_program():
-    text = format_func(lazy_gemm(128, 128, 128, 64, 64, 32))
+    text = format_func(gemm(128, 128, 128, 64, 64, 32, num_stages=3))
     for fragment in ("T.Kernel(2, 2, threads=128)", "T.alloc_shared([64, 32], float16)",
                      "T.Pipelined(0, 4, num_stages=3)", "T.gemm(A_shared", "T.copy(A[by * 64"):
         assert fragment in text, fragment
 
 
 def test_eager_gemm_with_const_dims():
-    assert probe_const_dims(eager_gemm, {}) == {"M": (0, 0), "K": (0, 1), "N": (1, 1)}
-    func = parse_kernel(eager_gemm, {"M": 128, "N": 64, "K": 96, "block_M": 32})
+    assert probe_const_dims(gemm_eager, {}) == {"M": (0, 0), "K": (0, 1), "N": (1, 1)}
+    func = parse_kernel(gemm_eager, {"M": 128, "N": 64, "K": 96, "block_M": 32})
     assert [p.name for p in func.params] == ["A", "B", "C"] and func.out_idx == [2]
     assert func.params[2].shape == (128, 64) and func.params[1].dtype == T.float16
     assert [g.value for g in func.kernel.grid] == [1, 4]
@@ -168,6 +134,6 @@ def test_runtime_if_ternary_while_and_alloc_var(assert_close):
 
 
 def test_end_to_end_gemm_through_the_interpreter(assert_close):
-    kernel = tritile.compile(lazy_gemm(128, 128, 64, 64, 64, 32, num_stages=2), out_idx=[2], target="cpu")
+    kernel = tritile.compile(gemm(128, 128, 64, 64, 64, 32, num_stages=2), out_idx=[2], target="cpu")
     a, b = torch.randn(128, 64, dtype=torch.float16), torch.randn(64, 128, dtype=torch.float16)
     assert_close(kernel(a, b), (a.float() @ b.float()).half())

@@ -1,6 +1,7 @@
-"""TileLang's reference kernels (elementwise, FlashAttention fwd, reductions, split-K
-atomic_add), written exactly as TileLang users write them, parse and (where the frontend
-alone decides the result) run correctly through the interpreter."""
+"""TileLang's reference kernels (elementwise, FlashAttention fwd from examples/flash_attention.py,
+reductions, split-K atomic_add, a `@T.macro` helper), written exactly as TileLang users write
+them, parse and (where the frontend alone decides the result) run correctly through the
+interpreter."""
 import pytest
 import torch
 
@@ -8,6 +9,8 @@ import tritile
 import tritile.language as T
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
+from kernels import splitk_gemm
+from test_kernels_examples import load_example
 
 
 def elementwise_add(M=128, N=128, block_M=32, block_N=32, dtype="float16"):
@@ -18,74 +21,6 @@ def elementwise_add(M=128, N=128, block_M=32, block_N=32, dtype="float16"):
                 y = by * block_M + i
                 x = bx * block_N + j
                 C[y, x] = A[y, x] + B[y, x]
-
-    return main
-
-
-def flashattn(batch=1, heads=2, seq_len=128, dim=64, is_causal=True, block_M=64, block_N=64, num_stages=1,
-              threads=128):
-    scale = (1.0 / dim) ** 0.5 * 1.44269504
-    shape = [batch, seq_len, heads, dim]
-    dtype = T.float16
-    accum_dtype = T.float32
-
-    @T.macro
-    def softmax(acc_s, scores_max, scores_max_prev, scores_scale, scores_sum, logsum):
-        T.copy(scores_max, scores_max_prev)
-        T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-        for i in T.Parallel(block_M):
-            scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-        for i in T.Parallel(block_M):
-            scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-        for i, j in T.Parallel(block_M, block_N):
-            acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-        T.reduce_sum(acc_s, scores_sum, dim=1)
-        for i in T.Parallel(block_M):
-            logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-
-    @T.prim_func
-    def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
-             Output: T.Tensor(shape, dtype)):
-        with T.Kernel(T.ceildiv(seq_len, block_M), heads, batch, threads=threads) as (bx, by, bz):
-            Q_shared = T.alloc_shared([block_M, dim], dtype)
-            K_shared = T.alloc_shared([block_N, dim], dtype)
-            V_shared = T.alloc_shared([block_N, dim], dtype)
-            O_shared = T.alloc_shared([block_M, dim], dtype)
-            acc_s = T.alloc_fragment([block_M, block_N], accum_dtype)
-            acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
-            acc_o = T.alloc_fragment([block_M, dim], accum_dtype)
-            scores_max = T.alloc_fragment([block_M], accum_dtype)
-            scores_max_prev = T.alloc_fragment([block_M], accum_dtype)
-            scores_scale = T.alloc_fragment([block_M], accum_dtype)
-            scores_sum = T.alloc_fragment([block_M], accum_dtype)
-            logsum = T.alloc_fragment([block_M], accum_dtype)
-
-            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(scores_max, -T.infinity(accum_dtype))
-            loop_range = (
-                T.min(T.ceildiv(seq_len, block_N), T.ceildiv((bx + 1) * block_M, block_N))
-                if is_causal else T.ceildiv(seq_len, block_N))
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
-                T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
-                if is_causal:
-                    for i, j in T.Parallel(block_M, block_N):
-                        acc_s[i, j] = T.if_then_else(bx * block_M + i >= k * block_N + j, 0,
-                                                     -T.infinity(acc_s.dtype))
-                else:
-                    T.clear(acc_s)
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                softmax(acc_s, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(block_M, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_shared)
-                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] /= logsum[i]
-            T.copy(acc_o, O_shared)
-            T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
 
     return main
 
@@ -106,36 +41,11 @@ def row_reduce(M=64, N=128, dtype="float32"):
     return main
 
 
-def split_k_gemm(tile_form, M=128, N=128, K=128, block_M=64, block_N=64, block_K=32, split_k=2,
-                 dtype="float16", accum_dtype="float", out_dtype="float32"):
-    splitK = K // split_k
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split_k, threads=128) as (bx, by, bz):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(splitK, block_K), num_stages=0):
-                T.copy(A[by * block_M, bz * splitK + ko * block_K], A_shared)
-                T.copy(B[bz * splitK + ko * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C_shared)
-            if tile_form:
-                T.atomic_add(C[by * block_M, bx * block_N], C_shared)
-            else:
-                for i, j in T.Parallel(block_M, block_N):
-                    T.atomic_add(C[by * block_M + i, bx * block_N + j], C_shared[i, j])
-
-    return main
-
-
-
 @pytest.mark.parametrize("causal", [True, False])
 def test_flash_attention_parses(causal):
-    func = flashattn(is_causal=causal)
+    # the example's @tritile.jit function; its __wrapped__ body returns the @T.prim_func
+    flashattn = load_example("flash_attention").flashattn.__wrapped__
+    func = flashattn(batch=1, heads=2, seq_q=128, seq_kv=128, dim=64, is_causal=causal)
     nodes = list(walk(func.kernel.body))
     assert any(isinstance(n, ir.Reduce) and n.kind == "max" and not n.clear for n in nodes)
     assert any(isinstance(n, ir.Call) and n.fn == "infinity" for n in nodes)
@@ -143,6 +53,27 @@ def test_flash_attention_parses(causal):
     assert [g.transpose_b for g in gemms] == [True, False] and {g.policy for g in gemms} == {"FullRow"}
     (loop,) = [n for n in nodes if isinstance(n, ir.For)]
     assert loop.kind == "pipelined" and isinstance(loop.stop, ir.Var if causal else ir.Const)
+
+
+def test_macro_inlines_at_each_call_site(assert_close):
+    @T.macro
+    def scale_tile(tile, factor):
+        for i, j in T.Parallel(32, 64):
+            tile[i, j] = tile[i, j] * factor
+
+    @T.prim_func
+    def scale_twice(X: T.Tensor((32, 64), "float32"), Y: T.Tensor((32, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((32, 64), "float32")
+            T.copy(X, tile)
+            scale_tile(tile, 2.0)
+            scale_tile(tile, 3.0)
+            T.copy(tile, Y)
+
+    assert len([n for n in walk(scale_twice.kernel.body) if isinstance(n, ir.Parallel)]) == 2
+    kernel = tritile.compile(scale_twice, out_idx=-1, target="cpu")
+    x = torch.randn(32, 64)
+    assert_close(kernel(x), x * 6.0)
 
 
 def test_elementwise_runs(assert_close):
@@ -161,7 +92,8 @@ def test_reductions_run(assert_close):
 
 @pytest.mark.parametrize("tile_form", [False, True], ids=["scalar", "tile"])
 def test_split_k_atomic_add(tile_form):
-    func = split_k_gemm(tile_form)
+    func = splitk_gemm(128, 128, 128, 64, 64, 32, split_k=2, form="tile_head" if tile_form else "scalar",
+                       num_stages=0)
     (atomic,) = [n for n in walk(func.kernel.body) if isinstance(n, ir.AtomicAdd)]
     assert isinstance(atomic.value, ir.Region if tile_form else ir.Expr)
     assert atomic.dst.extents == ((1, 64, 64)[1:] if tile_form else (1, 1))

@@ -134,3 +134,36 @@ def test_example_flash_attention_cuda_config(causal, dim):
 
     q, k, v = (torch.randn(2, 2, 256, dim, device="cuda", dtype=torch.float16) for _ in range(3))
     close(tritile_attention(q, k, v, causal), ref_program(q, k, v, causal), 1e-2)
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 1000, 512), (128, 4096, 256), (1100, 4104, 192)])
+def test_example_gemm_shape_aware_configs(M, N, K):
+    """tritile_matmul picks its config by shape (small M: one warpgroup, narrow tiles; large:
+    128x256 tiles, persistent when the tiles leave a partial wave, as 9 x 17 = 153 here).
+    Row strides stay multiples of 16 bytes, as TMA requires."""
+    from examples.gemm import tritile_matmul
+
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    close(tritile_matmul(a, b), a.float() @ b.float(), 1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_persistent_gemm_forced_on_a_ragged_shape(dtype):
+    """Persistent tiles with few programs (each runs several tiles: the mbarrier phase continues
+    across tiles and the TMA store drains under the next tile) on a ragged shape."""
+    import tritile.language as T
+    from examples.gemm import matmul, tile_config
+    from test_codegen import lowered
+    from tritile.codegen.gluon import compile_kernel
+    from tritile.frontend import parse_kernel
+    from tritile.lowering.persistent_tiles import persist
+
+    t_dtype = T.bfloat16 if dtype == torch.bfloat16 else T.float16
+    func = parse_kernel(matmul.fn, dict(M=700, N=1304, K=328, dtype=t_dtype, **tile_config("cuda")))
+    k = compile_kernel(persist(lowered(func, device_target()), 5), device_target())  # 6 x 6 tiles on 5 programs
+    a = torch.randn(700, 328, device="cuda", dtype=dtype)
+    b = torch.randn(328, 1304, device="cuda", dtype=dtype)
+    c = torch.full((700, 1304), float("nan"), device="cuda", dtype=dtype)
+    k.launch([a, b, c], {})
+    close(c, a.float() @ b.float(), 1e-2)

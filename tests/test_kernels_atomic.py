@@ -10,41 +10,9 @@ import pytest
 import torch
 
 import tritile
-import tritile.language as T
+from kernels import splitk_gemm
 
-
-@tritile.jit
-def matmul_splitk(M, N, K, block_M, block_N, block_K, split_k, form, dtype="float16",
-                  accum_dtype="float32", out_dtype="float32"):
-    split_len = K // split_k
-
-    @T.prim_func
-    def main(
-            A: T.Tensor((M, K), dtype),
-            B: T.Tensor((K, N), dtype),
-            C: T.Tensor((M, N), out_dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split_k, threads=128) as (bx, by, bz):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(split_len, block_K), num_stages=2):
-                T.copy(A[by * block_M, bz * split_len + ko * block_K], A_shared)
-                T.copy(B[bz * split_len + ko * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C_shared)
-            if form == "tile_region":
-                T.atomic_add(C[by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], C_shared)
-            elif form == "tile_head":
-                T.atomic_add(C[by * block_M, bx * block_N], C_shared)
-            else:
-                for i, j in T.Parallel(block_M, block_N):
-                    if by * block_M + i < M and bx * block_N + j < N:
-                        T.atomic_add(C[by * block_M + i, bx * block_N + j], C_shared[i, j])
-
-    return main
+matmul_splitk = tritile.jit(splitk_gemm)
 
 
 SPLITK_CASES = [

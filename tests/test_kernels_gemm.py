@@ -13,86 +13,11 @@ import torch
 
 import tritile
 import tritile.language as T
+from kernels import gemm, gemm_eager, gemm_reference, make_operands, matmul, matmul_eager
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]  # (trans_A, trans_B)
 LAYOUT_IDS = ["NN", "TN", "NT", "TT"]
-
-
-@tritile.jit(out_idx=[-1])
-def matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, in_dtype, out_dtype, accum_dtype,
-           num_stages, threads=128):
-    A_shape = (K, M) if trans_A else (M, K)
-    B_shape = (N, K) if trans_B else (K, N)
-    A_shared_shape = (block_K, block_M) if trans_A else (block_M, block_K)
-    B_shared_shape = (block_N, block_K) if trans_B else (block_K, block_N)
-
-    @T.prim_func
-    def main(
-            A: T.Tensor(A_shape, in_dtype),
-            B: T.Tensor(B_shape, in_dtype),
-            C: T.Tensor((M, N), out_dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared(A_shared_shape, in_dtype)
-            B_shared = T.alloc_shared(B_shared_shape, in_dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
-                    T.copy(A[k * block_K, by * block_M], A_shared)
-                else:
-                    T.copy(A[by * block_M, k * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, k * block_K], B_shared)
-                else:
-                    T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local, trans_A, trans_B)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
-
-
-@tritile.jit
-def matmul_eager(A, B, trans_A: bool = False, trans_B: bool = False, num_stages: int = 2,
-                 block_M: int = 64, block_N: int = 64, block_K: int = 32, in_dtype=T.float16,
-                 out_dtype=T.float16, accum_dtype=T.float32):
-    M, N, K = T.const("M, N, K")
-    A_shape = (K, M) if trans_A else (M, K)
-    B_shape = (N, K) if trans_B else (K, N)
-    A: T.Tensor[A_shape, in_dtype]
-    B: T.Tensor[B_shape, in_dtype]
-    C = T.empty((M, N), out_dtype)
-
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), in_dtype)
-        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), in_dtype)
-        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            if trans_A:
-                T.copy(A[k * block_K, by * block_M], A_shared)
-            else:
-                T.copy(A[by * block_M, k * block_K], A_shared)
-            if trans_B:
-                T.copy(B[bx * block_N, k * block_K], B_shared)
-            else:
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-        T.copy(C_local, C[by * block_M, bx * block_N])
-    return C
-
-
-def make_operands(M, N, K, trans_A, trans_B, dtype, device):
-    a = torch.randn((K, M) if trans_A else (M, K), dtype=dtype, device=device)
-    b = torch.randn((N, K) if trans_B else (K, N), dtype=dtype, device=device)
-    return a, b
-
-
-def reference(a, b, trans_A, trans_B, out_dtype):
-    a = a.float().T if trans_A else a.float()
-    b = b.float().T if trans_B else b.float()
-    return (a @ b).to(out_dtype)
 
 
 @pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
@@ -103,7 +28,7 @@ def test_gemm_lazy(trans_A, trans_B, dtype, num_stages, device, assert_close):
     kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", num_stages)
     a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
     c = kernel(a, b)
-    assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+    assert_close(c, gemm_reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
 
 @pytest.mark.parametrize("num_stages", [0, 1, 2, 3])
@@ -115,7 +40,7 @@ def test_gemm_eager(trans_A, trans_B, dtype, num_stages, device, assert_close):
     a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
     c = matmul_eager(a, b, trans_A=trans_A, trans_B=trans_B, num_stages=num_stages,
                      in_dtype=tl_dtype, out_dtype=tl_dtype)
-    assert_close(c, reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+    assert_close(c, gemm_reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
 
 def test_gemm_lazy_kernel_is_cached_per_arguments():
@@ -126,7 +51,7 @@ def test_gemm_lazy_kernel_is_cached_per_arguments():
 def test_gemm_eager_compile_returns_a_kernel(device, assert_close):
     kernel = matmul_eager.compile(M=128, N=128, K=128, num_stages=2)
     a, b = make_operands(128, 128, 128, False, False, torch.float16, device)
-    assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+    assert_close(kernel(a, b), gemm_reference(a, b, False, False, torch.float16))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
@@ -135,56 +60,20 @@ def test_gemm_padded_shape(trans_A, trans_B, dtype, device, assert_close):
     M, N, K = 200, 136, 72  # none a multiple of its tile: edge tiles read zeros, drop writes
     kernel = matmul(M, N, K, 64, 64, 32, trans_A, trans_B, dtype, dtype, "float32", 2)
     a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
-    assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+    assert_close(kernel(a, b), gemm_reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
 
 @pytest.mark.parametrize("num_stages", [0, 3])
 def test_gemm_padded_shape_eager(num_stages, device, assert_close):
     a, b = make_operands(200, 136, 72, False, False, torch.float16, device)
     c = matmul_eager(a, b, num_stages=num_stages)
-    assert_close(c, reference(a, b, False, False, torch.float16))
+    assert_close(c, gemm_reference(a, b, False, False, torch.float16))
 
 
-@tritile.jit(out_idx=[-1])
-def matmul_register_operand(M, N, K, block_M, block_N, block_K, trans_A, trans_B, operand, num_stages,
-                            dtype="float16", accum_dtype="float32"):
+def matmul_register_operand(M, N, K, block_M, block_N, block_K, trans_A, trans_B, operand, num_stages):
     """`operand` "A" gives TileLang's matmul_rs (A from registers), "B" its matmul_sr."""
-    A_shape = (K, M) if trans_A else (M, K)
-    B_shape = (N, K) if trans_B else (K, N)
-    A_shared_shape = (block_K, block_M) if trans_A else (block_M, block_K)
-    B_shared_shape = (block_N, block_K) if trans_B else (block_K, block_N)
-
-    @T.prim_func
-    def main(
-            A: T.Tensor(A_shape, dtype),
-            B: T.Tensor(B_shape, dtype),
-            C: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared(A_shared_shape, dtype)
-            B_shared = T.alloc_shared(B_shared_shape, dtype)
-            A_local = T.alloc_fragment(A_shared_shape, dtype)
-            B_local = T.alloc_fragment(B_shared_shape, dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
-                    T.copy(A[k * block_K, by * block_M], A_shared)
-                else:
-                    T.copy(A[by * block_M, k * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, k * block_K], B_shared)
-                else:
-                    T.copy(B[k * block_K, bx * block_N], B_shared)
-                if operand == "A":
-                    T.copy(A_shared, A_local)
-                    T.gemm(A_local, B_shared, C_local, trans_A, trans_B)
-                else:
-                    T.copy(B_shared, B_local)
-                    T.gemm(A_shared, B_local, C_local, trans_A, trans_B)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, num_stages=num_stages,
+                  register_operand=operand)
 
 
 @pytest.mark.parametrize("num_stages", [0, 2])
@@ -194,31 +83,13 @@ def test_gemm_register_operand(trans_A, trans_B, operand, num_stages, device, as
     M = N = K = 128
     kernel = matmul_register_operand(M, N, K, 64, 64, 32, trans_A, trans_B, operand, num_stages)
     a, b = make_operands(M, N, K, trans_A, trans_B, torch.float16, device)
-    assert_close(kernel(a, b), reference(a, b, trans_A, trans_B, torch.float16))
+    assert_close(kernel(a, b), gemm_reference(a, b, trans_A, trans_B, torch.float16))
 
 
 @tritile.jit(out_idx=[-1])
-def matmul_dynamic(block_M, block_N, block_K, num_stages, dtype="float16", accum_dtype="float32"):
+def matmul_dynamic(block_M, block_N, block_K, num_stages):
     M, N, K = T.dynamic("m, n, k")
-
-    @T.prim_func
-    def main(
-            A: T.Tensor((M, K), dtype),
-            B: T.Tensor((K, N), dtype),
-            C: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+    return gemm(M, N, K, block_M, block_N, block_K, num_stages=num_stages)
 
 
 RUNTIME_SIZES = [(128, 128, 128), (200, 136, 72), (64, 192, 96)]
@@ -228,37 +99,22 @@ def test_gemm_dynamic_shapes_one_kernel(device, assert_close):
     kernel = matmul_dynamic(64, 64, 32, 2)
     for M, N, K in RUNTIME_SIZES:
         a, b = make_operands(M, N, K, False, False, torch.float16, device)
-        assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+        assert_close(kernel(a, b), gemm_reference(a, b, False, False, torch.float16))
     # the lazy cache hands back the same kernel, compiled once for every runtime size
     assert matmul_dynamic(64, 64, 32, 2) is kernel
     assert len(kernel.func.dynamic_vars) == 3
 
 
-@tritile.jit
-def matmul_dynamic_eager(A, B, num_stages: int = 2, block_M: int = 64, block_N: int = 64,
-                         block_K: int = 32, dtype=T.float16, accum_dtype=T.float32):
-    M, N, K = T.dynamic("m, n, k")
-    A: T.Tensor[[M, K], dtype]
-    B: T.Tensor[[K, N], dtype]
-    C = T.empty((M, N), dtype)
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-        A_shared = T.alloc_shared((block_M, block_K), dtype)
-        B_shared = T.alloc_shared((block_K, block_N), dtype)
-        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            T.copy(A[by * block_M, k * block_K], A_shared)
-            T.copy(B[k * block_K, bx * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local)
-        T.copy(C_local, C[by * block_M, bx * block_N])
-    return C
+# its own jit object, so its cache statistics count only the calls of the test below
+matmul_dynamic_eager = tritile.jit(gemm_eager)
 
 
 def test_gemm_dynamic_shapes_eager(device, assert_close):
     matmul_dynamic_eager.cache_clear()
     for M, N, K in RUNTIME_SIZES:
         a, b = make_operands(M, N, K, False, False, torch.float16, device)
-        assert_close(matmul_dynamic_eager(a, b), reference(a, b, False, False, torch.float16))
+        c = matmul_dynamic_eager(a, b, dynamic_dims=True)
+        assert_close(c, gemm_reference(a, b, False, False, torch.float16))
     # T.dynamic dims are not part of the specialisation: three sizes, one compiled kernel
     info = matmul_dynamic_eager.cache_info()
     assert (info.misses, info.hits, info.currsize) == (1, 2, 1)
@@ -322,28 +178,8 @@ def test_gemm_block_sparse(num_stages, mask_via_local, device, assert_close):
     assert_close(kernel(a, b, mask), ref.to(torch.float16))
 
 
-@tritile.jit(out_idx=[-1])
-def matmul_swizzled(M, N, K, block_M, block_N, block_K, panel_size, order, dtype="float16",
-                    accum_dtype="float32"):
-    @T.prim_func
-    def main(
-            A: T.Tensor((M, K), dtype),
-            B: T.Tensor((K, N), dtype),
-            C: T.Tensor((M, N), dtype),
-    ):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.use_swizzle(panel_size, order=order)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
+def matmul_swizzled(M, N, K, block_M, block_N, block_K, panel_size, order):
+    return matmul(M, N, K, block_M, block_N, block_K, swizzle_panel=panel_size, swizzle_order=order)
 
 
 @pytest.mark.parametrize("order", ["row", "column"])
@@ -351,7 +187,7 @@ def test_gemm_use_swizzle(order, device, assert_close):
     M, N, K = 256, 192, 64  # a 3 x 4 grid: the panel size does not divide it
     kernel = matmul_swizzled(M, N, K, 64, 64, 32, 2, order)
     a, b = make_operands(M, N, K, False, False, torch.float16, device)
-    assert_close(kernel(a, b), reference(a, b, False, False, torch.float16))
+    assert_close(kernel(a, b), gemm_reference(a, b, False, False, torch.float16))
 
 
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel of
@@ -372,7 +208,7 @@ COMPILE_CASES = {
         lambda ta=ta, tb=tb, op=op, stages=stages: matmul_register_operand(128, 128, 128, 64, 64, 32, ta, tb, op, stages))
        for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS) for op in ("A", "B") for stages in (0, 2)},
     "matmul_dynamic": lambda: matmul_dynamic(64, 64, 32, 2),
-    "matmul_dynamic_eager": lambda: matmul_dynamic_eager.compile(),
+    "matmul_dynamic_eager": lambda: matmul_dynamic_eager.compile(dynamic_dims=True),
     **{f"blocksparse_matmul-{'local' if local else 'global'}-s{stages}": (
         lambda stages=stages, local=local: blocksparse_matmul(128, 128, 128, 64, 64, 32, stages, local))
        for stages in (0, 1, 2, 3) for local in (False, True)},

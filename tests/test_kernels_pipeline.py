@@ -18,10 +18,7 @@ import torch
 
 import tritile
 import tritile.language as T
-
-
-def matmul_reference(a, b):
-    return (a.float() @ b.float()).to(a.dtype)
+from kernels import gemm, gemm_reference, matmul
 
 
 @tritile.jit(out_idx=[-1])
@@ -66,7 +63,7 @@ def test_sibling_pipelines_share_buffers(stages, device, assert_close):
     kernel = matmul_sibling_pipelines(M, N, K, 64, 64, 32, stages)
     a = torch.randn(M, K, dtype=torch.float16, device=device)
     b = torch.randn(K, N, dtype=torch.float16, device=device)
-    assert_close(kernel(a, b), matmul_reference(a, b))
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
 
 @tritile.jit(out_idx=[-1])
@@ -130,7 +127,7 @@ def test_versioned_buffer_read_after_loop(num_stages, device, assert_close):
     a = torch.randn(M, K, dtype=torch.float16, device=device)
     b = torch.randn(K, N, dtype=torch.float16, device=device)
     c, last_a = kernel(a, b)
-    assert_close(c, matmul_reference(a, b))
+    assert_close(c, gemm_reference(a, b))
     assert torch.equal(last_a, a[:, K - block_K:])
 
 
@@ -169,45 +166,6 @@ def test_shared_tile_feeds_gemms_with_different_transpose(num_stages, device, as
     assert_close(kernel(q, x), (s.float() @ x.float()).to(torch.float16))
 
 
-@tritile.jit(out_idx=[-1])
-def matmul_plain(M, N, K, block_M, block_N, block_K, num_stages, dtype="float16", accum_dtype="float32"):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
-
-
-def matmul_manual_schedule(M, N, K, block_M, block_N, block_K, order, stage, dtype="float16",
-                           accum_dtype="float32"):
-    """A plain function returning the prim_func, compiled with `tritile.compile` as TileLang's
-    test_pipeline_order_stage does."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), order=order, stage=stage):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return main
-
-
 TRIP_COUNT_CASES = [
     (33, 2),  # TileLang #2365: the second K tile holds one valid column
     (33, 3),
@@ -226,19 +184,21 @@ MANUAL_SCHEDULES = [
 @pytest.mark.parametrize("K, num_stages", TRIP_COUNT_CASES)
 def test_trip_counts_and_residual_k(K, num_stages, device, assert_close):
     M, N = 64, 128
-    kernel = matmul_plain(M, N, K, 64, 64, 32, num_stages)
+    kernel = matmul(M, N, K, 64, 64, 32, num_stages=num_stages)
     a = torch.randn(M, K, dtype=torch.float16, device=device)
     b = torch.randn(K, N, dtype=torch.float16, device=device)
-    assert_close(kernel(a, b), matmul_reference(a, b))
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
 
 @pytest.mark.parametrize("order, stage", MANUAL_SCHEDULES, ids=str)
 def test_manual_order_and_stage(order, stage, device, assert_close):
     M, N, K = 128, 128, 160
-    kernel = tritile.compile(matmul_manual_schedule(M, N, K, 64, 64, 32, order, stage), out_idx=[2])
+    # a plain function returning the prim_func, compiled with `tritile.compile` as TileLang's
+    # test_pipeline_order_stage does
+    kernel = tritile.compile(gemm(M, N, K, 64, 64, 32, order=order, stage=stage), out_idx=[2])
     a = torch.randn(M, K, dtype=torch.float16, device=device)
     b = torch.randn(K, N, dtype=torch.float16, device=device)
-    assert_close(kernel(a, b), matmul_reference(a, b))
+    assert_close(kernel(a, b), gemm_reference(a, b))
 
 
 @tritile.jit(out_idx=[-1])
@@ -303,10 +263,10 @@ COMPILE_CASES = {
         128, 128, 160, 64, 64, 32, stages)) for stages in (2, 3)},
     **{f"two_gemms_one_tile-s{stages}": (lambda stages=stages: two_gemms_one_tile(128, 128, 64, 64, 64, stages))
        for stages in (0, 2)},
-    **{f"matmul_plain-K{K}-s{stages}": (lambda K=K, stages=stages: matmul_plain(64, 128, K, 64, 64, 32, stages))
+    **{f"matmul_plain-K{K}-s{stages}": (lambda K=K, stages=stages: matmul(64, 128, K, 64, 64, 32, num_stages=stages))
        for K, stages in TRIP_COUNT_CASES},
     **{f"matmul_manual_schedule-{order}-{stage}": (lambda order=order, stage=stage: tritile.compile(
-        matmul_manual_schedule(128, 128, 160, 64, 64, 32, order, stage), out_idx=[2]))
+        gemm(128, 128, 160, 64, 64, 32, order=order, stage=stage), out_idx=[2]))
        for order, stage in MANUAL_SCHEDULES},
     "matmul_nt_parallel_load": lambda: matmul_nt_parallel_load(128, 128, 128, 64, 64, 32),
     "gather_row_blocks": lambda: gather_row_blocks(4, 16, 64),

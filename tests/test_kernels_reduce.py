@@ -55,35 +55,33 @@ def reduce_reference(a, init, kind, dim, clear):
     return result if clear else TORCH_COMBINE[kind](result, init)
 
 
+def check_reduce(kind, dim, clear, keep_dim, device, assert_close):
+    """Runs `reduce_rows_or_cols` on a random 64 x 128 tile and a random initial output."""
+    M, N = 64, 128
+    kernel = reduce_rows_or_cols(M, N, kind, dim, clear, keep_dim=keep_dim)
+    a = torch.randn(M, N, device=device)
+    init_shape = ((M, 1) if dim == 1 else (1, N)) if keep_dim else (M if dim == 1 else N,)
+    init = torch.randn(init_shape, device=device)
+    assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, clear))
+
+
 @pytest.mark.parametrize("clear", [True, False])
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["max", "min", "sum"])
 def test_reduce(kind, dim, clear, device, assert_close):
-    M, N = 64, 128
-    kernel = reduce_rows_or_cols(M, N, kind, dim, clear)
-    a = torch.randn(M, N, device=device)
-    init = torch.randn(M if dim == 1 else N, device=device)
-    assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, clear))
+    check_reduce(kind, dim, clear, False, device, assert_close)
 
 
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["abssum", "absmax"])
 def test_reduce_abs(kind, dim, device, assert_close):
-    M, N = 64, 128
-    kernel = reduce_rows_or_cols(M, N, kind, dim, True)
-    a = torch.randn(M, N, device=device)
-    init = torch.randn(M if dim == 1 else N, device=device)
-    assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, True))
+    check_reduce(kind, dim, True, False, device, assert_close)
 
 
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("kind", ["max", "sum"])
 def test_reduce_keeps_reduced_dim_as_one(kind, dim, device, assert_close):
-    M, N = 64, 128
-    kernel = reduce_rows_or_cols(M, N, kind, dim, False, keep_dim=True)
-    a = torch.randn(M, N, device=device)
-    init = torch.randn((M, 1) if dim == 1 else (1, N), device=device)
-    assert_close(kernel(a, init), reduce_reference(a, init, kind, dim, False))
+    check_reduce(kind, dim, False, True, device, assert_close)
 
 
 @tritile.jit(out_idx=[-1])

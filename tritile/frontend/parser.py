@@ -256,8 +256,9 @@ class Parser:
             self.emit(ir.Alloc(buf, init, loc=loc))
             frame[name] = _Binding(buf)
 
-    def _scoped_block(self, body) -> ir.Seq:
-        self.frames.append({})
+    def _scoped_block(self, body, bindings: dict = None) -> ir.Seq:
+        """`body` parsed into its own Seq, in a new scope that starts with `bindings` (name -> value)."""
+        self.frames.append({name: _Binding(value) for name, value in (bindings or {}).items()})
         self.blocks.append([])
         try:
             self.statements(body)
@@ -473,14 +474,14 @@ class Parser:
                 raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
                                    f"names", loc)
             loop_vars = tuple(ir.Var(n) for n in names)
-            body = self._loop_body(names, loop_vars, node.body)
+            body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
             self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)
         var = ir.Var(names[0])
         start, stop, step = (exprs.cast(v, "int32", loc) for v in (spec.start, spec.stop, spec.step))
-        body = self._loop_body(names, (var,), node.body)
+        body = self._scoped_block(node.body, {names[0]: var})
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
 
@@ -495,16 +496,6 @@ class Parser:
                 start, stop, step = (0, args[0], 1) if len(args) == 1 else (args + [1])[:3]
                 return tile_ops.LoopSpec("serial", start, stop, step)
         return self.eval(iter_node)
-
-    def _loop_body(self, names, loop_vars, body) -> ir.Seq:
-        self.frames.append({n: _Binding(v) for n, v in zip(names, loop_vars)})
-        self.blocks.append([])
-        try:
-            self.statements(body)
-        finally:
-            self.frames.pop()
-            stmts = self.blocks.pop()
-        return ir.Seq(stmts)
 
     def stmt_FunctionDef(self, node):
         raise CompileError("nested function definitions are not supported inside a kernel; define helpers "

@@ -16,6 +16,7 @@ PASSES = [
     ("pipeline_injection", "pipeline_injection"),
     ("shared_memory_budget", "shared_memory_budget"),
     ("layout_inference", "layout_inference"),
+    ("persistent_tiles", "persistent_tiles"),
 ]
 
 PASS_NAMES = [name for name, _ in PASSES]

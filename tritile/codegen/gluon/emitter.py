@@ -118,6 +118,9 @@ class Ring:
     stages: int
     has_tma: bool = False
     span: int = 0  # a commit group of iteration g also holds copies of iterations g - span .. g - 1
+    # inside a persistent tile loop the ring lives across tiles: groups committed by earlier
+    # tiles (tile_iter * groups per tile, an Expr) shift every barrier index and phase
+    phase_base: object = None
 
 
 @dataclass
@@ -166,6 +169,12 @@ class Emitter:
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}
         self.defined = set()  # ids of Vars bound so far (dims, block ids, loop vars, lets)
+        # persistent tile loop (lowering/persistent_tiles.py): its var, its indent depth and,
+        # while it is emitted, the staging tiles allocated once before it (id(store) -> (name, line))
+        self.tile_loop_var = func.attrs.get("persistent_tile_loop")
+        self.tile_loop_depth = None
+        self.tile_loop_prefix = None
+        self.deferred_tma_stores = False  # a TMA store is still reading its staging tile
 
     # ---------------------------------------------------------------- output
     def emit(self, text: str):

@@ -19,7 +19,9 @@ iterations outside ``[0, n)`` (empty groups) are predicated off.
 Guarantees (recorded on the `Emitter`):
 * `rings[id(stmt)]` = the `Ring` of every AsyncCopy / CommitGroup / WaitGroup of a loop;
 * `ring_owner[id(loop)]`, `ring_before[id(stmt)]` (allocate + init the ring's barriers before
-  that statement) and `ring_after[id(stmt)]` (invalidate after it);
+  that statement) and `ring_after[id(stmt)]` (invalidate after it); for a loop directly in a
+  persistent tile loop (lowering/persistent_tiles.py) that statement is the tile loop, and
+  `Ring.phase_base` = tile_iter * (groups per tile) continues the barrier phases across tiles;
 * `expect_bytes[id(copy)]` = bytes of the copy's whole commit group, for the group's first
   TMA copy, so the emitter issues one `mbarrier.expect` per group before its copies;
 * `copy_group[id(copy)]` = the iteration tag of the copy's commit group: every TMA copy of
@@ -69,8 +71,13 @@ def _contains_async(s) -> bool:
 
 def plan(em: Emitter, body: ir.Seq):
     em.ring_before, em.ring_after = {}, {}
+    tile_loop = next((n for n in walk(body) if isinstance(n, ir.For) and n.var is em.tile_loop_var), None)
+    # rings of loops directly in a persistent tile loop's body (through nested Seqs only) live
+    # across its tiles
+    direct = _seqs_of(tile_loop.body) if tile_loop is not None else ()
     seqs = [n for n in walk(body) if isinstance(n, ir.Seq)]
     for seq in seqs:
+        across = tile_loop if any(seq is d for d in direct) else None
         stmts = seq.stmts
         loops = [i for i, s in enumerate(stmts) if _is_pipelined(s)]
         for n, i in enumerate(loops):
@@ -83,11 +90,20 @@ def plan(em: Emitter, body: ir.Seq):
                 gap = range(i + 1, loops[n + 1])
                 hi = next((j for j in gap if any(isinstance(m, ir.AsyncCopy) for m in _members([stmts[j]]))),
                           loops[n + 1])
-            _make_ring(em, stmts, lo, i, hi)
+            _make_ring(em, stmts, lo, i, hi, across)
     em.cp_async = any(isinstance(n, ir.AsyncCopy) and not _served_by_tma(em, n) for n in walk(body))
 
 
-def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int):
+def _seqs_of(seq: ir.Seq) -> list:
+    """`seq` and the Seqs nested in it without an enclosing loop or branch."""
+    out = [seq]
+    for s in seq.stmts:
+        if isinstance(s, ir.Seq):
+            out.extend(_seqs_of(s))
+    return out
+
+
+def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     loop = stmts[at]
     sections = [_members(stmts[lo:at]), _members(loop.body.stmts), _members(stmts[at + 1:hi])]
     members = [m for section in sections for m in section]
@@ -108,8 +124,16 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int):
     ring.span = span
     first = next(j for j in range(lo, hi) if _contains_async(stmts[j]))
     last = max(j for j in range(lo, hi) if _contains_async(stmts[j]))
-    em.ring_before.setdefault(id(stmts[first]), []).append(ring)
-    em.ring_after.setdefault(id(stmts[last]), []).append(ring)
+    if tile_loop is not None:
+        # every tile commits groups 0 .. stop + span - 1, each signalling its barrier once
+        # (persistent_tiles checked that the loop bounds are the same for every tile)
+        groups = ir.BinOp("+", loop.stop, ir.Const(span)) if span else loop.stop
+        ring.phase_base = ir.BinOp("*", tile_loop.var, groups)
+        first = last = None
+    before = tile_loop if first is None else stmts[first]
+    after = tile_loop if last is None else stmts[last]
+    em.ring_before.setdefault(id(before), []).append(ring)
+    em.ring_after.setdefault(id(after), []).append(ring)
     for section in sections:
         _resolve_waits(em, section)
     group = []

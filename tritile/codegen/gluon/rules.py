@@ -400,6 +400,8 @@ def _loop(em: Emitter, header: str, body):
 def lower_for(em: Emitter, s: ir.For):
     if em.par is not None:
         raise unsupported("a loop inside T.Parallel", s.loc)
+    if s.var is em.tile_loop_var:
+        return _persistent_tile_loop(em, s)
     ring = em.ring_owner.get(id(s))
     start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
     lo, hi, st = static_int(s.start), static_int(s.stop), static_int(s.step)
@@ -410,6 +412,21 @@ def lower_for(em: Emitter, s: ir.For):
     if ring is not None and ring.has_tma:
         em.emit(f"# software-pipelined loop ({ring.stages} stages), mbarrier ring {ring.name}")
     _loop(em, f"for {em.define(s.var)} in {rng}:", s.body)
+
+
+def _persistent_tile_loop(em: Emitter, s: ir.For):
+    """The tile loop of lowering/persistent_tiles.py: staging tiles of TMA stores are
+    allocated before it, and the last tile's stores are waited for after it."""
+    em.emit(f"# persistent tiles: this program computes every {em.func.attrs['persistent_programs']}-th tile")
+    at, em.tile_loop_depth = len(em.lines), em.depth
+    em.tile_loop_prefix = {}  # id(store) -> (staging tile name, its allocation)
+    stop = em.expr(s.stop).text
+    _loop(em, f"for {em.define(s.var)} in range(0, {stop}):", s.body)
+    em.lines[at:at] = ["    " * em.depth + alloc for _, alloc in em.tile_loop_prefix.values()]
+    em.tile_loop_prefix = None
+    if em.deferred_tma_stores:
+        em.emit("tma.store_wait(0)")
+        em.deferred_tma_stores = False
 
 
 def lower_while(em: Emitter, s: ir.While):
@@ -491,19 +508,33 @@ def lower_copy(em: Emitter, s):
 
 def _tma_store(em: Emitter, s):
     """fragment -> NVMMA shared staging tile -> TMA store.  The staging tile is waited on
-    (`store_wait(0)`) before this statement ends, so it is free for any later use."""
+    (`store_wait(0)`) before this statement ends, so it is free for any later use - except
+    directly in a persistent tile loop: there the staging tile is allocated once before the
+    loop and waited on before its next write (the next tile's epilogue) and after the loop,
+    so the store of one tile drains while the next tile's main loop runs."""
     src, dst = s.src, s.dst
     dt = GL_DTYPES[dst.buffer.dtype.name]
     shape = list(dst.tile_shape)
     layout = lay.nvmma_default_for(shape, dst.buffer.dtype.bits)
-    stage = em.tmp("store_tile")
-    em.emit(f"{stage} = gl.allocate_shared_memory({dt}, {shape}, {em.layout_name(layout)})")
+    deferred = em.tile_loop_prefix is not None and em.depth == em.tile_loop_depth + 1
+    if deferred and id(s) in em.tile_loop_prefix:  # the tile loop's body is emitted again
+        stage = em.tile_loop_prefix[id(s)][0]
+    else:
+        stage = em.tmp("store_tile")
+    alloc = f"{stage} = gl.allocate_shared_memory({dt}, {shape}, {em.layout_name(layout)})"
+    if deferred:
+        em.tile_loop_prefix[id(s)] = (stage, alloc)
+        em.emit("tma.store_wait(0)")  # the previous tile's store has read the staging tile
+        em.deferred_tma_stores = True
+    else:
+        em.emit(alloc)
     value = em.name(src.buffer) + ("" if src.buffer.dtype == dst.buffer.dtype else f".to({dt})")
     em.emit(f"{stage}.store({value})")
     em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy TMA read
     desc, coords = em.descriptor(dst, layout)
     em.emit(f"tma.async_copy_shared_to_global({desc}, [{coords}], {stage})")
-    em.emit("tma.store_wait(0)")
+    if not deferred:
+        em.emit("tma.store_wait(0)")
 
 
 def _check_whole_fragment(region: ir.Region, loc):
@@ -533,10 +564,18 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
 
 
 def _ring_slot(em, ring, iteration) -> str:
+    return _ring_position(em, ring, iteration)[0]
+
+
+def _ring_position(em, ring, iteration) -> tuple:
+    """(barrier, phase parity) texts of the commit group of `iteration` in `ring`."""
+    if ring.phase_base is not None:
+        iteration = ir.BinOp("+", ring.phase_base, iteration)
     it = static_int(iteration)
     if it is not None:
-        return f"{ring.name}.index({it % ring.stages})"
-    return f"{ring.name}.index({_paren_text(em.expr(iteration).text)} % {ring.stages})"
+        return f"{ring.name}.index({it % ring.stages})", f"{(it // ring.stages) & 1}"
+    it = _paren_text(em.expr(iteration).text)
+    return f"{ring.name}.index({it} % {ring.stages})", f"({it} // {ring.stages}) & 1"
 
 
 def _paren_text(text: str) -> str:
@@ -567,16 +606,15 @@ def lower_wait_group(em: Emitter, s: ir.WaitGroup):
     stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")
     if stop is not None:
         stop += ring.span
+    wait = "mbarrier.wait({}, {}".format(*_ring_position(em, ring, iteration))
     if it is not None:
         if it < 0 or (stop is not None and it >= stop):
             em.emit(f"# iteration {it} has no TMA group to wait for")
             return
-        wait = f"mbarrier.wait({ring.name}.index({it % ring.stages}), {(it // ring.stages) & 1}"
         em.emit(f"{wait})" if stop is not None else f"{wait}, pred={it} < ({stop_text}))")
         return
     it = _paren_text(em.expr(iteration).text)
     stop = f"({stop_text})" if ring.span else stop_text
-    wait = f"mbarrier.wait({ring.name}.index({it} % {ring.stages}), ({it} // {ring.stages}) & 1"
     em.emit(f"{wait}, pred=({it} >= 0) & ({it} < {stop}))")
 
 
