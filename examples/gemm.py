@@ -41,18 +41,19 @@ def matmul(A, B, block_M: int = 128, block_N: int = 128, block_K: int = 32, num_
 def tile_config(device_type: str, M: int = None, N: int = None, K: int = None) -> dict:
     """Tile sizes for a problem shape (M, N, K; None = large).
 
-    CPU: small tiles for the interpreter.  CUDA (chosen on an H100, bench/NOTES.md): large M
-    uses two warpgroups on a 128x256 tile (when its tiles outnumber the SMs, the compiler
-    also makes the kernel persistent: lowering/persistent_tiles.py).  Small M leaves most SMs
-    idle with 128x256 tiles (M=128, N=4096: 16 programs on 132 SMs) and is bound by reading B,
-    so it takes narrow tiles with one warpgroup and a deeper pipeline: one 128-row tile
-    covers M <= 256 (B is read once), and M <= 64 takes 64-row tiles (wgmma's minimum)."""
+    CPU: small tiles for the interpreter.  CUDA (measured on an H100, bench/NOTES.md
+    2026-11-24): large M uses two warpgroups on a 128x256 tile.  Small M leaves most SMs idle
+    with 128x256 tiles (M=128, N=4096: 16 programs on 132 SMs) and is bound by reading B, so
+    it takes narrow tiles with one warpgroup and a deep pipeline: 128x64 when that still gives
+    about one wave of programs (B is then read once), else 64-row tiles (wgmma's minimum)."""
     if device_type != "cuda":
         return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
-    if M is not None and M <= 64:
+    if M is not None and N is not None and M <= 256:
+        if M > 64 and -(-M // 128) * -(-N // 64) >= 120:
+            return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
+        if M <= 64 and -(-N // 128) >= 64:
+            return dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128)
         return dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128)
-    if M is not None and M <= 256:
-        return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
     return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
 
 

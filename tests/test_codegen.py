@@ -427,10 +427,12 @@ def test_persistent_tiles_keep_interpreter_results(programs, stages, M, N, K):
         torch.testing.assert_close(c_out.float(), ref, rtol=1e-2, atol=1e-2)
 
 
-def test_persistent_tiles_enabled_only_when_tiles_leave_a_partial_wave(monkeypatch):
+def test_persistent_tiles_auto_only_when_tiles_leave_a_partial_wave(monkeypatch):
     from tritile.lowering import persistent_tiles
 
-    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)
+    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)  # off by default (measured neutral)
+    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(_example_gemm(2048, 4096, 256), H100), H100).attrs
+    monkeypatch.setenv("TRITILE_PERSISTENT", "auto")
     ragged, exact, few = _example_gemm(2048, 4096, 256), _example_gemm(128 * 11, 256 * 12, 256), _example_gemm(1024, 1024, 256)
     assert persistent_tiles.run(lowered(ragged, H100), H100).attrs.get("persistent_tile_loop") is not None  # 256 tiles
     assert "persistent_tile_loop" not in persistent_tiles.run(lowered(exact, H100), H100).attrs  # 132 tiles
@@ -440,10 +442,11 @@ def test_persistent_tiles_enabled_only_when_tiles_leave_a_partial_wave(monkeypat
     assert "persistent_tile_loop" not in persistent_tiles.run(lowered(ragged, H100), H100).attrs
 
 
-def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store():
+def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store(monkeypatch):
     """The mbarrier ring is initialised once, before the tile loop, and indexed by
     tile_iter * (groups per tile) + iteration; the TMA store of a tile is waited on only
     before the staging tile is written again (the next tile's epilogue) and after the loop."""
+    monkeypatch.setenv("TRITILE_PERSISTENT", "auto")
     func = _example_gemm(2048, 4096, 512)  # 16 x 16 = 256 tiles of 128x256 on 132 SMs
     from tritile.codegen.gluon import compile_kernel
 
@@ -462,8 +465,10 @@ def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store():
 def test_tile_config_by_shape():
     from examples.gemm import tile_config
 
-    assert tile_config("cuda", 16, 4096, 4096)["block_M"] == 64
-    assert tile_config("cuda", 128, 8192, 8192)["threads"] == 128
+    assert tile_config("cuda", 16, 4096, 4096)["block_N"] == 64
+    assert tile_config("cuda", 16, 8192, 8192)["block_N"] == 128
+    assert tile_config("cuda", 128, 4096, 4096)["block_M"] == 64  # 128x64 tiles: 64 programs only
+    assert tile_config("cuda", 128, 8192, 8192)["block_M"] == 128
     assert tile_config("cuda", 4096, 4096, 4096) == tile_config("cuda")
 
 

@@ -139,7 +139,7 @@ def test_example_flash_attention_cuda_config(causal, dim):
 @pytest.mark.parametrize("M,N,K", [(16, 1000, 512), (128, 4096, 256), (1100, 4104, 192)])
 def test_example_gemm_shape_aware_configs(M, N, K):
     """tritile_matmul picks its config by shape (small M: one warpgroup, narrow tiles; large:
-    128x256 tiles, persistent when the tiles leave a partial wave, as 9 x 17 = 153 here).
+    128x256 tiles, 9 x 17 = 153 of them here).
     Row strides stay multiples of 16 bytes, as TMA requires."""
     from examples.gemm import tritile_matmul
 

@@ -20,12 +20,13 @@ then allocates each pipelined loop's mbarrier ring once, before the tile loop, a
 its phase across tiles (tile_iter * groups per tile), and lets a TMA-store epilogue of one
 tile complete under the next tile's main loop.
 
-When (``run``): only for CUDA targets, a 2-D grid of static extents with a swizzle hint, more
-tiles than SMs and not a multiple of them (then the last wave of a plain launch is partly
-idle and a persistent CTA also overlaps one tile's epilogue with the next tile's prologue),
-and every pipelined loop's bounds independent of the block vars (so each tile commits the
-same number of commit groups and the ring phase can be computed, not carried).
-``TRITILE_PERSISTENT=1`` forces it wherever it is applicable, ``=0`` turns it off.
+When (``run``): off by default - on an H100 it measured neutral for examples/gemm.py
+(bench/NOTES.md 2026-11-24: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2,
+one sample each), so it is opt-in.  ``TRITILE_PERSISTENT=auto`` enables it for CUDA targets
+with a 2-D grid of static extents and a swizzle hint, more tiles than SMs and not a multiple
+of them (the case where a plain launch's last wave is partly idle), ``=1`` wherever it is
+applicable.  Applicable: every pipelined loop's bounds are independent of the block vars (so
+each tile commits the same number of commit groups and the ring phase can be computed).
 `persist(func, num_programs)` applies it unconditionally (tests use small program counts).
 """
 from __future__ import annotations
@@ -50,8 +51,8 @@ def num_sms(target) -> int:
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    mode = os.environ.get("TRITILE_PERSISTENT", "auto").strip().lower()
-    if target.kind != "cuda" or mode in ("0", "off", "false") or not applicable(func):
+    mode = os.environ.get("TRITILE_PERSISTENT", "0").strip().lower()
+    if target.kind != "cuda" or mode in ("", "0", "off", "false") or not applicable(func):
         return func
     sms = num_sms(target)
     gx, gy = (_static(g) for g in func.kernel.grid)
