@@ -122,3 +122,48 @@ def test_interpret_env_forces_interpreter(monkeypatch, assert_close):
     kernel = scale_lazy(32, 32, 5.0)
     x = torch.randn(32, 32)
     assert_close(kernel(x), x * 5.0)
+
+
+# ---------------------------------------------------------------- warm-call fast paths
+def test_eager_warm_calls_keep_results_and_statistics(assert_close):
+    scale_eager.cache_clear()
+    x, y = torch.randn(64, 32), torch.randn(96, 32)
+    for _ in range(3):
+        assert_close(scale_eager(x, factor=3.0), x * 3.0)
+        assert_close(scale_eager(y, 0.25), y * 0.25)
+        assert_close(scale_eager(X=y, factor=0.25), y * 0.25)  # the tensor passed by keyword
+    info = scale_eager.cache_info()
+    assert (info.misses, info.currsize, info.hits + info.misses) == (2, 2, 9)
+    assert_close(scale_eager(x, factor=3), x * 3)  # an int constant is another specialisation
+    assert scale_eager.cache_info().misses == 3
+
+
+def test_eager_warm_call_still_checks_arguments(assert_close):
+    x = torch.randn(64, 32)
+    scale_eager(x)
+    with pytest.raises(TypeError, match="argument 'X'"):
+        scale_eager(x.numpy())
+    with pytest.raises(ValueError, match="argument 'X'.*at least 2 dimensions"):
+        scale_eager(torch.randn(64))
+    with pytest.raises(TypeError, match="argument 'X'.*dtype float32, got float16"):
+        scale_eager(x.half())
+    assert_close(scale_eager(x), x * 2.0)
+
+
+def test_kernel_warm_call_rechecks_strides_and_dtypes(assert_close):
+    kernel = tritile.compile(_copy_func(), out_idx=[-1], target="cpu")
+    x, y = torch.randn(32, 32), torch.randn(32, 32)
+    y_ref = y.clone()
+    assert_close(kernel(x, y), x * 2.0)
+    assert_close(y, x + 1.0)
+    # a transposed input after a warm contiguous call of the same shape: copied, still correct
+    xt = torch.randn(32, 32).t()
+    assert_close(kernel(xt, y_ref), xt * 2.0)
+    with pytest.raises(ValueError, match="argument 'Y' \\(param 1\\).*contiguous"):
+        kernel(x, torch.randn(32, 32).t())
+    with pytest.raises(TypeError, match="argument 'X' \\(param 0\\): expected dtype float32, got float16"):
+        kernel(x.half(), y)
+    with pytest.raises(TypeError, match="expected 2"):
+        kernel(x)
+    fresh = [torch.randn(32, 32) for _ in range(2)]
+    assert kernel(*fresh) is not kernel(*fresh)  # outputs are allocated on every call

@@ -1,6 +1,6 @@
 """Call-time argument checks and output allocation, run before anything executes.
 
-Contract: `bind_call(func, args)` takes what the user passed to a kernel (all parameters,
+Contract: `ArgumentBinder(func, written)(args)` takes what the user passed to a kernel (all parameters,
 or only the inputs when the function has `out_idx`) and returns the full tensor list in
 parameter order plus the value of every `T.dynamic` Var, or raises:
 * `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds;
@@ -85,26 +85,66 @@ def _shape(param: ir.Buffer) -> list:
     return [s if isinstance(s, int) else expr_str(s) for s in param.shape]
 
 
-def bind_call(func: ir.PrimFunc, args, written: set):
-    """(full tensor list in param order, {Var: int}) for a call with `args`."""
-    n_params = len(func.params)
-    inputs = [i for i in range(n_params) if i not in func.out_idx]
-    dim_values = {}
-    if func.out_idx and len(args) == len(inputs):
-        tensors = check_tensors(func, inputs, args, written, dim_values)
-        device = tensors[0].device if tensors else torch.device("cpu")
-        full = [None] * n_params
-        for i, t in zip(inputs, tensors):
+class ArgumentBinder:
+    """`binder(args)` -> (full tensor list in param order, {Var: int}) for a call with `args`.
+
+    The checks of `check_tensors` run in full the first time a combination of argument
+    types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes) is
+    remembered under that combination, so a later call with contiguous tensors of the same
+    kind only rebuilds the key, checks contiguity and allocates the outputs.  Anything else
+    (a non-tensor, a strided tensor, a new shape) takes the full path and its messages."""
+
+    _MEMO_LIMIT = 64  # distinct argument kinds remembered; past it the memo starts over
+
+    def __init__(self, func: ir.PrimFunc, written: set):
+        self.func = func
+        self.written = written
+        self.n_params = len(func.params)
+        self.inputs = [i for i in range(self.n_params) if i not in func.out_idx]
+        self.allocates = bool(func.out_idx)
+        self.outputs = [(i, func.params[i].dtype.torch) for i in func.out_idx]
+        self._memo = {}  # argument kinds -> (dim_values, [output shape per out_idx entry])
+
+    def __call__(self, args):
+        try:
+            key = tuple((type(t), t.dtype, t.shape, t.device) for t in args)
+            contiguous = all(t.is_contiguous() for t in args)
+        except AttributeError:  # a non-tensor: the full path names it
+            key, contiguous = None, False
+        known = self._memo.get(key)
+        if known is not None and contiguous:
+            dim_values, out_shapes = known
+            return self._with_outputs(list(args), out_shapes), dict(dim_values)
+        tensors, dim_values = self._bind_checked(args)
+        if contiguous:  # checked without copies: the outcome holds for every call of this kind
+            if len(self._memo) >= self._MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs])
+        return tensors, dim_values
+
+    def _with_outputs(self, args: list, out_shapes: list) -> list:
+        """`args` (the inputs, or every tensor) with the outputs allocated on their device."""
+        if not (self.allocates and len(args) == len(self.inputs)):
+            return args
+        device = args[0].device if args else torch.device("cpu")
+        full = [None] * self.n_params
+        for i, t in zip(self.inputs, args):
             full[i] = t
-        for i in func.out_idx:
-            full[i] = torch.empty(_concrete_shape(func, i, dim_values), dtype=func.params[i].dtype.torch,
-                                  device=device)
-        return full, dim_values
-    if len(args) != n_params:
-        names = ", ".join(func.params[i].name for i in (inputs if func.out_idx else range(n_params)))
-        expected = f"{len(inputs)} ({names})" if func.out_idx else f"{n_params} ({names})"
-        raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
-    return check_tensors(func, range(n_params), args, written, dim_values), dim_values
+        for (i, dtype), shape in zip(self.outputs, out_shapes):
+            full[i] = torch.empty(shape, dtype=dtype, device=device)
+        return full
+
+    def _bind_checked(self, args):
+        func, dim_values = self.func, {}
+        if self.allocates and len(args) == len(self.inputs):
+            tensors = check_tensors(func, self.inputs, args, self.written, dim_values)
+            out_shapes = [_concrete_shape(func, i, dim_values) for i, _ in self.outputs]
+            return self._with_outputs(tensors, out_shapes), dim_values
+        if len(args) != self.n_params:
+            names = ", ".join(func.params[i].name for i in (self.inputs if self.allocates else range(self.n_params)))
+            expected = f"{len(self.inputs)} ({names})" if self.allocates else f"{self.n_params} ({names})"
+            raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
+        return check_tensors(func, range(self.n_params), args, self.written, dim_values), dim_values
 
 
 def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:

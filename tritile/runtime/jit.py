@@ -12,6 +12,10 @@ Caches are per decorated function, keyed by value (not by object identity), so r
 calls with equal arguments return the same `JITKernel` object.  `f.cache_info()` reports
 the cache as `functools.lru_cache` does (`CacheInfo(hits, misses, currsize)`: a miss is one
 compiled specialisation) and `f.cache_clear()` empties it.
+A warm eager call is keyed cheaply first: each argument's kind (a tensor's type, dtype,
+shape, device kind; any other value with its type) and the way it was passed.  Only a new
+kind binds the signature, reads the `T.const` dims and builds the specialisation key, so
+every argument error is raised as before, on the first call of its kind.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from tritile.runtime.kernel import JITKernel
 __all__ = ["jit", "compile", "JITKernel", "CacheInfo"]
 
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize")
+_CALLS_REMEMBERED = 256  # kinds of eager call remembered (shapes vary freely with T.dynamic); then start over
 
 
 def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
@@ -133,6 +138,11 @@ class EagerJIT(_JITBase):
         self.signature = inspect.signature(fn)
         self.tensor_params = _annotated_tensor_params(FunctionSource(fn).tree)
         self._probes = {}
+        # the cheap key of a call (`_argument_kind` of each argument) -> (kernel, tensor sources),
+        # so a repeated kind of call skips signature binding and the T.const key
+        self._calls = {}
+        self._param_index = {name: i for i, name in enumerate(self.signature.parameters)}
+        self._variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
 
     def compile(self, **consts) -> JITKernel:
         return self._cached(("compile", _freeze(consts)), lambda: self._build(consts))
@@ -141,17 +151,45 @@ class EagerJIT(_JITBase):
         return JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
 
     def __call__(self, *args, **kwargs):
+        key = (tuple(map(_argument_kind, args)), tuple((k, _argument_kind(v)) for k, v in kwargs.items()))
+        try:
+            kernel, sources = self._calls[key]
+        except (KeyError, TypeError):  # a new kind of call, or an unhashable constant
+            kernel, sources = self._specialize(args, kwargs)
+            self._remember_call(key, args, kwargs, (kernel, sources))
+        else:
+            self._hits += 1
+        return kernel(*[args[s] if isinstance(s, int) else kwargs[s] for s in sources])
+
+    def _remember_call(self, key, args, kwargs, entry) -> None:
+        """Remember `entry` under `key` when the key determines it: every constant hashable,
+        and no tensor passed as a constant (a constant's key is its value, a tensor's its kind)."""
+        n_tensors = sum(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values()))
+        if self._variadic or n_tensors != len(entry[1]):
+            return
+        try:
+            hash(key)
+        except TypeError:
+            return
+        if len(self._calls) >= _CALLS_REMEMBERED:
+            self._calls.clear()
+        self._calls[key] = entry
+
+    def _specialize(self, args, kwargs):
+        """(kernel, where each tensor parameter was passed: an index into args or a keyword)."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.fn.__name__}(): {exc}") from None
-        tensors, consts = [], {}
+        tensors, sources, consts = [], [], {}
         for position, (name, value) in enumerate(bound.arguments.items()):
             if name in self.tensor_params:
                 if not isinstance(value, torch.Tensor):
                     raise TypeError(f"argument '{name}' (param {position}): expected a torch.Tensor, got "
                                     f"{type(value).__name__}")
                 tensors.append(value)
+                index = self._param_index[name]
+                sources.append(index if index < len(args) else name)
             else:
                 consts[name] = value
         const_key = _freeze(consts)
@@ -165,7 +203,19 @@ class EagerJIT(_JITBase):
             consts[name] = int(tensor.shape[dim])
         key = ("call", _freeze(consts), tuple(str(t.dtype) for t in tensors),
                tuple(t.device.type for t in tensors))
-        return self._cached(key, lambda: self._build(consts))(*tensors)
+        return self._cached(key, lambda: self._build(consts)), sources
+
+    def cache_clear(self) -> None:
+        self._calls.clear()
+        super().cache_clear()
+
+
+def _argument_kind(value):
+    """What a call's specialisation depends on, cheaply: a tensor's type, dtype, shape and
+    device kind; any other value itself, with its type (3 and 3.0 are other constants)."""
+    if isinstance(value, torch.Tensor):
+        return type(value), value.dtype, value.shape, value.device.type
+    return type(value), value
 
 
 def _annotated_tensor_params(tree: ast.FunctionDef) -> list:

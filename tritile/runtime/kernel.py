@@ -3,9 +3,10 @@
 Contract: built from the frontend's `PrimFunc` (with its final `out_idx`), it runs the pass
 list once (`tritile.lowering.run_passes`, planned for the kernel's target, or for cuda:90
 when the target is the CPU so the passes are still exercised) and keeps every stage.
-`kernel(*tensors)` checks the arguments (`tritile.runtime.arguments`), allocates outputs,
+`kernel(*tensors)` checks the arguments (`tritile.runtime.arguments.ArgumentBinder`, which
+remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
-final IR; CUDA tensors -> the Gluon kernel, compiled on first use and cached here.  It
+final IR; CUDA tensors -> the Gluon kernel, compiled on first use and kept here.  It
 returns the outputs (one tensor, or a list when there are several), or None without
 `out_idx`.
 """
@@ -16,7 +17,7 @@ import os
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import bind_call, written_params
+from tritile.runtime.arguments import ArgumentBinder, written_params
 from tritile.runtime.target import Target, parse_target
 
 _CODEGEN_STAGES = ("gluon", "ttgir", "ptx")
@@ -35,7 +36,9 @@ class JITKernel:
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
+        self._bind = ArgumentBinder(self.func, self._written)
         self._compiled = {}  # str(target) -> codegen result
+        self._device_kernel = None  # the codegen result for the device target, once compiled
         if verbose:
             print(format_func(self.func))
 
@@ -45,18 +48,24 @@ class JITKernel:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
-        tensors, dim_values = bind_call(self.func, args, self._written)
-        on_cpu = all(t.device.type == "cpu" for t in tensors)
-        if on_cpu or os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0"):
+        tensors, dim_values = self._bind(args)
+        # the binder checked that every tensor is on one device kind
+        if self._interprets(tensors[0].device.type if tensors else "cpu"):
             from tritile.interpreter import execute
 
             execute(self.func, tensors, dim_values)
         else:
-            self._codegen(self._device_target()).launch(tensors, dim_values)
+            if self._device_kernel is None:
+                self._device_kernel = self._codegen(self._device_target())
+            self._device_kernel.launch(tensors, dim_values)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _interprets(self, device_kind: str) -> bool:
+        """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
+        return device_kind == "cpu" or os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0")
 
     def _device_target(self) -> Target:
         return self.target if self.target.kind == "cuda" else parse_target("cuda")

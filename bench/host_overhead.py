@@ -1,0 +1,102 @@
+"""CPU-side cost of a warm tritile call, without the GPU launch itself (runs on a CPU-only machine).
+
+Times, with `time.perf_counter` over many iterations, the host path of a small fp16 GEMM
+(examples/gemm.py, M=N=K=128, the H100 tile config) compiled for sm_90 through Gluon/Triton:
+* `kernel(a, b)`        - a compiled `JITKernel` (`matmul.compile(...)`, the lazy style's object);
+* `matmul(a, b, ...)`   - the eager `@tritile.jit` call (specialisation key + cache lookup first);
+and a breakdown of the pieces: argument checks + output allocation (`ArgumentBinder`: the
+remembered path a warm call takes, and the full checks of a first call of a kind), the output
+allocation alone, the Gluon launcher's own checks, and the host `TensorDescriptor`s built by the
+generated `tritile_launch`.
+
+Only the final `compiled[grid](...)` (Triton's C launcher, which needs a GPU) is replaced by a
+no-op; CPU tensors stand in for CUDA ones (`Tensor.is_cuda` is patched to True and the
+interpreter dispatch is turned off), everything else is the code a GPU call runs.
+Run: ``python bench/host_overhead.py [--iters N]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tritile.language as T  # noqa: E402
+from examples.gemm import matmul, tile_config  # noqa: E402
+from tritile.runtime.kernel import JITKernel  # noqa: E402
+
+
+class _NoLaunch:
+    """Stands in for Triton's `CompiledKernel`: `compiled[grid](*args)` does nothing."""
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    @staticmethod
+    def _launch(*args):
+        return None
+
+
+def per_call_us(fn, iters: int) -> float:
+    for _ in range(min(200, iters)):
+        fn()
+    best = float("inf")
+    for _ in range(5):  # best of 5 repeats: the machine's noise only ever adds time
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - start) / iters * 1e6)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iters", type=int, default=5000)
+    parser.add_argument("--size", type=int, default=128)
+    opts = parser.parse_args()
+    n = opts.size
+    config = tile_config("cuda", n, n, n)
+
+    torch.Tensor.is_cuda = property(lambda self: True)  # CPU tensors pass the Gluon launcher's check
+    JITKernel._interprets = lambda self, device_kind: False  # dispatch to the Gluon kernel anyway
+
+    kernel = matmul.compile(M=n, N=n, K=n, dtype=T.float16, **config)
+    gluon = kernel._codegen(kernel._device_target())  # compiles for sm_90 (no GPU needed)
+    gluon.compiled = _NoLaunch()
+    a = torch.randn(n, n, dtype=torch.float16)
+    b = torch.randn(n, n, dtype=torch.float16)
+
+    tensors, dims = kernel._bind((a, b))
+    host_launch = gluon._host_launch
+    rows = [
+        ("kernel(a, b)  [compiled JITKernel, total]", lambda: kernel(a, b)),
+        ("matmul(a, b, **cfg)  [eager jit, total]", lambda: matmul(a, b, dtype=T.float16, **config)),
+        ("  argument checks + output allocation (warm: remembered kind)", lambda: kernel._bind((a, b))),
+        ("  argument checks + output allocation (first call of a kind)", lambda: kernel._bind._bind_checked((a, b))),
+        ("  output allocation alone (torch.empty)", lambda: torch.empty((n, n), dtype=torch.float16)),
+        ("  Gluon launcher checks (launch, no descriptors)", None),
+        ("  host TensorDescriptors + grid (tritile_launch)", lambda: host_launch(gluon.compiled, *tensors, *[
+            dims[v] for v in gluon.func.dynamic_vars])),
+    ]
+    results = {}
+    for label, fn in rows:
+        if fn is None:
+            gluon._host_launch = _NoLaunch._launch
+            results[label] = per_call_us(lambda: gluon.launch(tensors, dims), opts.iters)
+            gluon._host_launch = host_launch
+        else:
+            results[label] = per_call_us(fn, opts.iters)
+    total_kernel = results[rows[0][0]]
+    results["  jit layer (eager total - kernel total): signature, T.const key, cache"] = (
+        results[rows[1][0]] - total_kernel)
+    print(f"host µs per call, {n}x{n}x{n} fp16 GEMM, launch replaced by a no-op, best of 5 x {opts.iters}:")
+    for label, us in results.items():
+        print(f"{us:8.2f}  {label}")
+
+
+if __name__ == "__main__":
+    main()
