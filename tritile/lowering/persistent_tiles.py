@@ -21,7 +21,7 @@ its phase across tiles (tile_iter * groups per tile), and lets a TMA-store epilo
 tile complete under the next tile's main loop.
 
 When (``run``): off by default - on an H100 it measured neutral for examples/gemm.py
-(bench/NOTES.md 2026-11-24: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2,
+(bench/NOTES.md, 2026-11-22: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2,
 one sample each), so it is opt-in.  ``TRITILE_PERSISTENT=auto`` enables it for CUDA targets
 with a 2-D grid of static extents and a swizzle hint, more tiles than SMs and not a multiple
 of them (the case where a plain launch's last wave is partly idle), ``=1`` wherever it is
