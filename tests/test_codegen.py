@@ -379,6 +379,37 @@ def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax():
     assert "wgmma.wait_group.sync.aligned 1" in ptx
 
 
+def _steady_loop_ptx(ptx: str) -> str:
+    """The PTX of the first loop: from its header label to the branch back to it."""
+    header = re.search(r"^(\$L__BB\d+_\d+):.*Inner Loop Header", ptx, re.M)
+    back = re.search(r"bra(\.uni)?\s+" + re.escape(header.group(1)) + ";", ptx[header.end():])
+    return ptx[header.start():header.end() + back.end()]
+
+
+def test_sm90_attention_tma_lanes_take_one_cta_barrier_per_kind_of_mbarrier_op(monkeypatch):
+    """Opt-in lanes: K and V signal barriers of their own allocations (one commit group, one
+    phase: a lane without a copy in a group still arrives, with 0 bytes), so Triton's Membar
+    puts one bar.sync before the step's expects and one before its copies instead of one
+    before every mbarrier operation."""
+    from examples.flash_attention import flashattn, tile_config
+
+    def steady_state(lanes: str, heads: int):
+        monkeypatch.setenv("TRITILE_TMA_LANES", lanes)
+        # a shape per setting: the in-process compile cache is keyed by the IR only
+        k = compile_for(flashattn.fn(1, heads, 1024, 1024, 128, False, **tile_config("cuda")), H100)
+        return k.source, k.source.split("for k_t in range(")[1].split("\n    mbarrier")[0], \
+            _steady_loop_ptx(k.asm["ptx"])
+
+    src, steady, loop = steady_state("1", 3)
+    assert "k_t_bars_1.index(k_t % 2), V_shared" in steady and "k_t_bars.index(k_t % 2), K_shared" in steady
+    assert "mbarrier.expect(k_t_bars_1.index(0), 0)" in src  # group 0 has no V copy
+    assert steady.count("mbarrier.expect(") == 2
+    assert loop.count("bar.sync") == 4
+    _, steady, loop = steady_state("0", 5)
+    assert steady.count("mbarrier.expect(k_t_bars.index(k_t % 2), 65536)") == 1
+    assert loop.count("bar.sync") == 5
+
+
 def test_cache_hit_binds_the_callers_runtime_dims():
     """Two IRs that print the same share one compiled kernel, and each launches with its own
     runtime-dim Vars (a cache hit used to keep the first IR's Vars: KeyError at launch)."""
@@ -476,3 +507,16 @@ def test_tile_config_by_shape():
 def test_sm90_small_m_configs_compile(M):
     k = compile_for(_example_gemm(M, 1024, 512), H100)
     assert TMA_LOAD in k.asm["ptx"] and "wgmma" in k.asm["ptx"] and k.metadata.num_warps == 4
+
+
+def test_codegen_switch_is_part_of_the_compile_cache_key(monkeypatch):
+    """`TRITILE_TMA_LANES` changes the generated code but not the IR: it must not hit the
+    kernel compiled without it."""
+    from tritile.codegen.gluon import compile_kernel
+
+    func = lowered(pipelined_gemm(S=3), H100)
+    monkeypatch.setenv("TRITILE_TMA_LANES", "0")
+    plain = compile_kernel(func, H100)
+    monkeypatch.setenv("TRITILE_TMA_LANES", "1")
+    lanes = compile_kernel(func, H100)
+    assert lanes is not plain and lanes.source != plain.source

@@ -96,8 +96,11 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
 
 
 def _specialization(func) -> tuple:
-    # pointers are compiled as 16-byte aligned (checked at launch); runtime dims unspecialised
-    return ("ptr-align-16",)
+    # pointers are compiled as 16-byte aligned (checked at launch); runtime dims unspecialised;
+    # codegen switches that leave the IR text unchanged must still select another kernel
+    from tritile.codegen.gluon.rings import codegen_options
+
+    return ("ptr-align-16",) + codegen_options()
 
 
 def _load_module(name: str, path):

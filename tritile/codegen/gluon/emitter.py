@@ -111,12 +111,15 @@ class GeneratedKernel:
 @dataclass
 class Ring:
     """The mbarrier ring of one software-pipelined loop: one barrier per stage, the
-    barrier of iteration `it` is ``(it - start) // step % stages`` with that phase parity."""
+    barrier of iteration `it` is ``(it - start) // step % stages`` with that phase parity.
+    With several `lanes` each lane is its own allocation of `stages` barriers and every
+    commit group arrives on all of them (see rings.py)."""
 
     name: str
     loop: ir.For
     stages: int
     has_tma: bool = False
+    lanes: int = 1
     span: int = 0  # a commit group of iteration g also holds copies of iterations g - span .. g - 1
     # inside a persistent tile loop the ring lives across tiles: groups committed by earlier
     # tiles (tile_iter * groups per tile, an Expr) shift every barrier index and phase
@@ -163,8 +166,9 @@ class Emitter:
         self.ring_owner = {}  # id(For) -> Ring
         self.ring_before = {}  # id(stmt) -> [Ring] to allocate before it
         self.ring_after = {}  # id(stmt) -> [Ring] to invalidate after it
-        self.expect_bytes = {}  # id(first TMA copy of a commit group) -> bytes of the group
+        self.expect_bytes = {}  # id(first TMA copy of a commit group) -> bytes of the group, per lane
         self.copy_group = {}  # id(TMA copy) -> iteration of its commit group (whose barrier it signals)
+        self.copy_lane = {}  # id(TMA copy) -> the ring lane whose barrier it signals
         self.wait_iteration = {}  # id(WaitGroup) -> iteration Expr its TMA wait covers, or None
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}

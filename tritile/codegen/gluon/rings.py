@@ -22,8 +22,18 @@ Guarantees (recorded on the `Emitter`):
   that statement) and `ring_after[id(stmt)]` (invalidate after it); for a loop directly in a
   persistent tile loop (lowering/persistent_tiles.py) that statement is the tile loop, and
   `Ring.phase_base` = tile_iter * (groups per tile) continues the barrier phases across tiles;
-* `expect_bytes[id(copy)]` = bytes of the copy's whole commit group, for the group's first
-  TMA copy, so the emitter issues one `mbarrier.expect` per group before its copies;
+* `expect_bytes[id(copy)]` = bytes of the copy's whole commit group per lane (a list), for
+  the group's first TMA copy, so the emitter issues the group's `mbarrier.expect`s, one per
+  lane (0 bytes: a plain arrival), before its copies; `copy_lane[id(copy)]` = the lane whose
+  barrier a TMA copy signals; a WaitGroup waits on every lane;
+* lanes (opt-in, `TRITILE_TMA_LANES=1`): each destination buffer of a ring's TMA copies
+  gets its own barrier allocation.  Triton's shared-memory barrier analysis (Membar) cannot
+  tell two dynamically indexed barriers of one allocation apart, so it puts a CTA barrier
+  (bar.sync) between every two mbarrier operations of one allocation; with one allocation
+  per lane the expects of a group, then its copies, then its waits take one CTA barrier
+  each (FlashAttention steady state: 5 -> 4 bar.sync per iteration, GEMM: 4 -> 3).
+  Measured neutral on H100 (bench/NOTES.md, 2026-11-22), hence off by default.  The switch
+  is read when a kernel is generated; the in-process compile cache is keyed by the IR alone;
 * `copy_group[id(copy)]` = the iteration tag of the copy's commit group: every TMA copy of
   a group signals the group's barrier, even when the group mixes iterations (pipeline
   injection's deferred accumulation commits V of i - 1 with K of i); `Ring.span` = how
@@ -35,6 +45,8 @@ Guarantees (recorded on the `Emitter`):
   groups are real cp.async groups as well).
 """
 from __future__ import annotations
+
+import os
 
 from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon.emitter import Emitter, Ring
@@ -136,18 +148,41 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     em.ring_after.setdefault(id(after), []).append(ring)
     for section in sections:
         _resolve_waits(em, section)
+    tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and _served_by_tma(em, m)]
+    split = _lanes_enabled()
+    lanes = {}
+    for c in tma_copies:
+        em.copy_lane[id(c)] = lanes.setdefault(c.dst.buffer if split else None, len(lanes))
+    ring.lanes = len(lanes)
+
+    def expect(group):
+        nbytes = [0] * ring.lanes
+        for c in group:
+            nbytes[em.copy_lane[id(c)]] += _tile_bytes(c)
+        em.expect_bytes[id(group[0])] = nbytes
+
     group = []
     for m in members:
         if isinstance(m, ir.AsyncCopy) and _served_by_tma(em, m):
             group.append(m)
         elif isinstance(m, ir.CommitGroup):
             if group:
-                em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+                expect(group)
             for c in group:
                 em.copy_group[id(c)] = m.iteration
             group = []
     if group:
-        em.expect_bytes[id(group[0])] = sum(_tile_bytes(c) for c in group)
+        expect(group)
+
+
+def _lanes_enabled() -> bool:
+    return os.environ.get("TRITILE_TMA_LANES", "0").strip() not in ("", "0")
+
+
+def codegen_options() -> tuple:
+    """The environment switches that change generated code without changing the IR: part of
+    the compile cache key."""
+    return (("tma_lanes", _lanes_enabled()),)
 
 
 def _lag(e, var):
@@ -213,12 +248,20 @@ def _tile_bytes(copy) -> int:
     return n * copy.dst.buffer.dtype.itemsize
 
 
+def lane_name(ring: Ring, lane: int) -> str:
+    """The barrier allocation of one lane of `ring`."""
+    return ring.name if lane == 0 else f"{ring.name}_{lane}"
+
+
 def emit_alloc(em: Emitter, ring: Ring):
-    em.emit(f"{ring.name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
-    em.emit(f"for _stage in gl.static_range({ring.stages}):")
-    em.emit(f"    mbarrier.init({ring.name}.index(_stage), count=1)")
+    for lane in range(ring.lanes):
+        name = lane_name(ring, lane)
+        em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
+        em.emit(f"for _stage in gl.static_range({ring.stages}):")
+        em.emit(f"    mbarrier.init({name}.index(_stage), count=1)")
 
 
 def emit_invalidate(em: Emitter, ring: Ring):
     em.emit(f"for _stage in gl.static_range({ring.stages}):")
-    em.emit(f"    mbarrier.invalidate({ring.name}.index(_stage))")
+    for lane in range(ring.lanes):
+        em.emit(f"    mbarrier.invalidate({lane_name(ring, lane)}.index(_stage))")

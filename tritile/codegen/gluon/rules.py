@@ -9,6 +9,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 from __future__ import annotations
 
 from tritile.codegen.gluon import instructions as isel
+from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
                                            is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
@@ -548,10 +549,10 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
         desc, coords = em.descriptor(s.src, layout)
-        bar = _ring_slot(em, ring, em.copy_group.get(id(s), s.iteration))
-        nbytes = em.expect_bytes.get(id(s))
-        if nbytes is not None:
-            em.emit(f"mbarrier.expect({bar}, {nbytes})")
+        group = em.copy_group.get(id(s), s.iteration)
+        for lane, nbytes in enumerate(em.expect_bytes.get(id(s), ())):
+            em.emit(f"mbarrier.expect({_ring_position(em, ring, group, lane)[0]}, {nbytes})")
+        bar = _ring_position(em, ring, group, em.copy_lane[id(s)])[0]
         em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(s.dst, s.loc)})")
         return
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
@@ -563,19 +564,16 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}, mask={mask})")
 
 
-def _ring_slot(em, ring, iteration) -> str:
-    return _ring_position(em, ring, iteration)[0]
-
-
-def _ring_position(em, ring, iteration) -> tuple:
-    """(barrier, phase parity) texts of the commit group of `iteration` in `ring`."""
+def _ring_position(em, ring, iteration, lane: int) -> tuple:
+    """(barrier, phase parity) texts of the commit group of `iteration` in `ring`'s `lane`."""
     if ring.phase_base is not None:
         iteration = ir.BinOp("+", ring.phase_base, iteration)
+    name = rings.lane_name(ring, lane)
     it = static_int(iteration)
     if it is not None:
-        return f"{ring.name}.index({it % ring.stages})", f"{(it // ring.stages) & 1}"
+        return f"{name}.index({it % ring.stages})", f"{(it // ring.stages) & 1}"
     it = _paren_text(em.expr(iteration).text)
-    return f"{ring.name}.index({it} % {ring.stages})", f"({it} // {ring.stages}) & 1"
+    return f"{name}.index({it} % {ring.stages})", f"({it} // {ring.stages}) & 1"
 
 
 def _paren_text(text: str) -> str:
@@ -606,16 +604,16 @@ def lower_wait_group(em: Emitter, s: ir.WaitGroup):
     stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")
     if stop is not None:
         stop += ring.span
-    wait = "mbarrier.wait({}, {}".format(*_ring_position(em, ring, iteration))
-    if it is not None:
-        if it < 0 or (stop is not None and it >= stop):
-            em.emit(f"# iteration {it} has no TMA group to wait for")
-            return
-        em.emit(f"{wait})" if stop is not None else f"{wait}, pred={it} < ({stop_text}))")
+    if it is not None and (it < 0 or (stop is not None and it >= stop)):
+        em.emit(f"# iteration {it} has no TMA group to wait for")
         return
-    it = _paren_text(em.expr(iteration).text)
-    stop = f"({stop_text})" if ring.span else stop_text
-    em.emit(f"{wait}, pred=({it} >= 0) & ({it} < {stop}))")
+    if it is not None:
+        pred = "" if stop is not None else f", pred={it} < ({stop_text})"
+    else:
+        text = _paren_text(em.expr(iteration).text)
+        pred = f", pred=({text} >= 0) & ({text} < {f'({stop_text})' if ring.span else stop_text})"
+    for lane in range(ring.lanes):
+        em.emit("mbarrier.wait({}, {}{})".format(*_ring_position(em, ring, iteration, lane), pred))
 
 
 # ---------------------------------------------------------------- gemm

@@ -1,0 +1,121 @@
+"""A/B of the opt-in TMA barrier lanes (codegen/gluon/rings.py) in the attention and GEMM
+steady states, on one GPU.
+
+Variants, each in its own process (fresh tritile and Triton caches, so nothing compiled by one
+variant serves another):
+  base   - one mbarrier allocation per ring (the default): 5 bar.sync per FlashAttention
+           iteration, 4 per GEMM iteration;
+  lanes  - TRITILE_TMA_LANES=1, one barrier allocation per TMA destination: 4 and 3.
+Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
+the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/attention_barriers.py
+(The 2026-11-22 run in bench/NOTES.md also timed a third variant, since reverted: waits already
+covered by the previous pipelined step dropped, 5 -> 4 bar.sync.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
+GEMM = [4096, 8192]
+VARIANTS = ("base", "lanes")
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def attn_flops(B, H, S, D, causal) -> float:
+    return 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.double(), ref.double()
+    return float((out - ref).norm() / ref.norm())
+
+
+def run_variant(variant: str) -> dict:
+    """Time tritile's attention and GEMM under `variant` (called in a child process)."""
+    os.environ["TRITILE_TMA_LANES"] = "1" if variant == "lanes" else "0"
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from examples.flash_attention import tritile_attention
+    from examples.gemm import tritile_matmul
+
+    out = {}
+    torch.manual_seed(0)
+    for (B, H, S, D, causal) in ATTN:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        err = rel_err(tritile_attention(q, k, v, causal), sdpa(q, k, v, is_causal=causal))
+        ms = bench(lambda: tritile_attention(q, k, v, causal))
+        out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = (attn_flops(B, H, S, D, causal) / ms / 1e9, err)
+    for n in GEMM:
+        a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+        err = rel_err(tritile_matmul(a, b), a.float() @ b.float())
+        ms = bench(lambda: tritile_matmul(a, b))
+        out[f"gemm fp16 {n}^3"] = (2.0 * n ** 3 / ms / 1e9, err)
+    return out
+
+
+def libraries() -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    out = {}
+    for (B, H, S, D, causal) in ATTN:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ms = bench(lambda: sdpa(q, k, v, is_causal=causal))
+        out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = attn_flops(B, H, S, D, causal) / ms / 1e9
+    for n in GEMM:
+        a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+        out[f"gemm fp16 {n}^3"] = 2.0 * n ** 3 / bench(lambda: torch.matmul(a, b)) / 1e9
+    return out
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--variant":
+        print("RESULT " + json.dumps(run_variant(sys.argv[2])), flush=True)
+        return
+    start = time.time()
+    rounds = int(os.environ.get("ROUNDS", "2"))
+    results = {v: [] for v in VARIANTS}
+    for r in range(rounds):
+        if r and time.time() - start > 60:
+            break  # keep the whole run inside one short device call
+        for variant in VARIANTS:
+            env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
+            proc = subprocess.run([sys.executable, __file__, "--variant", variant], env=env,
+                                  capture_output=True, text=True)
+            line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+            if line is None:
+                print(f"variant {variant} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+                continue
+            results[variant].append(json.loads(line[len("RESULT "):]))
+            print(f"[{time.time() - start:5.1f}s] round {r} {variant}: {line}", flush=True)
+    lib = libraries()
+    print(f"\ndevice: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {__import__('triton').__version__}; TFLOP/s (best of {rounds} rounds), max rel err")
+    header = "| case | library | " + " | ".join(VARIANTS) + " | lanes / base | lanes / library |"
+    print(header + "\n|" + "---|" * (header.count("|") - 1))
+    for case, ref in lib.items():
+        best = {v: max((res[case][0] for res in results[v]), default=0.0) for v in VARIANTS}
+        errs = max((res[case][1] for v in VARIANTS for res in results[v]), default=float("nan"))
+        print(f"| {case} | {ref:.1f} | " + " | ".join(f"{best[v]:.1f}" for v in VARIANTS)
+              + f" | {best['lanes'] / max(best['base'], 1e-9):.3f} | {best['lanes'] / ref:.3f} | (err {errs:.1e})")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "attention_barriers.json"), "w") as f:
+            json.dump({"library": lib, "variants": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
