@@ -91,11 +91,7 @@ class JITKernel:
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
-        """The Gluon source when the code generator is available, else the final tile IR."""
-        try:
-            import tritile.codegen.gluon  # noqa: F401
-        except ImportError:
-            return format_func(self.func)
+        """The generated Gluon source (TileLang's name for the device kernel's source)."""
         return self.get_source("gluon")
 
     def __repr__(self) -> str:
