@@ -11,6 +11,10 @@ def __getattr__(name):
         from tritile.runtime import jit as _jit
 
         return getattr(_jit, name)
+    if name == "TensorSupplyType":
+        from tritile.runtime.profiler import TensorSupplyType
+
+        return TensorSupplyType
     if name == "autotune":
         from tritile.runtime.autotune import autotune
 

@@ -90,6 +90,12 @@ class JITKernel:
         valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
 
+    def get_profiler(self, tensor_supply_type=None):
+        """TileLang's profiler: `assert_allclose(ref_prog)`, `do_bench()`, `run_once()`."""
+        from tritile.runtime.profiler import Profiler, TensorSupplyType
+
+        return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
+
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated Gluon source (TileLang's name for the device kernel's source)."""
         return self.get_source("gluon")

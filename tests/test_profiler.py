@@ -1,0 +1,47 @@
+"""`kernel.get_profiler()`: TileLang's way of checking and timing a kernel against a reference."""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+@tritile.jit(out_idx=[-1])
+def rms_norm(M, N, block_M):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float"), B: T.Tensor((M, N), "float")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            A_local = T.alloc_fragment((block_M, N), "float")
+            A_squared = T.alloc_fragment((block_M, N), "float")
+            A_powsum = T.alloc_fragment((block_M,), "float")
+            T.copy(A[bx * block_M:(bx + 1) * block_M, :], A_local)
+            for i, j in T.Parallel(block_M, N):
+                A_squared[i, j] = A_local[i, j] * A_local[i, j]
+            T.reduce_sum(A_squared, A_powsum, dim=1)
+            for i in T.Parallel(block_M):
+                A_powsum[i] = T.rsqrt(A_powsum[i] / N + 1e-12)
+            for i, j in T.Parallel(block_M, N):
+                A_local[i, j] *= A_powsum[i]
+            T.copy(A_local, B[bx * block_M:(bx + 1) * block_M, :])
+
+    return main
+
+
+def rms_reference(x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-12)
+
+
+def test_assert_allclose_accepts_a_correct_kernel_and_rejects_a_wrong_reference():
+    profiler = rms_norm(32, 128, 4).get_profiler()
+    profiler.assert_allclose(rms_reference, rtol=1e-4, atol=1e-4)
+    with pytest.raises(AssertionError, match="mismatch"):
+        profiler.assert_allclose(lambda x: 2 * rms_reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_supply_types_and_do_bench():
+    kernel = rms_norm(16, 64, 4)
+    profiler = kernel.get_profiler(tritile.TensorSupplyType.Uniform)
+    (x,) = profiler._inputs()
+    assert x.shape == (16, 64) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1
+    torch.testing.assert_close(profiler.run_once([x]), rms_reference(x), rtol=1e-4, atol=1e-4)
+    assert profiler.do_bench(warmup=1, rep=1) > 0

@@ -1,0 +1,100 @@
+"""`kernel.get_profiler()`: TileLang's Profiler surface for checking and timing a kernel.
+
+`Profiler(kernel, tensor_supply_type)` makes inputs for the kernel's non-output parameters
+from their shapes and dtypes (random normal floats, random small integers; `T.dynamic` dims
+need `input_tensors`), on CUDA when a GPU is present, else on the CPU (the interpreter).
+`assert_allclose(ref_prog)` runs the kernel and `ref_prog(*inputs)` and compares every output
+with TileLang's mismatch budget; `do_bench(func=None)` times the kernel (or `func`) in ms with
+`triton.testing.do_bench` on CUDA and a wall clock on CPU.
+"""
+from __future__ import annotations
+
+import enum
+import time
+
+import torch
+
+from tritile.ir import nodes as ir
+
+
+class TensorSupplyType(enum.Enum):
+    Auto = "auto"
+    Normal = "normal"
+    Uniform = "uniform"
+    Integer = "integer"
+    Randn = "randn"
+    Zero = "zero"
+    One = "one"
+
+
+def _supply(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Tensor:
+    shape = []
+    for dim in buffer.shape:
+        if not isinstance(dim, int):
+            raise ValueError(f"parameter {buffer.name!r} has the runtime dimension {dim!r}: pass input_tensors")
+        shape.append(dim)
+    dtype = buffer.dtype.torch
+    if kind is TensorSupplyType.Zero:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    if kind is TensorSupplyType.One:
+        return torch.ones(shape, dtype=dtype, device=device)
+    if not buffer.dtype.is_float or kind is TensorSupplyType.Integer:
+        return torch.randint(-2, 3, shape, device=device).to(dtype)
+    if kind is TensorSupplyType.Uniform:
+        return torch.rand(shape, device=device).to(dtype)
+    return torch.randn(shape, device=device).to(dtype)
+
+
+class Profiler:
+    def __init__(self, kernel, tensor_supply_type: TensorSupplyType = TensorSupplyType.Auto):
+        self.kernel = kernel
+        self.supply_type = tensor_supply_type
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def _inputs(self) -> list:
+        outputs = set(self.kernel.out_idx)
+        return [_supply(p, self.supply_type, self.device)
+                for i, p in enumerate(self.kernel.params) if i not in outputs]
+
+    def run_once(self, input_tensors=None):
+        return self.kernel(*(input_tensors if input_tensors is not None else self._inputs()))
+
+    def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
+                        max_mismatched_ratio: float = 0.01):
+        """Outputs of the kernel and of `reference_program(*inputs)` agree: at most
+        `max_mismatched_ratio` of the elements of each output may differ by more than
+        atol + rtol * |reference|."""
+        inputs = input_tensors if input_tensors is not None else self._inputs()
+        got = self.kernel(*inputs)
+        expected = reference_program(*inputs)
+        got = list(got) if isinstance(got, (list, tuple)) else [got]
+        expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+        if len(got) != len(expected):
+            raise AssertionError(f"the kernel returns {len(got)} outputs, the reference {len(expected)}")
+        for index, (out, ref) in enumerate(zip(got, expected)):
+            out, ref = out.double(), ref.to(out.device).double()
+            if out.shape != ref.shape:
+                raise AssertionError(f"output {index}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+            bad = ~((out - ref).abs() <= atol + rtol * ref.abs())
+            ratio = bad.sum().item() / max(1, bad.numel())
+            if ratio > max_mismatched_ratio:
+                worst = (out - ref).abs().max().item()
+                raise AssertionError(f"output {index}: {ratio:.2%} of the elements mismatch (allowed "
+                                     f"{max_mismatched_ratio:.2%}), max abs difference {worst:.4g}")
+
+    def do_bench(self, func=None, warmup: int = 25, rep: int = 100, input_tensors=None,
+                 return_mode: str = "mean", **_unused) -> float:
+        """Milliseconds per call of the kernel (or of `func(*inputs)`)."""
+        inputs = input_tensors if input_tensors is not None else self._inputs()
+        fn = (lambda: func(*inputs)) if func is not None else (lambda: self.kernel(*inputs))
+        if self.device == "cuda":
+            from triton.testing import do_bench
+
+            return do_bench(fn, warmup=warmup, rep=rep, return_mode=return_mode)
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return sorted(times)[1] if return_mode == "median" else sum(times) / len(times)
