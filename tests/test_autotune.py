@@ -196,3 +196,30 @@ def test_config_errors():
         make_scale(lambda M, N: [])(32, 32)
     with pytest.raises(TypeError, match="stacked above @tritile.jit"):
         tritile.autotune(configs=[{"block": 32}])(lambda block=32: None)
+
+
+def test_programmatic_autotuner_from_kernel(tmp_path, monkeypatch):
+    """TileLang's `AutoTuner.from_kernel(...).set_compile_args(...).set_profile_args(...).run()`."""
+    from tritile.autotuner import AutoTuner
+
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path))
+
+    def elementwise_add(block_M=None, block_N=None):
+        @T.prim_func
+        def add(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"),
+                C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(T.ceildiv(64, block_N), T.ceildiv(64, block_M), threads=128) as (bx, by):
+                for i, j in T.Parallel(block_M, block_N):
+                    C[by * block_M + i, bx * block_N + j] = A[by * block_M + i, bx * block_N + j] + \
+                        B[by * block_M + i, bx * block_N + j]
+
+        return add
+
+    configs = [{"block_M": 32, "block_N": 32}, {"block_M": 64, "block_N": 64}]
+    result = (AutoTuner.from_kernel(kernel=elementwise_add, configs=configs)
+              .set_compile_args(out_idx=[-1], target="auto")
+              .set_profile_args(ref_prog=lambda a, b: a + b, skip_check=False)
+              .run(warmup=1, rep=1))
+    assert result.config in configs and result.latency > 0
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.testing.assert_close(result.kernel(a, b), a + b)
