@@ -29,4 +29,5 @@ setup(
     python_requires=">=3.10",
     install_requires=["triton==3.6.0", "torch", "numpy"],
     extras_require={"test": ["pytest", "hypothesis"]},
+    entry_points={"torch_dynamo_backends": ["tritile = tritile.contrib.torch_backend:tritile_backend"]},
 )

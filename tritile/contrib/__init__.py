@@ -1,0 +1,1 @@
+"""Integrations of tritile with other frameworks (`torch_backend`: a `torch.compile` backend)."""

@@ -1,0 +1,116 @@
+"""`C = A @ B` for 2-D fp16 / bf16 / fp32 matrices, as a T-language kernel and a torch operator.
+
+Contract:
+* `matmul` is an eager `@tritile.jit` GEMM (fp32 accumulation, result in the inputs' dtype);
+  ragged shapes are fine (tile copies clip at the matrix edges).
+* `tile_config(device_type, M, N, K, dtype)` picks its tile sizes: small tiles on the CPU (the
+  reference interpreter), shape-dependent ones on CUDA.
+* `mm(a, b)` (registered as `torch.ops.tritile.mm`) checks its arguments (TypeError for
+  type / dtype / device, ValueError for rank / shape, before anything runs), runs the kernel on
+  contiguous copies of the inputs and returns a new contiguous (M, N) tensor.  It has a fake
+  implementation (for Dynamo / AOTAutograd tracing) and a backward made of `tritile.mm` calls.
+"""
+from __future__ import annotations
+
+import torch
+
+import tritile
+import tritile.language as T
+
+SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.float32: T.float32}
+
+
+@tritile.jit
+def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
+           threads: int = 128, dtype=T.float16, accum_dtype=T.float32):
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor[[M, K], dtype]
+    B: T.Tensor[[K, N], dtype]
+    C = T.empty((M, N), dtype)
+
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), dtype)
+        B_shared = T.alloc_shared((block_K, block_N), dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+
+        T.use_swizzle(panel_size=10)  # launch order in panels, for L2 reuse of A and B tiles
+        T.clear(C_local)
+        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+            T.copy(A[by * block_M, k * block_K], A_shared)
+            T.copy(B[k * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+
+        T.copy(C_local, C[by * block_M, bx * block_N])
+    return C
+
+
+def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
+                dtype: torch.dtype = torch.float16) -> dict:
+    """Tile sizes for one problem (M, N, K; None = large).
+
+    CPU: small tiles keep the interpreter's per-block work small.  CUDA, half precision
+    (measured on an H100, bench/NOTES.md, 2026-11-22): large M uses two warpgroups on a 128x256
+    tile.  Small M leaves most SMs idle with 128x256 tiles (M=128, N=4096: 16 programs on 132
+    SMs) and is bound by reading B, so it takes narrow tiles with one warpgroup and a deep
+    pipeline: 128x64 when that still gives about one wave of programs (B is then read once),
+    else 64-row tiles (wgmma's minimum).  CUDA, fp32: the GEMM runs on FMA units (exact fp32, no
+    TF32), where a 64x64 tile keeps the accumulator in registers."""
+    if device_type != "cuda" or dtype == torch.float32:
+        return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
+    if M is not None and N is not None and M <= 256:
+        if M > 64 and -(-M // 128) * -(-N // 64) >= 120:
+            return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
+        if M <= 64 and -(-N // 128) >= 64:
+            return dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128)
+        return dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128)
+    return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
+
+
+def check_mm_arguments(a, b) -> None:
+    """Raise TypeError / ValueError naming the argument unless `a @ b` is a supported GEMM."""
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tritile.mm: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"tritile.mm: argument '{name}' has dtype {t.dtype}; supported: "
+                            f"{', '.join(map(str, SUPPORTED_DTYPES))}")
+        if t.dim() != 2:
+            raise ValueError(f"tritile.mm: argument '{name}' must be 2-D, got shape {list(t.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"tritile.mm: argument 'b' has dtype {b.dtype}, but 'a' has {a.dtype}")
+    if a.device != b.device:
+        raise TypeError(f"tritile.mm: argument 'b' is on {b.device}, but 'a' is on {a.device}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"tritile.mm: argument 'b' has shape {list(b.shape)}, which cannot multiply "
+                         f"'a' of shape {list(a.shape)}")
+
+
+@torch.library.custom_op("tritile::mm", mutates_args=())
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` by the tritile GEMM kernel."""
+    check_mm_arguments(a, b)
+    (M, K), N = a.shape, b.shape[1]
+    if M == 0 or N == 0 or K == 0:  # no tiles to launch; an empty sum is zero
+        return a.new_zeros((M, N))
+    config = tile_config(a.device.type, M, N, K, a.dtype)
+    return matmul(a.contiguous(), b.contiguous(), dtype=SUPPORTED_DTYPES[a.dtype], **config)
+
+
+@mm.register_fake
+def _mm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    check_mm_arguments(a, b)
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _mm_setup_context(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _mm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a = mm(grad, b.t()) if ctx.needs_input_grad[0] else None
+    grad_b = mm(a.t(), grad) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+mm.register_autograd(_mm_backward, setup_context=_mm_setup_context)
