@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterator
+from typing import Iterator
 
 from tritile.ir import nodes as ir
 
@@ -107,26 +107,3 @@ def substitute_vars(node, mapping: dict):
             return mapping.get(v, v)
 
     return _Sub().transform(node)
-
-
-def buffers_used(node) -> list:
-    """Buffers referenced below `node`, in first-use order, without duplicates."""
-    seen = {}
-    for n in walk(node):
-        buf = getattr(n, "buffer", None)
-        if isinstance(buf, ir.Buffer):
-            seen.setdefault(id(buf), buf)
-    return list(seen.values())
-
-
-def map_stmts(node, fn: Callable):
-    """Apply `fn` to every statement bottom-up (convenience over Transformer)."""
-
-    class _Map(Transformer):
-        def transform(self, n):
-            out = super().transform(n)
-            if isinstance(out, ir.Stmt) and not isinstance(out, ir.Seq):
-                return fn(out)
-            return out
-
-    return _Map().transform(node)
