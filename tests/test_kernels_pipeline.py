@@ -97,40 +97,6 @@ def test_pipeline_inside_serial_loop(device, assert_close):
     assert_close(kernel(a, b), torch.bmm(a.float(), b.float()).to(torch.float16))
 
 
-@tritile.jit(out_idx=[-2, -1])
-def matmul_and_last_a_tile(M, N, K, block_M, block_N, block_K, num_stages, dtype="float16",
-                           accum_dtype="float32"):
-    """Besides C, writes out A_shared as it is after the loop: the last K tile of A."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype),
-             LastA: T.Tensor((M, block_K), dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared((block_K, block_N), dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, k * block_K], A_shared)
-                T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-            T.copy(A_shared, LastA[by * block_M, 0])
-
-    return main
-
-
-@pytest.mark.parametrize("num_stages", [2, 3])
-def test_versioned_buffer_read_after_loop(num_stages, device, assert_close):
-    M, N, K, block_K = 128, 128, 160, 32  # 5 K tiles: the last one is in slot 4 % num_stages
-    kernel = matmul_and_last_a_tile(M, N, K, 64, 64, block_K, num_stages)
-    a = torch.randn(M, K, dtype=torch.float16, device=device)
-    b = torch.randn(K, N, dtype=torch.float16, device=device)
-    c, last_a = kernel(a, b)
-    assert_close(c, gemm_reference(a, b))
-    assert torch.equal(last_a, a[:, K - block_K:])
-
-
 @tritile.jit(out_idx=[-1])
 def two_gemms_one_tile(M, N, D, block_M, block_N, num_stages, dtype="float16", accum_dtype="float32"):
     """O = (Q X^T) X per row block: X_shared is B of a transpose_B gemm and of a plain gemm."""
@@ -259,8 +225,6 @@ COMPILE_CASES = {
     **{f"matmul_sibling_pipelines-{stages}": (lambda stages=stages: matmul_sibling_pipelines(
         128, 128, 384, 64, 64, 32, stages)) for stages in SIBLING_STAGES},
     "matmul_batched_outer_loop": lambda: matmul_batched_outer_loop(3, 64, 128, 96, 64, 64, 32, 2),
-    **{f"matmul_and_last_a_tile-s{stages}": (lambda stages=stages: matmul_and_last_a_tile(
-        128, 128, 160, 64, 64, 32, stages)) for stages in (2, 3)},
     **{f"two_gemms_one_tile-s{stages}": (lambda stages=stages: two_gemms_one_tile(128, 128, 64, 64, 64, stages))
        for stages in (0, 2)},
     **{f"matmul_plain-K{K}-s{stages}": (lambda K=K, stages=stages: matmul(64, 128, K, 64, 64, 32, num_stages=stages))
