@@ -436,6 +436,18 @@ class Kernel:
     loc: Optional[SourceLoc] = None
 
 
+@dataclass(frozen=True)
+class WarpSpecialization:
+    """The warp-specialization plan of a kernel (``PrimFunc.attrs["warp_specialization"]``,
+    lowering/warp_specialization.py): a producer partition of `producer_warps` warps with
+    `producer_registers` registers issues the async copies of the pipelined loops `loops`
+    (their loop variables' names); the kernel's own warps consume."""
+
+    producer_warps: int
+    producer_registers: int
+    loops: tuple
+
+
 @dataclass
 class PrimFunc:
     """A compiled-program unit: global tensor parameters, runtime dims and one kernel.

@@ -174,6 +174,10 @@ def format_func(func: ir.PrimFunc) -> str:
         p.emit(1, f"# out_idx={func.out_idx}")
     if func.dynamic_vars:
         p.emit(1, "# dynamic: " + ", ".join(v.name for v in func.dynamic_vars))
+    ws = func.attrs.get("warp_specialization")
+    if ws is not None:
+        p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "
+                  f"issues the async copies of loop(s) {', '.join(ws.loops)}")
     k = func.kernel
     grid = ", ".join(expr_str(g) for g in k.grid)
     names = ", ".join(v.name for v in k.block_vars)

@@ -14,6 +14,7 @@ PASSES = [
     ("pipeline_planning", "pipeline_planning"),
     ("buffer_versioning", "buffer_versioning"),
     ("pipeline_injection", "pipeline_injection"),
+    ("warp_specialization", "warp_specialization"),
     ("shared_memory_budget", "shared_memory_budget"),
     ("layout_inference", "layout_inference"),
     ("persistent_tiles", "persistent_tiles"),

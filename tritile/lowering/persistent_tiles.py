@@ -62,8 +62,11 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
 
 
 def applicable(func: ir.PrimFunc) -> bool:
-    """2-D grid with a swizzle hint; pipelined loop bounds do not depend on the block vars."""
+    """2-D grid with a swizzle hint; pipelined loop bounds do not depend on the block vars;
+    not warp specialized (the producer partition walks one tile's loops)."""
     k = func.kernel
+    if "warp_specialization" in func.attrs:
+        return False
     if len(k.grid) != 2 or k.swizzle is None or k.swizzle[1] not in ("row", "column"):
         return False
     block_vars = {id(v) for v in k.block_vars}

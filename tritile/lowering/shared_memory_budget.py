@@ -11,7 +11,7 @@ Guarantees
 * ``func.attrs["shared_buffers"] = {name: bytes}`` for every allocated shared buffer
   (allocation shape x itemsize, so a versioned buffer counts all its versions), and
   ``func.attrs["shared_bytes"]`` = their sum + 8 bytes per mbarrier (one per slot of each
-  software-pipelined loop).
+  software-pipelined loop; two with warp specialization: a "full" and an "empty" one).
 * Above ``target.shared_memory_limit`` -> `CompileError` naming the buffers and their sizes.
   Buffers are not aliased: the count is an upper bound of what codegen allocates.
 """
@@ -44,6 +44,8 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
                 name += "'"
             per_buffer[name] = _buffer_bytes(node.buffer)
     barriers = sum(n.pipelined_from for n in walk(func.kernel.body) if isinstance(n, ir.For))
+    if "warp_specialization" in func.attrs:
+        barriers *= 2
     total = sum(per_buffer.values()) + MBARRIER_BYTES * barriers
     limit = target.shared_memory_limit
     if total > limit:

@@ -179,6 +179,10 @@ class Emitter:
         self.tile_loop_depth = None
         self.tile_loop_prefix = None
         self.deferred_tma_stores = False  # a TMA store is still reading its staging tile
+        # warp specialization (warp_specialize.py): the partition plan, and the shared buffers
+        # allocated before the fork (their Alloc statements emit nothing in the consumer)
+        self.partitions = None
+        self.hoisted = set()
 
     # ---------------------------------------------------------------- output
     def emit(self, text: str):
@@ -284,7 +288,7 @@ class Emitter:
         for dim in reversed(buf.shape):
             out.append(acc or "1")
             d = self.shape_text(dim)
-            acc = d if acc is None else f"{acc} * {_paren(d)}"
+            acc = d if acc is None else f"{acc} * {paren(d)}"
         return list(reversed(out))
 
     def global_tile(self, region: ir.Region, layout_name: str, loc, shape=None):
@@ -319,7 +323,7 @@ class Emitter:
                     sl = self.layout_name(f"gl.SliceLayout({1 - axis}, {layout_name})")
                     self.emit(f"{name} = {_offset(s)}gl.arange(0, {extent}, layout={sl})")
                     idx = f"{name}[:, None]" if axis == 0 else f"{name}[None, :]"
-            offs.append(idx if strides[d] == "1" else f"{_paren(idx)} * {_paren(strides[d])}")
+            offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
             masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)
 
@@ -363,7 +367,7 @@ class Emitter:
             self.emit("pass")
 
 
-def _paren(text: str) -> str:
+def paren(text: str) -> str:
     if text.replace("_", "").replace(".", "").isalnum() or _wrapped(text):
         return text
     return f"({text})"
@@ -383,7 +387,7 @@ def _wrapped(text: str) -> bool:
 
 
 def _offset(start_text: str) -> str:
-    return "" if start_text == "0" else f"{_paren(start_text)} + "
+    return "" if start_text == "0" else f"{paren(start_text)} + "
 
 
 def buffers_touched(stmt) -> list:

@@ -6,7 +6,7 @@ nothing is imported from Triton here, so it also runs where Triton is absent.
 """
 from __future__ import annotations
 
-from tritile.codegen.gluon import block_order, rings
+from tritile.codegen.gluon import block_order, rings, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, POINTER_TYPES, Emitter, GeneratedKernel
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -24,11 +24,25 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     if len(k.grid) > 3:
         raise CompileError("T.Kernel takes at most 3 grid dimensions", k.loc)
     rings.plan(em, k.body)
+    parts = em.partitions = warp_specialize.plan(em, func)
     block_order.emit_block_ids(em, k)
-    em.body(k.body)
+    if parts is None:
+        em.body(k.body)
+    else:  # the kernel forks; its body becomes the consumer partition
+        kernel_lines, em.lines = em.lines, []
+        em.body(k.body)
+        consumer_lines = em.lines
+        producer_lines = warp_specialize.emit_producer(em, func, parts)
+        em.lines = kernel_lines
 
     descs = list(em.descriptors.values())
     arg_names = params + [d.name for d in descs] + dims
+    partitions = []
+    if parts is not None:
+        consumer, producer = em.fresh(f"{kernel_name}_consumer"), em.fresh(f"{kernel_name}_producer")
+        args = warp_specialize.partition_args(em, func, parts, arg_names)
+        warp_specialize.emit_fork(em, parts, consumer, producer, args)
+        partitions = [(consumer, args, consumer_lines), (producer, args, producer_lines)]
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
     signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
     signature.update({n: "i32" for n in dims})
@@ -36,6 +50,12 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out = [HEADER.format(name=func.name, target=target)]
     for d in descs:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
+    for name, args, lines in partitions:
+        out.append("\n@gluon.jit\n")
+        out.append(f"def {name}({', '.join(args)}):\n")
+        out.extend(line + "\n" for line in em.layout_lines)
+        out.extend(line + "\n" for line in lines)
+        out.append("\n")
     out.append("\n@gluon.jit\n")
     out.append(f"def {kernel_name}({', '.join(arg_names)}):\n")
     out.extend(line + "\n" for line in em.layout_lines)

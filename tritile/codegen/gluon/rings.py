@@ -103,7 +103,7 @@ def plan(em: Emitter, body: ir.Seq):
                 hi = next((j for j in gap if any(isinstance(m, ir.AsyncCopy) for m in _members([stmts[j]]))),
                           loops[n + 1])
             _make_ring(em, stmts, lo, i, hi, across)
-    em.cp_async = any(isinstance(n, ir.AsyncCopy) and not _served_by_tma(em, n) for n in walk(body))
+    em.cp_async = any(isinstance(n, ir.AsyncCopy) and not served_by_tma(em, n) for n in walk(body))
 
 
 def _seqs_of(seq: ir.Seq) -> list:
@@ -148,7 +148,7 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     em.ring_after.setdefault(id(after), []).append(ring)
     for section in sections:
         _resolve_waits(em, section)
-    tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and _served_by_tma(em, m)]
+    tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
     split = _lanes_enabled()
     lanes = {}
     for c in tma_copies:
@@ -158,12 +158,12 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     def expect(group):
         nbytes = [0] * ring.lanes
         for c in group:
-            nbytes[em.copy_lane[id(c)]] += _tile_bytes(c)
+            nbytes[em.copy_lane[id(c)]] += tile_bytes(c)
         em.expect_bytes[id(group[0])] = nbytes
 
     group = []
     for m in members:
-        if isinstance(m, ir.AsyncCopy) and _served_by_tma(em, m):
+        if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m):
             group.append(m)
         elif isinstance(m, ir.CommitGroup):
             if group:
@@ -185,7 +185,7 @@ def codegen_options() -> tuple:
     return (("tma_lanes", _lanes_enabled()),)
 
 
-def _lag(e, var):
+def lag(e, var):
     """k for an iteration expression ``var - k`` (``var`` alone: 0), else None."""
     if e is var:
         return 0
@@ -203,7 +203,7 @@ def _group_span(loop, body: list):
             copies.append(m)
         elif isinstance(m, ir.CommitGroup):
             for c in copies:
-                lags = _lag(c.iteration, loop.var), _lag(m.iteration, loop.var)
+                lags = lag(c.iteration, loop.var), lag(m.iteration, loop.var)
                 if None in lags or lags[0] < lags[1]:
                     return None
                 span = max(span, lags[0] - lags[1])
@@ -236,12 +236,12 @@ def _minus(e, k: int):
     return ir.BinOp("-", e, ir.Const(k), e.dtype)
 
 
-def _served_by_tma(em, copy) -> bool:
+def served_by_tma(em, copy) -> bool:
     ring = em.rings.get(id(copy))
     return ring is not None and ring.has_tma and isel.uses_tma(copy, em.target) and copy.iteration is not None
 
 
-def _tile_bytes(copy) -> int:
+def tile_bytes(copy) -> int:
     n = 1
     for e in copy.dst.tile_shape:
         n *= e

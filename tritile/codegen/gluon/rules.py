@@ -9,7 +9,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 from __future__ import annotations
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import rings
+from tritile.codegen.gluon import rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
                                            is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
@@ -188,6 +188,9 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         init = em.expr(s.init).text if s.init is not None else "0"
         em.emit(f"{name} = gl.to_tensor({init}).to({dt})")
     elif buf.scope == "shared":
+        if id(buf) in em.hoisted:
+            em.emit(f"# {name}: allocated before the warp-specialized fork")
+            return
         layout = em.layout_name(em.buffer_layout(buf), name)
         em.emit(f"{name} = gl.allocate_shared_memory({dt}, {list(buf.shape)}, {layout})")
     elif buf.scope == "fragment":
@@ -546,6 +549,8 @@ def _check_whole_fragment(region: ir.Region, loc):
 
 def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     ring = em.rings.get(id(s))
+    if em.partitions is not None and rings.served_by_tma(em, s):
+        return warp_specialize.emit_release(em, s)  # the producer partition issues the copy
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
         desc, coords = em.descriptor(s.src, layout)

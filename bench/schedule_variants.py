@@ -1,15 +1,14 @@
-"""A/B of the opt-in TMA barrier lanes (codegen/gluon/rings.py) in the attention and GEMM
-steady states, on one GPU.
+"""A/B of code-generation schedules on one GPU: attention and GEMM under each variant.
 
-Variants, each in its own process (fresh tritile and Triton caches, so nothing compiled by one
-variant serves another):
-  base   - one mbarrier allocation per ring (the default): 5 bar.sync per FlashAttention
-           iteration, 4 per GEMM iteration;
-  lanes  - TRITILE_TMA_LANES=1, one barrier allocation per TMA destination: 4 and 3.
+Variants (`VARIANTS`: name -> environment), each in its own process with fresh tritile and
+Triton caches, so nothing compiled by one variant serves another:
+  base - TRITILE_WARP_SPECIALIZE=0: the consumer warps issue their own TMA copies (the
+         schedule before warp specialization);
+  ws   - the default: a producer warp issues the TMA copies (lowering/warp_specialization.py).
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
-the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/attention_barriers.py
-(The 2026-11-22 run in bench/NOTES.md also timed a third variant, since reverted: waits already
-covered by the previous pipelined step dropped, 5 -> 4 bar.sync.)
+the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
+(Earlier runs of this script, in bench/NOTES.md, compared the opt-in TMA barrier lanes,
+TRITILE_TMA_LANES=1, against the base schedule.)
 """
 from __future__ import annotations
 
@@ -27,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 GEMM = [4096, 8192]
-VARIANTS = ("base", "lanes")
+VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0"}, "ws": {"TRITILE_WARP_SPECIALIZE": "1"}}
+CANDIDATE, REFERENCE = "ws", "base"
 
 
 def bench(fn) -> float:
@@ -45,7 +45,7 @@ def rel_err(out, ref) -> float:
 
 def run_variant(variant: str) -> dict:
     """Time tritile's attention and GEMM under `variant` (called in a child process)."""
-    os.environ["TRITILE_TMA_LANES"] = "1" if variant == "lanes" else "0"
+    os.environ.update(VARIANTS[variant])
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from examples.flash_attention import tritile_attention
@@ -105,15 +105,16 @@ def main():
     lib = libraries()
     print(f"\ndevice: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {__import__('triton').__version__}; TFLOP/s (best of {rounds} rounds), max rel err")
-    header = "| case | library | " + " | ".join(VARIANTS) + " | lanes / base | lanes / library |"
+    header = ("| case | library | " + " | ".join(VARIANTS)
+              + f" | {CANDIDATE} / {REFERENCE} | {CANDIDATE} / library |")
     print(header + "\n|" + "---|" * (header.count("|") - 1))
     for case, ref in lib.items():
         best = {v: max((res[case][0] for res in results[v]), default=0.0) for v in VARIANTS}
         errs = max((res[case][1] for v in VARIANTS for res in results[v]), default=float("nan"))
         print(f"| {case} | {ref:.1f} | " + " | ".join(f"{best[v]:.1f}" for v in VARIANTS)
-              + f" | {best['lanes'] / max(best['base'], 1e-9):.3f} | {best['lanes'] / ref:.3f} | (err {errs:.1e})")
+              + f" | {best[CANDIDATE] / max(best[REFERENCE], 1e-9):.3f} | {best[CANDIDATE] / ref:.3f} | (err {errs:.1e})")
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "attention_barriers.json"), "w") as f:
+        with open(os.path.join(os.environ["OUT"], "schedule_variants.json"), "w") as f:
             json.dump({"library": lib, "variants": results}, f, indent=1)
 
 

@@ -1,0 +1,85 @@
+"""Tile configurations of examples/flash_attention.py on one GPU, with and without warp
+specialization.
+
+For each attention case of the issue and each (block_M, block_N, num_stages, threads) in
+`CONFIGS`, with TRITILE_WARP_SPECIALIZE=0 and =1 (each setting in its own process with fresh
+caches), check the result against torch and time it (`do_bench` median).  The question it
+answers: does a one-warpgroup CTA (block_M=64, 128 threads), small enough that two CTAs share
+an SM, beat the 128-row, two-warpgroup CTA whose warpgroups run in lock-step?
+Run from the repo root:  PYTHONPATH=$PWD python bench/attention_configs.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
+CONFIGS = [  # block_M, block_N, num_stages, threads
+    (128, 128, 2, 256), (128, 64, 2, 256), (128, 64, 3, 256),
+    (64, 128, 2, 128), (64, 64, 2, 128), (64, 64, 3, 128), (64, 64, 4, 128),
+]
+
+
+def attn_flops(B, H, S, D, causal) -> float:
+    return 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+
+
+def run_setting(ws: str) -> dict:
+    os.environ["TRITILE_WARP_SPECIALIZE"] = ws
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from examples.flash_attention import flashattn
+
+    out = {}
+    torch.manual_seed(0)
+    for (B, H, S, D, causal) in CASES:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        ref = sdpa(q, k, v, is_causal=causal).float()
+        for (bm, bn, stages, threads) in CONFIGS:
+            key = f"{B}x{H}x{S}x{D}{' causal' if causal else ''} | {bm}x{bn} s{stages} t{threads}"
+            try:
+                kernel = flashattn(B, H, S, S, D, causal, block_M=bm, block_N=bn, num_stages=stages, threads=threads)
+                err = float((kernel(q, k, v).float() - ref).norm() / ref.norm())
+                if err > 1e-2:
+                    out[key] = f"wrong (rel err {err:.1e})"
+                    continue
+                ms = do_bench(lambda: kernel(q, k, v), warmup=25, rep=200, return_mode="median")
+                out[key] = round(attn_flops(B, H, S, D, causal) / ms / 1e9, 1)
+            except Exception as e:  # a config the compiler rejects (shared memory, ...)
+                out[key] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return out
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--ws":
+        print("RESULT " + json.dumps(run_setting(sys.argv[2])), flush=True)
+        return
+    results = {}
+    for ws in ("0", "1"):
+        env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
+        proc = subprocess.run([sys.executable, __file__, "--ws", ws], env=env, capture_output=True, text=True)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if line is None:
+            print(f"ws={ws} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            continue
+        results[ws] = json.loads(line[len("RESULT "):])
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {__import__('triton').__version__}")
+    print("| case | config | no WS | WS |\n|---|---|---|---|")
+    for key in results.get("0", results.get("1", {})):
+        case, config = key.split(" | ")
+        print(f"| {case} | {config} | {results.get('0', {}).get(key)} | {results.get('1', {}).get(key)} |")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "attention_configs.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

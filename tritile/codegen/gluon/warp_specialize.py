@@ -1,0 +1,249 @@
+"""Warp-specialized kernels: a TMA producer partition and the consumers (the kernel's warps).
+
+Planned by lowering/warp_specialization.py (``func.attrs["warp_specialization"]``); see its
+docstring for when a kernel qualifies.  `plan` re-checks the facts only codegen knows (every
+pipelined loop got a TMA ring, every async copy is served by it) and returns False when they
+do not hold, in which case the kernel is emitted the ordinary way (same values).
+
+Generated structure::
+
+    @gluon.jit
+    def k(<params>, <descriptors>, <dims>):
+        <block ids>
+        <shared buffers the producer fills>           # shared by both partitions
+        <per loop: full[S] (count: copies per group) and empty[S] (count 1) mbarriers>
+        gl.warp_specialize([(k_consumer, args), (k_producer, args)], [warps], [registers])
+
+    k_consumer: the kernel body as without warp specialization, except that the TMA copies
+        of a commit group g are replaced, at the place of its last copy, by
+        ``arrive(empty[g % S])`` when g >= S: pipeline injection put the copies where every
+        gemm reading slot g % S (group g - S's data) has retired, which is exactly when
+        the slot may be refilled.  Waits on groups stay ``wait(full[g % S], (g // S) & 1)``.
+        A ring whose buffers are in use before its loop (a sibling loop's slots, #3039-style
+        accesses) releases every group, g < S included, so the producer never runs ahead
+        of the consumers into a slot they still use.
+    k_producer: per pipelined loop, ``for g in range(0, n + span)``: wait until group
+        g - S was released (``wait(empty[g % S], ((g // S) & 1) ^ 1)`` for g >= S), then each
+        copy of the steady-state body with the loop variable set so that its commit group is
+        g: one ``expect(full[g % S], group bytes)`` and the TMA copies.  When a group can
+        hold a copy outside [0, n) (a deferred-accumulation group g holds iteration g - 1's
+        V), each copy expects its own bytes, predicated on its iteration lying in [0, n),
+        and a copy predicated off arrives instead, so every group still completes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tritile.codegen.gluon import rings
+from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
+from tritile.ir import nodes as ir
+from tritile.ir.transform import substitute_vars, walk
+
+
+@dataclass
+class Partitions:
+    """What the consumer rules and the assembly need to know."""
+
+    plan: ir.WarpSpecialization
+    rings: list  # the Ring of each pipelined loop, program order
+    hoisted: list  # shared Buffers the producer writes (allocated before the fork)
+    release: dict = field(default_factory=dict)  # id(last TMA copy of a group) -> (Ring, group Expr)
+    # id(Ring) -> arrivals completing a "full" barrier phase: 1 (one expect per group) when
+    # every copy of a group is real, else one per copy (an expect, or a plain arrival)
+    full_arrivals: dict = field(default_factory=dict)
+    # id(Ring) -> True when the consumers release every group's slot, not only those of
+    # groups g >= S: the ring's buffers are in use before its loop (an earlier loop's slots,
+    # or the consumers' own accesses), so even its first S groups must wait for the consumers
+    # to reach them
+    release_all: dict = field(default_factory=dict)
+
+
+def plan(em: Emitter, func: ir.PrimFunc):
+    """The partition plan for `func`, or None when it is emitted without warp specialization."""
+    ws = func.attrs.get("warp_specialization")
+    if ws is None or not em.target.has_tma or em.tile_loop_var is not None:
+        return None
+    loops = [n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.pipelined_from > 0]
+    ring_list = [em.ring_owner.get(id(loop)) for loop in loops]
+    if not ring_list or any(r is None or not r.has_tma or r.lanes != 1 for r in ring_list):
+        return None
+    copies = [n for n in walk(func.kernel.body) if isinstance(n, ir.AsyncCopy)]
+    if any(not rings.served_by_tma(em, c) for c in copies):
+        return None
+    hoisted = {}
+    for c in copies:
+        hoisted.setdefault(id(c.dst.buffer), c.dst.buffer)
+    parts = Partitions(ws, ring_list, list(hoisted.values()))
+    for ring in ring_list:
+        group_var = ir.Var("g")
+        copies_of_group = _group_copies(ring, group_var)
+        always_real = all(rings.lag(c.iteration, group_var) == 0 for c in copies_of_group)
+        parts.full_arrivals[id(ring)] = 1 if always_real else len(copies_of_group)
+    top = []
+    _flatten(func.kernel.body, top)
+    for ring in ring_list:
+        parts.release_all[id(ring)] = _used_before(em, ring, top)
+    # the last TMA copy of each commit group releases the slot its group refills
+    last = {}
+    for c in copies:
+        ring = em.rings[id(c)]
+        key = (id(ring), _group_key(em.copy_group[id(c)]))
+        last[key] = c
+    for c in last.values():
+        parts.release[id(c)] = (em.rings[id(c)], em.copy_group[id(c)])
+    # rings live for the whole kernel: allocated before the fork, never invalidated
+    em.ring_before, em.ring_after = {}, {}
+    em.hoisted = {id(b) for b in parts.hoisted}
+    return parts
+
+
+def _used_before(em: Emitter, ring, top: list) -> bool:
+    """Does a statement before `ring`'s first copy touch its buffers or issue other copies?"""
+    members = [n for s in top for n in walk(s) if isinstance(n, ir.AsyncCopy) and em.rings.get(id(n)) is ring]
+    buffers = {id(c.dst.buffer) for c in members}
+    for s in top:
+        if any(n is members[0] for n in walk(s)):
+            return False
+        if isinstance(s, ir.Alloc):
+            continue
+        for n in walk(s):
+            if isinstance(n, ir.AsyncCopy) or (isinstance(getattr(n, "buffer", None), ir.Buffer)
+                                               and id(n.buffer) in buffers):
+                return True
+    return False
+
+
+def _group_key(group):
+    """Groups are equal when their tag expressions print alike (prologue tags are constants,
+    steady-state tags the loop variable): distinct statements never share a tag text."""
+    from tritile.ir.printer import expr_str
+
+    return expr_str(group)
+
+
+def empty_name(ring) -> str:
+    return f"{ring.name}_empty"
+
+
+def emit_release(em: Emitter, copy: ir.AsyncCopy):
+    """The consumer's side of a TMA copy: release its group's slot (last copy only)."""
+    entry = em.partitions.release.get(id(copy))
+    if entry is None:
+        return
+    ring, group = entry
+    stages, every = ring.stages, em.partitions.release_all[id(ring)]
+    g = static_int(group)
+    if g is not None:
+        if every or g >= stages:
+            em.emit(f"mbarrier.arrive({empty_name(ring)}.index({g % stages}))")
+        return
+    text = paren(em.expr(group).text)
+    pred = "" if every else f", pred={text} >= {stages}"
+    em.emit(f"mbarrier.arrive({empty_name(ring)}.index({text} % {stages}){pred})")
+
+
+def emit_producer(em: Emitter, func: ir.PrimFunc, parts: Partitions) -> list:
+    """The producer partition's body lines (indented for a function body)."""
+    saved, em.lines = em.lines, []
+    needed = _needed_lets(func, parts)
+    for s in needed:
+        em.emit(f"{em.name(s.var)} = {em.expr(s.value).text}")
+    for ring in parts.rings:
+        _emit_producer_loop(em, ring, parts)
+    lines, em.lines = em.lines, saved
+    return lines
+
+
+def _emit_producer_loop(em: Emitter, ring, parts: Partitions):
+    loop, stages = ring.loop, ring.stages
+    group_var = ir.Var("g")
+    g = em.define(group_var)
+    copies = _group_copies(ring, group_var)
+    stop = em.expr(loop.stop).text
+    count = f"{paren(stop)} + {ring.span}" if ring.span else stop
+    full, empty = ring.name, empty_name(ring)
+    bar = f"{full}.index({g} % {stages})"
+    em.emit(f"# producer of loop {loop.var.name}: {len(copies)} TMA copies per commit group, {stages} slots")
+    em.emit(f"for {g} in range(0, {count}):")
+    em.depth += 1
+    if parts.release_all[id(ring)]:  # the consumers' n-th release of a slot is group n * S + slot
+        em.emit(f"mbarrier.wait({empty}.index({g} % {stages}), ({g} // {stages}) & 1)")
+    else:  # the n-th release of a slot frees it for group (n + 1) * S + slot
+        em.emit(f"mbarrier.wait({empty}.index({g} % {stages}), (({g} // {stages}) & 1) ^ 1, pred={g} >= {stages})")
+    if parts.full_arrivals[id(ring)] == 1:  # every copy is real: one expect for the group
+        em.emit(f"mbarrier.expect({bar}, {sum(rings.tile_bytes(c) for c in copies)})")
+    for copy in copies:
+        desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
+        dst = em.shared_view(copy.dst, copy.loc)
+        if parts.full_arrivals[id(ring)] == 1:
+            em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {dst})")
+            continue
+        it = paren(em.expr(copy.iteration).text)
+        valid, invalid = f"({it} >= 0) & ({it} < {paren(stop)})", f"({it} < 0) | ({it} >= {paren(stop)})"
+        em.emit(f"mbarrier.expect({bar}, {rings.tile_bytes(copy)}, pred={valid})")
+        em.emit(f"mbarrier.arrive({bar}, pred={invalid})")
+        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {dst}, pred={valid})")
+    em.depth -= 1
+
+
+def _group_copies(ring, group_var: ir.Var) -> list:
+    """The steady-state copies of `ring`'s loop, with the loop variable set to the time step
+    whose commit group is `group_var`."""
+    body = ring.loop.body.stmts
+    commit = next(s for s in body if isinstance(s, ir.CommitGroup))
+    lag = rings.lag(commit.iteration, ring.loop.var)
+    step = ir.BinOp("+", group_var, ir.Const(lag)) if lag else group_var
+    return [substitute_vars(s, {ring.loop.var: step}) for s in body if isinstance(s, ir.AsyncCopy)]
+
+
+def _needed_lets(func: ir.PrimFunc, parts: Partitions) -> list:
+    """Top-level Lets the producer's loop bounds and coordinates use (transitively)."""
+    top = []
+    _flatten(func.kernel.body, top)
+    lets = [s for s in top if isinstance(s, ir.Let)]
+    wanted = set()
+    for ring in parts.rings:
+        exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
+                                    for e in (*c.src.starts, c.iteration)]
+        wanted |= {id(v) for e in exprs if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
+    out = []
+    for s in reversed(lets):
+        if id(s.var) in wanted:
+            out.append(s)
+            wanted |= {id(v) for v in walk(s.value) if isinstance(v, ir.Var)}
+    return list(reversed(out))
+
+
+def _flatten(seq: ir.Seq, out: list):
+    for s in seq.stmts:
+        if isinstance(s, ir.Seq):
+            _flatten(s, out)
+        else:
+            out.append(s)
+
+
+def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args: list):
+    """The kernel's lines after the block ids: shared allocations, barriers, the fork."""
+    for buf in parts.hoisted:
+        layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
+        em.emit(f"{em.name(buf)} = gl.allocate_shared_memory({GL_DTYPES[buf.dtype.name]}, {list(buf.shape)}, {layout})")
+    for ring in parts.rings:
+        count = parts.full_arrivals[id(ring)]
+        for name in (ring.name, empty_name(ring)):
+            em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
+        em.emit(f"for _stage in gl.static_range({ring.stages}):")
+        em.emit(f"    mbarrier.init({ring.name}.index(_stage), count={count})")
+        em.emit(f"    mbarrier.init({empty_name(ring)}.index(_stage), count=1)")
+    arg_text = ", ".join(args)
+    em.emit(f"gl.warp_specialize([({consumer}, ({arg_text},)), ({producer}, ({arg_text},))], "
+            f"[{parts.plan.producer_warps}], [{parts.plan.producer_registers}])")
+
+
+def partition_args(em: Emitter, func: ir.PrimFunc, parts: Partitions, kernel_args: list) -> list:
+    """What both partitions receive: the kernel's arguments, block ids, the shared buffers
+    and the barriers."""
+    names = list(kernel_args) + [em.name(v) for v in func.kernel.block_vars]
+    names += [em.name(b) for b in parts.hoisted]
+    for ring in parts.rings:
+        names += [ring.name, empty_name(ring)]
+    return names

@@ -1,0 +1,121 @@
+"""warp_specialization: give the TMA copies of a kernel's software-pipelined loops to a
+producer warp (sm_90).
+
+Assumes
+-------
+`pipeline_injection` ran: each software-pipelined loop is one `Seq` (prologue, steady
+``For(pipelined_from=S)``, epilogue) whose async copies carry iteration tags and whose
+steady-state body commits its copies as one group per time step.
+
+Guarantees
+----------
+The IR is unchanged (warp specialization is a schedule of the same program, so the
+interpreter runs the result as is); when the kernel qualifies,
+``func.attrs["warp_specialization"]`` is a `WarpSpecialization` (printed as a comment at the
+top of the kernel, so it is part of every later stage's text and of the compile-cache key).
+The Gluon backend (codegen/gluon/warp_specialize.py) then runs every pipelined loop's async
+copies in a producer partition of `producer_warps` warps with `producer_registers` registers
+(``setmaxnreg``), which walks the loop's commit groups g = 0, 1, ... and, per group, waits
+until the consumers released its slot (an "empty" mbarrier per slot), then issues the
+expect and the TMA copies on the slot's "full" mbarrier.  The rest of the kernel runs in the
+default partition (the user's warps), where each group's copies become the release of the
+slot the group refills, at the point pipeline injection placed them (after every gemm
+reading the slot retired), and the waits stay as they are.  The consumers therefore never
+issue TMA copies or expects, and Triton's barrier analysis no longer puts CTA barriers
+between the producer's and the consumers' barrier operations.
+
+A kernel qualifies when
+* the target has TMA and tensor-core wgmma (sm_90) and it has at least one pipelined loop;
+* every pipelined loop is at the top level of the kernel body (nested only in `Seq`s: the
+  producer walks the loops in program order, once each);
+* every async copy is one TMA can serve (`instructions.uses_tma`), with an iteration tag;
+* in each steady-state body every async copy comes before the body's single `CommitGroup`
+  and none is under an `If`;
+* each loop's trip count and each copy's global coordinates depend only on block indices,
+  runtime dims, the loop variable and top-level `Let`s of those (the producer recomputes
+  them).
+When: opt-in, ``TRITILE_WARP_SPECIALIZE=1`` (the switch is read when the pass runs).  On an
+H100 the producer warp measured neutral for the GEMM and FlashAttention examples' two-warpgroup
+tiles (0.98-1.04x) and slower for one-warpgroup tiles (down to 0.5x: the producer's extra
+warpgroup halves the CTAs per SM) - bench/NOTES.md, 2026-11-22.  The consumers' own
+barrier lock-step, not TMA issue, is what costs there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from tritile.codegen.gluon import instructions as isel
+from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
+
+PRODUCER_WARPS = 1
+# a TMA producer holds a few coordinates and barrier addresses; 24 is setmaxnreg's minimum
+PRODUCER_REGISTERS = 24
+
+
+def enabled() -> bool:
+    return os.environ.get("TRITILE_WARP_SPECIALIZE", "0").strip().lower() not in ("0", "off", "false", "")
+
+
+def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
+    if not enabled() or getattr(target, "kind", None) != "cuda" or not target.has_tma:
+        return func
+    loops = qualifying_loops(func, target)
+    if not loops:
+        return func
+    plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
+    return dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
+
+
+def qualifying_loops(func: ir.PrimFunc, target) -> list:
+    """The kernel's pipelined loops in program order when the kernel qualifies, else []."""
+    body = func.kernel.body
+    top = _top_level(body)
+    loops = [s for s in top if _is_pipelined(s)]
+    if not loops or sum(_is_pipelined(n) for n in walk(body)) != len(loops):
+        return []
+    copies = [n for n in walk(body) if isinstance(n, ir.AsyncCopy)]
+    if not copies or any(c.iteration is None or not isel.uses_tma(c, target) for c in copies):
+        return []
+    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.dynamic_vars}
+    for s in top:
+        if isinstance(s, ir.Let) and _free_vars(s.value) <= known:
+            known.add(id(s.var))
+        if _is_pipelined(s) and not _steady_state_ok(s, known):
+            return []
+    return loops
+
+
+def _steady_state_ok(loop: ir.For, known: set) -> bool:
+    stmts = loop.body.stmts
+    commits = [i for i, s in enumerate(stmts) if isinstance(s, ir.CommitGroup)]
+    if len(commits) != 1:
+        return False
+    for i, s in enumerate(stmts):
+        inside = [n for n in walk(s) if isinstance(n, ir.AsyncCopy)]
+        if not inside:
+            continue
+        if not isinstance(s, ir.AsyncCopy) or i > commits[0]:
+            return False
+    allowed = known | {id(loop.var)}
+    copies = [s for s in stmts if isinstance(s, ir.AsyncCopy)]
+    exprs = [loop.stop] + [e for c in copies for e in (*c.src.starts, c.iteration)]
+    return all(_free_vars(e) <= allowed for e in exprs)
+
+
+def _top_level(seq: ir.Seq) -> list:
+    out = []
+    for s in seq.stmts:
+        out.extend(_top_level(s) if isinstance(s, ir.Seq) else [s])
+    return out
+
+
+def _is_pipelined(s) -> bool:
+    return isinstance(s, ir.For) and s.pipelined_from > 0
+
+
+def _free_vars(e) -> set:
+    if not isinstance(e, ir.Expr):  # a static int
+        return set()
+    return {id(n) for n in walk(e) if isinstance(n, ir.Var)}
