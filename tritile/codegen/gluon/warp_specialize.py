@@ -23,7 +23,8 @@ Generated structure::
         accesses) releases every group, g < S included, so the producer never runs ahead
         of the consumers into a slot they still use.
     k_producer: per pipelined loop, ``for g in range(0, n + span)``: wait until group
-        g - S was released (``wait(empty[g % S], ((g // S) & 1) ^ 1)`` for g >= S), then each
+        g - S was released (``wait(empty[g % S], ((g // S) & 1) ^ 1)`` for g >= S; for a ring
+        releasing every group, until g itself was, ``wait(empty[g % S], (g // S) & 1)``), then each
         copy of the steady-state body with the loop variable set so that its commit group is
         g: one ``expect(full[g % S], group bytes)`` and the TMA copies.  When a group can
         hold a copy outside [0, n) (a deferred-accumulation group g holds iteration g - 1's
