@@ -71,7 +71,7 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
 def qualifying_loops(func: ir.PrimFunc, target) -> list:
     """The kernel's pipelined loops in program order when the kernel qualifies, else []."""
     body = func.kernel.body
-    top = _top_level(body)
+    top = top_level(body)
     loops = [s for s in top if _is_pipelined(s)]
     if not loops or sum(_is_pipelined(n) for n in walk(body)) != len(loops):
         return []
@@ -104,10 +104,11 @@ def _steady_state_ok(loop: ir.For, known: set) -> bool:
     return all(_free_vars(e) <= allowed for e in exprs)
 
 
-def _top_level(seq: ir.Seq) -> list:
+def top_level(seq: ir.Seq) -> list:
+    """The statements of `seq`, nested Seqs flattened (not entering loops or branches)."""
     out = []
     for s in seq.stmts:
-        out.extend(_top_level(s) if isinstance(s, ir.Seq) else [s])
+        out.extend(top_level(s) if isinstance(s, ir.Seq) else [s])
     return out
 
 

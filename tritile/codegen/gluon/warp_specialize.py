@@ -39,6 +39,7 @@ from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, walk
+from tritile.lowering.warp_specialization import top_level
 
 
 @dataclass
@@ -80,8 +81,7 @@ def plan(em: Emitter, func: ir.PrimFunc):
         copies_of_group = _group_copies(ring, group_var)
         always_real = all(rings.lag(c.iteration, group_var) == 0 for c in copies_of_group)
         parts.full_arrivals[id(ring)] = 1 if always_real else len(copies_of_group)
-    top = []
-    _flatten(func.kernel.body, top)
+    top = top_level(func.kernel.body)
     for ring in ring_list:
         parts.release_all[id(ring)] = _used_before(em, ring, top)
     # the last TMA copy of each commit group releases the slot its group refills
@@ -199,9 +199,7 @@ def _group_copies(ring, group_var: ir.Var) -> list:
 
 def _needed_lets(func: ir.PrimFunc, parts: Partitions) -> list:
     """Top-level Lets the producer's loop bounds and coordinates use (transitively)."""
-    top = []
-    _flatten(func.kernel.body, top)
-    lets = [s for s in top if isinstance(s, ir.Let)]
+    lets = [s for s in top_level(func.kernel.body) if isinstance(s, ir.Let)]
     wanted = set()
     for ring in parts.rings:
         exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
@@ -213,14 +211,6 @@ def _needed_lets(func: ir.PrimFunc, parts: Partitions) -> list:
             out.append(s)
             wanted |= {id(v) for v in walk(s.value) if isinstance(v, ir.Var)}
     return list(reversed(out))
-
-
-def _flatten(seq: ir.Seq, out: list):
-    for s in seq.stmts:
-        if isinstance(s, ir.Seq):
-            _flatten(s, out)
-        else:
-            out.append(s)
 
 
 def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args: list):
