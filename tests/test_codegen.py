@@ -361,9 +361,10 @@ def test_sm90_attention_loads_k_v_with_tma_over_rows_view():
     assert "[K.numel() // K.shape[-1], K.shape[-1]]" in k.source
 
 
-def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax():
+def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax(monkeypatch):
     from examples.flash_attention import flashattn, tile_config
 
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")  # the kernel's own warps issue the TMA copies
     k = compile_for(flashattn.fn(1, 2, 1024, 1024, 128, False, **tile_config("cuda")), H100)
     src, ptx = k.source, k.asm["ptx"]
     steady = src.split("for k_t in range(")[1].split("\n    mbarrier")[0]
@@ -392,6 +393,8 @@ def test_sm90_attention_tma_lanes_take_one_cta_barrier_per_kind_of_mbarrier_op(m
     puts one bar.sync before the step's expects and one before its copies instead of one
     before every mbarrier operation."""
     from examples.flash_attention import flashattn, tile_config
+
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")  # lanes are barriers of the kernel's own TMA copies
 
     def steady_state(lanes: str, heads: int):
         monkeypatch.setenv("TRITILE_TMA_LANES", lanes)

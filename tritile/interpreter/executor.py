@@ -119,6 +119,11 @@ class BlockRunner(Evaluator):
             self._masked(s.body, inside, outer)
         self.mask = outer
 
+    def _consumer_partitions(self, s: ir.ConsumerPartitions):
+        for partition in range(s.count):
+            self.env[s.var] = partition
+            self.exec(s.body)
+
     def _if(self, s: ir.If):
         cond = self.eval(s.cond)
         if not V.is_tensor(cond) or (cond.dim() == 0 and self.mask is None):
@@ -179,6 +184,7 @@ class BlockRunner(Evaluator):
 
     _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
               ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
+              ir.ConsumerPartitions: _consumer_partitions,
               **dict.fromkeys(_TILE_OPS, _tile_op)}
 
 

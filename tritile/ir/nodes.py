@@ -154,8 +154,8 @@ class Buffer:
     """A tensor argument (scope "global") or an on-chip allocation.
 
     `origin` is the frontend's buffer this one was derived from (None for frontend
-    buffers); `num_versions` is how many pipeline versions the leading dimension holds
-    (1 = not versioned).  `layout` is filled by layout inference (a codegen encoding
+    buffers); `num_versions` is how many versions the leading dimension holds (1 = not
+    versioned): one per pipeline stage, or one per consumer partition.  `layout` is filled by layout inference (a codegen encoding
     object); `annotated_layout` is what the user pinned with `T.annotate_layout`.
     """
 
@@ -419,6 +419,23 @@ class While(Stmt):
     loc: Optional[SourceLoc] = None
 
 
+@dataclass
+class ConsumerPartitions(Stmt):
+    """The kernel's compute split across `count` consumer partitions of a warp-specialized
+    kernel (lowering/consumer_partitions.py): `body` runs once per partition, with `var` =
+    0 .. count - 1, concurrently, each partition on ``threads // count`` of the kernel's
+    threads.  Buffers allocated in `body` are private to a partition; shared buffers
+    allocated before this statement are common to all.  The partitions share only data the
+    producer's async copies write (the same for every partition) and write disjoint
+    places, so running them one after another, as the interpreter does, gives the values
+    of running them at once."""
+
+    var: Var
+    count: int
+    body: Seq
+    loc: Optional[SourceLoc] = None
+
+
 # --------------------------------------------------------------------------------------
 # the kernel
 # --------------------------------------------------------------------------------------
@@ -434,6 +451,15 @@ class Kernel:
     body: Seq
     swizzle: Optional[tuple] = None  # (panel_size, order) from T.use_swizzle
     loc: Optional[SourceLoc] = None
+
+    @property
+    def partition_threads(self) -> int:
+        """The threads that run one instance of the body's code: `threads`, or
+        ``threads // count`` when the body is split into `ConsumerPartitions`."""
+        for s in self.body.stmts:
+            if isinstance(s, ConsumerPartitions):
+                return self.threads // s.count
+        return self.threads
 
 
 @dataclass(frozen=True)

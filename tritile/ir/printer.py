@@ -140,6 +140,9 @@ class _Printer:
         elif isinstance(s, ir.While):
             self.emit(d, f"while {expr_str(s.cond)}:")
             self.seq(s.body, d + 1)
+        elif isinstance(s, ir.ConsumerPartitions):
+            self.emit(d, f"for {s.var.name} in T.consumer_partitions({s.count}):  # concurrently, private fragments")
+            self.seq(s.body, d + 1)
         else:
             self.emit(d, f"<{type(s).__name__}>")
 

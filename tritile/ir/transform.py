@@ -107,3 +107,17 @@ def substitute_vars(node, mapping: dict):
             return mapping.get(v, v)
 
     return _Sub().transform(node)
+
+
+def top_level(seq: ir.Seq) -> list:
+    """The statements of `seq` in program order, nested Seqs and the body of
+    `ConsumerPartitions` flattened (not entering loops or branches)."""
+    out = []
+    for s in seq.stmts:
+        if isinstance(s, ir.Seq):
+            out.extend(top_level(s))
+        elif isinstance(s, ir.ConsumerPartitions):
+            out.extend(top_level(s.body))
+        else:
+            out.append(s)
+    return out

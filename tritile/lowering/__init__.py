@@ -15,6 +15,7 @@ PASSES = [
     ("buffer_versioning", "buffer_versioning"),
     ("pipeline_injection", "pipeline_injection"),
     ("warp_specialization", "warp_specialization"),
+    ("consumer_partitions", "consumer_partitions"),
     ("shared_memory_budget", "shared_memory_budget"),
     ("layout_inference", "layout_inference"),
     ("persistent_tiles", "persistent_tiles"),

@@ -45,7 +45,7 @@ _ACCUMULATOR, _DOT_OPERAND, _DERIVED = 0, 1, 2
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     if getattr(target, "kind", "cpu") != "cuda":
         return func
-    num_warps = max(1, func.kernel.threads // 32)
+    num_warps = max(1, func.kernel.partition_threads // 32)
     buffers = [n.buffer for n in walk(func.kernel.body) if isinstance(n, ir.Alloc)]
     shared_uses = _shared_requirements(func, target, num_warps)
     decided = {}

@@ -34,11 +34,12 @@ A kernel qualifies when
 * each loop's trip count and each copy's global coordinates depend only on block indices,
   runtime dims, the loop variable and top-level `Let`s of those (the producer recomputes
   them).
-When: opt-in, ``TRITILE_WARP_SPECIALIZE=1`` (the switch is read when the pass runs).  On an
-H100 the producer warp measured neutral for the GEMM and FlashAttention examples' two-warpgroup
-tiles (0.98-1.04x) and slower for one-warpgroup tiles (down to 0.5x: the producer's extra
-warpgroup halves the CTAs per SM) - bench/NOTES.md, 2026-11-22.  The consumers' own
-barrier lock-step, not TMA issue, is what costs there.
+When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`` never, and by
+default (``auto``) only where `consumer_partitions` will then give each consumer warpgroup a
+partition of its own.  On an H100 a producer warp alone measured neutral for the GEMM and
+FlashAttention examples' two-warpgroup tiles (0.98-1.04x) and slower for one-warpgroup tiles
+(down to 0.5x: the producer's extra warpgroup halves the CTAs per SM); with the consumers
+split, FlashAttention's 128x128 tile ran 1.21x faster - bench/NOTES.md, 2026-11-22.
 """
 from __future__ import annotations
 
@@ -47,25 +48,34 @@ import os
 
 from tritile.codegen.gluon import instructions as isel
 from tritile.ir import nodes as ir
-from tritile.ir.transform import walk
+from tritile.ir.transform import top_level, walk
+from tritile.lowering import consumer_partitions
 
 PRODUCER_WARPS = 1
 # a TMA producer holds a few coordinates and barrier addresses; 24 is setmaxnreg's minimum
 PRODUCER_REGISTERS = 24
 
 
-def enabled() -> bool:
-    return os.environ.get("TRITILE_WARP_SPECIALIZE", "0").strip().lower() not in ("0", "off", "false", "")
+def mode() -> str:
+    """"on", "off" or "auto" (the default), from TRITILE_WARP_SPECIALIZE."""
+    value = os.environ.get("TRITILE_WARP_SPECIALIZE", "auto").strip().lower()
+    if value in ("0", "off", "false", ""):
+        return "off"
+    return "on" if value in ("1", "on", "true") else "auto"
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    if not enabled() or getattr(target, "kind", None) != "cuda" or not target.has_tma:
+    chosen = mode()
+    if chosen == "off" or getattr(target, "kind", None) != "cuda" or not target.has_tma:
         return func
     loops = qualifying_loops(func, target)
     if not loops:
         return func
     plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
-    return dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
+    planned = dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
+    if chosen == "auto" and not consumer_partitions.qualifies(planned):
+        return func
+    return planned
 
 
 def qualifying_loops(func: ir.PrimFunc, target) -> list:
@@ -102,14 +112,6 @@ def _steady_state_ok(loop: ir.For, known: set) -> bool:
     copies = [s for s in stmts if isinstance(s, ir.AsyncCopy)]
     exprs = [loop.stop] + [e for c in copies for e in (*c.src.starts, c.iteration)]
     return all(_free_vars(e) <= allowed for e in exprs)
-
-
-def top_level(seq: ir.Seq) -> list:
-    """The statements of `seq`, nested Seqs flattened (not entering loops or branches)."""
-    out = []
-    for s in seq.stmts:
-        out.extend(top_level(s) if isinstance(s, ir.Seq) else [s])
-    return out
 
 
 def _is_pipelined(s) -> bool:

@@ -147,7 +147,7 @@ class Emitter:
     def __init__(self, func: ir.PrimFunc, target):
         self.func = func
         self.target = target
-        self.num_warps = max(1, func.kernel.threads // 32)
+        self.num_warps = max(1, func.kernel.partition_threads // 32)  # warps of one partition
         self.lines = []
         self.depth = 1
         self._names = {}

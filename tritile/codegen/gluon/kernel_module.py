@@ -42,7 +42,8 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
         consumer, producer = em.fresh(f"{kernel_name}_consumer"), em.fresh(f"{kernel_name}_producer")
         args = warp_specialize.partition_args(em, func, parts, arg_names)
         warp_specialize.emit_fork(em, parts, consumer, producer, args)
-        partitions = [(consumer, args, consumer_lines), (producer, args, producer_lines)]
+        partitions = [(consumer, warp_specialize.consumer_args(em, parts, args), consumer_lines),
+                      (producer, args, producer_lines)]
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
     signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
     signature.update({n: "i32" for n in dims})

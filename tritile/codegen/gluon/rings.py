@@ -32,7 +32,8 @@ Guarantees (recorded on the `Emitter`):
   (bar.sync) between every two mbarrier operations of one allocation; with one allocation
   per lane the expects of a group, then its copies, then its waits take one CTA barrier
   each (FlashAttention steady state: 5 -> 4 bar.sync per iteration, GEMM: 4 -> 3).
-  Measured neutral on H100 (bench/NOTES.md, 2026-11-22), hence off by default.  The switch
+  Measured neutral on H100 (bench/NOTES.md, 2026-11-22), hence off by default; ignored in a
+  warp-specialized kernel, whose producer signals one full barrier per slot.  The switch
   is read when a kernel is generated; the in-process compile cache is keyed by the IR alone;
 * `copy_group[id(copy)]` = the iteration tag of the copy's commit group: every TMA copy of
   a group signals the group's barrier, even when the group mixes iterations (pipeline
@@ -149,7 +150,9 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     for section in sections:
         _resolve_waits(em, section)
     tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
-    split = _lanes_enabled()
+    # a producer partition signals one full barrier per slot: lanes are for kernels whose own
+    # warps issue the copies
+    split = _lanes_enabled() and "warp_specialization" not in em.func.attrs
     lanes = {}
     for c in tma_copies:
         em.copy_lane[id(c)] = lanes.setdefault(c.dst.buffer if split else None, len(lanes))

@@ -166,7 +166,7 @@ def lower_stmt(em: Emitter, s):
     rule = RULES.get(type(s))
     if rule is None:
         raise unsupported(type(s).__name__, getattr(s, "loc", None))
-    if not isinstance(s, (ir.Gemm, ir.WaitMMA, ir.For, ir.While, ir.Seq, ir.If)):
+    if not isinstance(s, (ir.Gemm, ir.WaitMMA, ir.For, ir.While, ir.Seq, ir.If, ir.ConsumerPartitions)):
         em.settle([b for b in buffers_touched(s)])
     try:
         rule(em, s)
@@ -201,6 +201,16 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         em.emit(f"{name} = gl.zeros({list(buf.shape)}, {dt}, layout={layout})")
     else:
         raise unsupported(f"T.alloc_local of shape {list(buf.shape)}", s.loc)
+
+
+def lower_consumer_partitions(em: Emitter, s: ir.ConsumerPartitions):
+    """The body of the consumer function, which every consumer partition runs with its own
+    `s.var` (a parameter: warp_specialize.emit_fork launches one partition per value)."""
+    if em.partitions is None:
+        raise CompileError("consumer partitions need the warp-specialized fork, which this kernel did not get; "
+                           "set TRITILE_CONSUMER_PARTITIONS=0", s.loc)
+    em.define(s.var)
+    em.body(s.body)
 
 
 def lower_let(em: Emitter, s: ir.Let):
@@ -828,4 +838,5 @@ RULES = {
     ir.For: lower_for,
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
+    ir.ConsumerPartitions: lower_consumer_partitions,
 }

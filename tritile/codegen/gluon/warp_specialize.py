@@ -38,8 +38,12 @@ from dataclasses import dataclass, field
 from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
-from tritile.ir.transform import substitute_vars, walk
-from tritile.lowering.warp_specialization import top_level
+from tritile.ir.transform import substitute_vars, top_level, walk
+
+
+# registers of a consumer warpgroup running as a worker partition (the default partition
+# gets what the setmaxnreg budget leaves); 240 is what FlashAttention-3 gives its consumers
+CONSUMER_REGISTERS = 240
 
 
 @dataclass
@@ -58,6 +62,13 @@ class Partitions:
     # or the consumers' own accesses), so even its first S groups must wait for the consumers
     # to reach them
     release_all: dict = field(default_factory=dict)
+    # the kernel's ConsumerPartitions (lowering/consumer_partitions.py), or None: one consumer
+    # partition per warpgroup, all running the consumer function with their own `part`
+    split: ir.ConsumerPartitions = None
+
+    @property
+    def consumers(self) -> int:
+        return self.split.count if self.split is not None else 1
 
 
 def plan(em: Emitter, func: ir.PrimFunc):
@@ -75,7 +86,12 @@ def plan(em: Emitter, func: ir.PrimFunc):
     hoisted = {}
     for c in copies:
         hoisted.setdefault(id(c.dst.buffer), c.dst.buffer)
-    parts = Partitions(ws, ring_list, list(hoisted.values()))
+    split = next((s for s in func.kernel.body.stmts if isinstance(s, ir.ConsumerPartitions)), None)
+    if split is not None:  # every consumer partition uses the kernel's shared buffers
+        for s in func.kernel.body.stmts:
+            if isinstance(s, ir.Alloc):
+                hoisted.setdefault(id(s.buffer), s.buffer)
+    parts = Partitions(ws, ring_list, list(hoisted.values()), split=split)
     for ring in ring_list:
         group_var = ir.Var("g")
         copies_of_group = _group_copies(ring, group_var)
@@ -224,17 +240,25 @@ def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args
             em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
         em.emit(f"for _stage in gl.static_range({ring.stages}):")
         em.emit(f"    mbarrier.init({ring.name}.index(_stage), count={count})")
-        em.emit(f"    mbarrier.init({empty_name(ring)}.index(_stage), count=1)")
+        em.emit(f"    mbarrier.init({empty_name(ring)}.index(_stage), count={parts.consumers})")
     arg_text = ", ".join(args)
-    em.emit(f"gl.warp_specialize([({consumer}, ({arg_text},)), ({producer}, ({arg_text},))], "
-            f"[{parts.plan.producer_warps}], [{parts.plan.producer_registers}])")
+    consumers = [f"({consumer}, ({arg_text}{'' if parts.split is None else f', {p}'},))" for p in range(parts.consumers)]
+    # the first consumer is the default partition (the kernel's num_warps); the others
+    # are workers of as many warps, given the registers the producer gives up
+    warps = [em.num_warps] * (parts.consumers - 1) + [parts.plan.producer_warps]
+    registers = [CONSUMER_REGISTERS] * (parts.consumers - 1) + [parts.plan.producer_registers]
+    em.emit(f"gl.warp_specialize([{', '.join(consumers)}, ({producer}, ({arg_text},))], {warps}, {registers})")
 
 
 def partition_args(em: Emitter, func: ir.PrimFunc, parts: Partitions, kernel_args: list) -> list:
-    """What both partitions receive: the kernel's arguments, block ids, the shared buffers
-    and the barriers."""
+    """What every partition receives: the kernel's arguments, block ids, the shared buffers
+    and the barriers (the consumers also their partition index, `consumer_args`)."""
     names = list(kernel_args) + [em.name(v) for v in func.kernel.block_vars]
     names += [em.name(b) for b in parts.hoisted]
     for ring in parts.rings:
         names += [ring.name, empty_name(ring)]
     return names
+
+
+def consumer_args(em: Emitter, parts: Partitions, args: list) -> list:
+    return args + ([em.name(parts.split.var)] if parts.split is not None else [])

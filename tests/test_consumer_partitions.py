@@ -1,0 +1,215 @@
+"""Consumer partitions (lowering/consumer_partitions.py): a warp-specialized kernel's rows split
+across its consumer warpgroups, one partition each.
+
+CPU: the pass's rewrite and refusals, interpreter(every stage) == torch, and the generated
+sm_90 partitions (PTX compiled without a GPU).  GPU: the split kernels against torch.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+from tritile.interpreter import execute
+from tritile.ir import nodes as ir
+from tritile.ir.printer import format_func
+from tritile.lowering import run_passes
+from tritile.runtime.kernel import JITKernel
+from tritile.runtime.target import Target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_warp_specialization import attention_ir, function, gemm_ir  # noqa: E402
+
+H100 = Target("cuda", 90)
+
+
+@pytest.fixture
+def warp_specialize(monkeypatch):
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "1")
+
+
+def row_max_program(rows=128, n=512, k=64, block_n=64, stages=2, threads=256, along_rows=False):
+    """Y = X W^T for a block of `rows` rows of X; each row's max over Y's columns (or, with
+    `along_rows`, each column tile's max over the rows: a reduction the split must refuse),
+    and Y's last column tile written element by element."""
+
+    @T.prim_func
+    def row_max(X: T.Tensor((256, k), "float16"), W: T.Tensor((n, k), "float16"),
+                M: T.Tensor((256,), "float32"), Y: T.Tensor((256, block_n), "float32")):
+        with T.Kernel(256 // rows, threads=threads) as bx:
+            X_shared = T.alloc_shared((rows, k), "float16")
+            W_shared = T.alloc_shared((block_n, k), "float16")
+            S = T.alloc_fragment((rows, block_n), "float32")
+            best = T.alloc_fragment((rows,), "float32")
+            col_best = T.alloc_fragment((block_n if along_rows else rows,), "float32")
+            T.copy(X[bx * rows:(bx + 1) * rows, :], X_shared)
+            T.fill(best, -T.infinity("float32"))
+            for j in T.Pipelined(n // block_n, num_stages=stages):
+                T.copy(W[j * block_n:(j + 1) * block_n, :], W_shared)
+                T.clear(S)
+                T.gemm(X_shared, W_shared, S, transpose_B=True)
+                if along_rows:
+                    T.reduce_max(S, col_best, dim=0)
+                T.reduce_max(S, best, dim=1, clear=False)
+            T.copy(best, M[bx * rows:(bx + 1) * rows])
+            for i, c in T.Parallel(rows, block_n):
+                Y[bx * rows + i, c] = S[i, c] + best[i] * 0.0 + i
+    return row_max
+
+
+def row_max_ir(**kw):
+    return tritile.compile(row_max_program(**kw), out_idx=[2, 3], target="cuda:90").stages[0][1]
+
+
+def row_max_reference(x, w):
+    y = x.float() @ w.float().T
+    last = y[:, -64:] + torch.arange(128).repeat(2)[:, None].float()
+    return y.max(dim=1).values, last
+
+
+def split_of(func):
+    return next((s for s in func.kernel.body.stmts if isinstance(s, ir.ConsumerPartitions)), None)
+
+
+def stages_with(func):
+    return dict(run_passes(func, H100))
+
+
+# ------------------------------------------------------------------ the pass
+
+
+def test_attention_rows_split_across_two_warpgroups(warp_specialize):
+    stages = stages_with(attention_ir(False))
+    func = stages["consumer_partitions"]
+    split = split_of(func)
+    assert split is not None and split.count == 2 and func.kernel.partition_threads == 128
+    text = format_func(func)
+    assert "for part in T.consumer_partitions(2):" in text
+    assert "Q_shared = T.alloc_shared([2, 64, 128], float16)" in text  # one version per partition
+    assert "K_shared = T.alloc_shared([2, 128, 128], float16)" in text  # the producer's ring, shared
+    assert "acc_s = T.alloc_fragment([64, 128], float32)" in text
+    assert "T.copy(Q[bz, by, bx * 128 + part * 64:bx * 128 + part * 64 + 64, :], Q_shared[part, :, :])" in text
+    assert "T.gemm(Q_shared[part, :, :], K_shared[" in text
+    # shared buffers are allocated before the partitions, fragments inside them
+    allocs = [s.buffer.scope for s in func.kernel.body.stmts if isinstance(s, ir.Alloc)]
+    assert allocs == ["shared"] * 4
+
+
+def test_causal_mask_uses_the_kernel_row(warp_specialize):
+    text = format_func(stages_with(attention_ir(True))["consumer_partitions"])
+    assert "for i, j in T.Parallel(64, 128):" in text
+    assert "q_idx = bx * 128 + (i + part * 64)" in text
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_stage_of_split_attention_matches_torch(causal, warp_specialize):
+    from examples.flash_attention import ref_program
+
+    stages = stages_with(attention_ir(causal))
+    assert split_of(stages["layout_inference"]) is not None
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 512, 128, dtype=torch.float16) for _ in range(3))
+    ref = ref_program(q, k, v, causal)
+    for name in ("tile", "warp_specialization", "consumer_partitions", "layout_inference"):
+        out = torch.empty_like(q)
+        execute(stages[name], [q, k, v, out], {})
+        torch.testing.assert_close(out.float(), ref.float(), rtol=1e-2, atol=1e-2, msg=lambda m: f"{name}: {m}")
+
+
+def test_row_reduction_kernel_split_matches_torch(warp_specialize):
+    stages = stages_with(row_max_ir())
+    func = stages["layout_inference"]
+    text = format_func(func)
+    assert split_of(func) is not None, text
+    assert "T.copy(best[:], M[bx * 128 + part * 64:bx * 128 + part * 64 + 64])" in text
+    assert "Y[bx * 128 + (i + part * 64), c] = S[i, c]" in text
+    torch.manual_seed(2)
+    x, w = torch.randn(256, 64, dtype=torch.float16), torch.randn(512, 64, dtype=torch.float16)
+    want_max, want_last = row_max_reference(x, w)
+    for name in ("tile", "consumer_partitions", "layout_inference"):
+        m, y = torch.empty(256), torch.empty(256, 64)
+        execute(stages[name], [x, w, m, y], {})
+        torch.testing.assert_close(m, want_max, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(y, want_last, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("case", ["gemm", "one_warpgroup", "reduce_along_rows", "switched_off", "no_producer"])
+def test_kernels_that_stay_whole(case, warp_specialize, monkeypatch):
+    if case == "gemm":  # its A tiles are the producer's (async) copies: not per-partition rows
+        func = gemm_ir()
+    elif case == "one_warpgroup":
+        func = row_max_ir(threads=128)
+    elif case == "reduce_along_rows":
+        func = row_max_ir(along_rows=True)
+    else:
+        monkeypatch.setenv("TRITILE_CONSUMER_PARTITIONS" if case == "switched_off" else "TRITILE_WARP_SPECIALIZE", "0")
+        func = attention_ir(False)
+    final = run_passes(func, H100)[-1][1]
+    assert split_of(final) is None
+    assert "consumer_partitions" not in format_func(final)
+
+
+def test_by_default_only_kernels_that_split_get_a_producer(monkeypatch):
+    monkeypatch.delenv("TRITILE_WARP_SPECIALIZE", raising=False)
+    attention = run_passes(attention_ir(False), H100)[-1][1]
+    assert "warp_specialization" in attention.attrs and split_of(attention) is not None
+    for func in (gemm_ir(), row_max_ir(threads=128)):  # a producer alone measured no faster
+        assert "warp_specialization" not in run_passes(func, H100)[-1][1].attrs
+
+
+# ------------------------------------------------------------------ generated code (sm_90, CPU)
+
+
+def test_generated_partitions(warp_specialize):
+    kernel = JITKernel(attention_ir(False), target=H100)
+    source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
+    consumer = function(source, "main_consumer")
+    assert consumer.startswith("def main_consumer(") and ", part):" in consumer.splitlines()[0]
+    assert "warps_per_cta=[4, 1]" in consumer and "warps_per_cta=[8, 1]" not in source
+    assert "Q_shared.index(part)" in consumer and "tma.async_copy_global_to_shared" not in consumer
+    # both consumers release every slot: the producer's empty barriers count two arrivals
+    assert "mbarrier.init(k_t_bars_empty.index(_stage), count=2)" in source
+    fork = next(line for line in source.splitlines() if "gl.warp_specialize(" in line)
+    assert fork.count("(main_consumer, (") == 2 and fork.endswith("[4, 1], [240, 24])")
+    assert re.search(r"k_t_bars_empty, 0,\)\), \(main_consumer, \(.*k_t_bars_empty, 1,\)\)", fork)
+    regs = set(re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx))
+    assert {"240", "24"} <= regs and "wgmma.mma_async" in ptx
+    assert kernel._codegen(H100).metadata.num_warps == 12  # two consumer warpgroups + the producer's
+
+
+# ------------------------------------------------------------------ GPU
+
+
+def close(out, ref, rel=1e-2):
+    torch.testing.assert_close(out.float(), ref.float(), rtol=rel, atol=rel * ref.float().abs().max().item())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_split_attention_on_gpu(causal, warp_specialize):
+    from examples.flash_attention import ref_program
+
+    func = attention_ir(causal, seq=1024)
+    kernel = JITKernel(func, target=H100)
+    assert split_of(kernel.stages[-1][1]) is not None
+    q, k, v = (torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    close(kernel(q, k, v), ref_program(q, k, v, causal))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_split_row_reduction_on_gpu(warp_specialize):
+    kernel = JITKernel(row_max_ir(), target=H100)
+    assert split_of(kernel.stages[-1][1]) is not None
+    x, w = torch.randn(256, 64, device="cuda", dtype=torch.float16), torch.randn(512, 64, device="cuda", dtype=torch.float16)
+    m, y = kernel(x, w)
+    want_max, want_last = row_max_reference(x.cpu(), w.cpu())
+    torch.testing.assert_close(m.cpu(), want_max, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(y.cpu(), want_last, rtol=1e-3, atol=1e-3)
