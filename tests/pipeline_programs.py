@@ -6,6 +6,10 @@ fresh random arguments and the torch reference of the outputs.  Every knob the p
 draws (stage counts, trip counts - static or runtime-dynamic -, block-sparse guards, an outer
 serial loop, a read of `A_shared` after the loops, a shared buffer used only outside the
 pipelines) maps to one argument here.
+
+`mbarrier_problems(source, args, dims)` (end of the file) replays the mbarrier protocol of a
+generated Gluon module on the host: a wait that no issued TMA copy / arrival can complete is a
+GPU hang, found on CPU.
 """
 from __future__ import annotations
 
@@ -45,6 +49,10 @@ class Program:
     def __repr__(self) -> str:  # what a failing hypothesis example prints
         return (f"gemm_program({self.loops!r}, tiles={self.tiles}, grid={self.grid}, outer={self.outer}, "
                 f"read_after={self.read_after}, staged_store={self.staged_store})")
+
+    def dim_values(self) -> list:
+        """The runtime dims in the kernel's launch order (`func.dynamic_vars`)."""
+        return [self.dims[v] for v in self.func.dynamic_vars]
 
     def make_args(self, seed: int):
         gen = torch.Generator().manual_seed(seed)
@@ -287,10 +295,6 @@ def _stand_ins(state):
                 return _Ring(shape[0], f"ring{state.rings}")
             return _OPAQUE
 
-        @staticmethod
-        def warp_specialize(*a, **k):
-            raise MbarrierProblem("warp-specialized kernels are not replayed")
-
     class MBarrier:
         MBarrierLayout = _BarLayout
 
@@ -394,6 +398,8 @@ class _CSemantics(_ast.NodeTransformer):
 def mbarrier_problems(source: str, args, dims=()) -> list:
     """Replay generated module `source` launched with CPU tensors `args` (the kernel's params,
     in order; the one named `mask` is read) and runtime `dims`: the list of mbarrier problems."""
+    if "gl.warp_specialize(" in source:
+        raise NotImplementedError("warp-specialized kernels (producer/consumer partitions) are not replayed")
     state = _State()
     tree = _ast.parse(source)
     tree.body = [s for s in tree.body if not isinstance(s, (_ast.Import, _ast.ImportFrom))]

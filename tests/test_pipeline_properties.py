@@ -2,10 +2,18 @@
 same result before and after every pass, equal to torch, with no async hazard, and every
 versioned buffer is allocated with the maximum version count of the loops using it.
 
-`test_replayed_programs_through_gluon` replays a fixed, derandomized set of the same generated
-programs through the whole compile path (passes planned for the target, Gluon, Triton): on CPU
-it compiles each to PTX for sm_90 and sm_80; on CUDA (`gpu`) it launches the kernel for the
-current device and compares with the torch reference."""
+`test_replayed_programs_through_gluon` replays a fixed list of the same kind of programs
+(`REPLAY`, drawn with a seeded `random.Random`, so the list is the same in every process and
+pytest selection - a derandomized hypothesis run is not: hypothesis mixes in integer constants
+of the local modules loaded so far, so the full suite drew other programs than this file
+alone) through the whole compile path (passes planned for the target, Gluon, Triton).  Each
+generated module's mbarrier protocol is first replayed on the host (`mbarrier_problems`): a
+wait no TMA copy can complete fails the test there instead of hanging the GPU.  On CPU it
+compiles each program to PTX for sm_90 and sm_80; on CUDA (`gpu`) it launches the kernel for
+the current device and compares with the torch reference."""
+import ast
+import importlib
+import random
 import sys
 from pathlib import Path
 
@@ -15,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_programs import LoopSpec, gemm_program  # noqa: E402
+from pipeline_programs import LoopSpec, gemm_program, mbarrier_problems  # noqa: E402
 
 from tritile.interpreter import execute  # noqa: E402
 from tritile.ir import nodes as ir  # noqa: E402
@@ -31,7 +39,10 @@ GLUON_REPLAY_EXAMPLES = 40
 # manual (stage, order) plans for copy A, copy B, gemm; None = num_stages planning
 MANUAL = [None, None, None, ([0, 0, 1], [0, 1, 2]), ([0, 0, 2], [1, 2, 0]), ([0, 1, 2], [0, 1, 2]),
           ([1, 0, 2], [2, 0, 1]), ([0, 0, 0], [0, 1, 2])]
-
+TILES = [(16, 16, 16), (32, 16, 16), (16, 32, 16)]
+GRIDS = [(1, 1), (2, 1), (1, 2)]
+OUTERS = [1, 1, 2]
+REPLAY_SEED = 20261122
 
 def _depth(spec: LoopSpec) -> int:
     return max(spec.stage) + 1 if spec.stage is not None else spec.num_stages
@@ -51,10 +62,37 @@ def loop_specs(draw):
 @st.composite
 def programs(draw):
     loops = draw(st.lists(loop_specs(), min_size=1, max_size=3))
-    tiles = draw(st.sampled_from([(16, 16, 16), (32, 16, 16), (16, 32, 16)]))
-    grid = draw(st.sampled_from([(1, 1), (2, 1), (1, 2)]))
-    return gemm_program(loops, tiles=tiles, grid=grid, outer=draw(st.sampled_from([1, 1, 2])),
+    tiles = draw(st.sampled_from(TILES))
+    grid = draw(st.sampled_from(GRIDS))
+    return gemm_program(loops, tiles=tiles, grid=grid, outer=draw(st.sampled_from(OUTERS)),
                         read_after=draw(st.booleans()), staged_store=draw(st.booleans()))
+
+
+def _random_loop_spec(rng: random.Random) -> LoopSpec:  # loop_specs() with a seeded Random
+    stages = rng.randint(0, 4)
+    manual = rng.choice(MANUAL)
+    stage, order = manual if manual is not None else (None, None)
+    depth = max(stage) + 1 if stage is not None else stages
+    trips = rng.choice([0, 1, max(depth - 1, 0), depth, 5, 6])
+    guarded, dynamic, bind_offset = (rng.random() < 0.5 for _ in range(3))
+    return LoopSpec(0 if manual else stages, trips, guarded=guarded, dynamic=dynamic, order=order, stage=stage,
+                    bind_offset=bind_offset)
+
+
+def replay_programs(count: int = GLUON_REPLAY_EXAMPLES, seed: int = REPLAY_SEED) -> list:
+    """[(program, argument seed)]: programs() drawn with `random.Random(seed)`, the same list in
+    every process (bench/replay_hang.py launches them one per subprocess)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        loops = [_random_loop_spec(rng) for _ in range(rng.randint(1, 3))]
+        program = gemm_program(loops, tiles=rng.choice(TILES), grid=rng.choice(GRIDS), outer=rng.choice(OUTERS),
+                               read_after=rng.random() < 0.5, staged_store=rng.random() < 0.5)
+        out.append((program, rng.randint(0, 2**16)))
+    return out
+
+
+REPLAY = replay_programs()
 
 
 def _run(program, func, seed):
@@ -92,23 +130,124 @@ def _device_target() -> Target:
     return Target("cuda", major * 10 + minor)
 
 
-@settings(max_examples=GLUON_REPLAY_EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
-@given(program=programs(), seed=st.integers(0, 2**16))
-def test_replayed_programs_through_gluon(program, seed, device):
+def check_mbarrier_protocol(kernel, program, seed):
+    """Fail when the generated module has a wait that no TMA copy completes: launching it
+    would hang the GPU."""
+    problems = mbarrier_problems(kernel.source, program.make_args(seed), program.dim_values())
+    assert not problems, f"{program!r}: launching this kernel would hang the GPU: {problems[0]}"
+
+
+@pytest.mark.parametrize("index", range(len(REPLAY)))
+def test_replayed_programs_through_gluon(index, device):
     from tritile.codegen.gluon import compile_kernel
 
+    program, seed = REPLAY[index]
     if device == "cpu":
         for target in (Target("cuda", 90), Target("cuda", 80)):
-            ptx = compile_kernel(run_passes(program.func, target)[-1][1], target).asm["ptx"]
-            assert f".target sm_{target.arch}" in ptx
+            kernel = compile_kernel(run_passes(program.func, target)[-1][1], target)
+            assert f".target sm_{target.arch}" in kernel.asm["ptx"]
+            check_mbarrier_protocol(kernel, program, seed)
         return
     target = _device_target()
     kernel = compile_kernel(run_passes(program.func, target)[-1][1], target)
+    check_mbarrier_protocol(kernel, program, seed)  # before the launch: never hang the suite
     args = [t.to(device) for t in program.make_args(seed)]
     kernel.launch(args, program.dims)
     expected_c, expected_d = program.reference(program.make_args(seed))
     torch.testing.assert_close(args[3].cpu(), expected_c, rtol=1e-4, atol=1e-3)
     if program.read_after:
         torch.testing.assert_close(args[4].cpu(), expected_d, rtol=0, atol=0)
+
+
+def test_replay_list_is_fixed():
+    """The replayed programs do not depend on the process (loaded modules, hypothesis state)."""
+    again = replay_programs()
+    assert [(repr(p), s) for p, s in again] == [(repr(p), s) for p, s in REPLAY]
+    assert sum(len(p.loops) for p, _ in REPLAY) > len(REPLAY)  # sibling loops are drawn
+
+
+# ---------------------------------------------------------------- mbarrier protocol (CPU)
+
+H100 = Target("cuda", 90)
+
+
+def _gluon(program, target=H100, lowered=False) -> str:
+    from tritile.codegen.gluon import emit_module
+
+    func = program if lowered else run_passes(program.func, target)[-1][1]
+    return emit_module(func, target).source
+
+
+def _skewed(trips: int, **kw) -> LoopSpec:  # A of i+1 and B of i in one commit group
+    return LoopSpec(0, trips, dynamic=True, order=[0, 1, 2], stage=[0, 1, 2], **kw)
+
+
+# A commit group mixing iterations (stage [0, 1, 2]: A of i+1 with B of i) under a runtime trip
+# count below 2, each copy guarded by its own iteration: before each copy signalled the group's
+# barrier by itself (rings.py, `Ring.copies_per_group`), n = 0 waited on a group no copy filled
+# and n = 1 skipped group 1's expect with its first copy while B of 0 still landed - both hung.
+@pytest.mark.parametrize("loops, outer", [
+    pytest.param([_skewed(0)], 1, id="n0"),
+    pytest.param([_skewed(1)], 1, id="n1"),
+    pytest.param([_skewed(1)], 2, id="n1-outer2"),
+    pytest.param([LoopSpec(4, 4, dynamic=True), _skewed(0)], 1, id="sibling-n0"),
+])
+def test_short_dynamic_loop_with_mixed_tma_groups_does_not_hang(loops, outer):
+    program = gemm_program(loops, outer=outer)
+    assert mbarrier_problems(_gluon(program), program.make_args(0), program.dim_values()) == []
+
+
+@pytest.mark.parametrize("loops", [
+    pytest.param([LoopSpec(3, 2, dynamic=True)], id="dynamic-n2"),
+    pytest.param([LoopSpec(0, 4, order=[0, 1, 2], stage=[0, 1, 2])], id="static-n4"),
+    pytest.param([LoopSpec(0, 3, order=[0, 1, 2], stage=[0, 1, 2])], id="static-n3"),
+    pytest.param([LoopSpec(0, 0, order=[0, 1, 2], stage=[0, 1, 2]), LoopSpec(4, 5, dynamic=True)], id="siblings"),
+    pytest.param([LoopSpec(3, 0, dynamic=True), LoopSpec(2, 1, dynamic=True)], id="dynamic-n0-n1"),
+])
+def test_mbarrier_replay_accepts_complete_phases(loops):
+    program = gemm_program(loops, outer=2)
+    source = _gluon(program)
+    assert "mbarrier.wait" in source
+    assert mbarrier_problems(source, program.make_args(0), program.dim_values()) == []
+
+
+SUITES = ["test_kernels_gemm", "test_kernels_reduce", "test_kernels_atomic", "test_kernels_elementwise",
+          "test_kernels_attention", "test_kernels_pipeline", "test_kernels_examples", "test_pipeline_seeds"]
+def _suite_kernels():
+    for suite in SUITES:
+        for name, build in importlib.import_module(suite).COMPILE_CASES.items():
+            yield pytest.param(build, id=f"{suite}::{name}")
+
+
+@pytest.mark.parametrize("build", list(_suite_kernels()))
+def test_suite_kernels_keep_the_mbarrier_protocol(build, monkeypatch):
+    """Every TileLang-style suite kernel's sm_90 module, replayed on the host: no dead wait.
+    The replay runs one thread of control, so kernels are generated without warp
+    specialization (its partitions run concurrently)."""
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")
+    final = run_passes(build().stages[0][1], H100)[-1][1]
+    source = _gluon(final, lowered=True)
+    if "mbarrier.wait" not in source:
+        return
+    shapes = [p.shape for p in final.params]
+    if final.dynamic_vars or not all(isinstance(d, int) for shape in shapes for d in shape):
+        pytest.skip("runtime shapes")
+    args = [torch.zeros(shape, dtype=p.dtype.torch) for shape, p in zip(shapes, final.params)]
+    assert mbarrier_problems(source, args) == []
+
+
+@pytest.mark.parametrize("planted", ["drop the first expect", "drop the last copy", "flip a wait's parity"])
+def test_mbarrier_replay_finds_planted_deadlocks(planted):
+    """The checker itself: each planted protocol bug of a correct pipelined GEMM is reported."""
+    program = gemm_program([LoopSpec(3, 5, dynamic=True)])
+    lines = _gluon(program).splitlines()
+    if planted == "drop the first expect":
+        del lines[next(i for i, ln in enumerate(lines) if "mbarrier.expect(" in ln)]
+    elif planted == "drop the last copy":
+        del lines[max(i for i, ln in enumerate(lines) if "tma.async_copy_global_to_shared(" in ln)]
+    else:  # every wait waits for the other parity than the phase its copies complete
+        for i in [i for i, ln in enumerate(lines) if "mbarrier.wait(" in ln]:
+            call = ast.parse(lines[i].strip()).body[0].value
+            call.args[1] = ast.BinOp(call.args[1], ast.BitXor(), ast.Constant(1))
+            lines[i] = lines[i][:len(lines[i]) - len(lines[i].lstrip())] + ast.unparse(call)
+    assert mbarrier_problems("\n".join(lines), program.make_args(0), program.dim_values())

@@ -121,6 +121,10 @@ class Ring:
     has_tma: bool = False
     lanes: int = 1
     span: int = 0  # a commit group of iteration g also holds copies of iterations g - span .. g - 1
+    # copies per commit group when each copy signals the group's barrier by itself (its own
+    # expect, or an arrival when guarded off): groups mixing iterations under a runtime trip
+    # count, whose copies are guarded apart; 0 = one expect per group
+    copies_per_group: int = 0
     # inside a persistent tile loop the ring lives across tiles: groups committed by earlier
     # tiles (tile_iter * groups per tile, an Expr) shift every barrier index and phase
     phase_base: object = None
@@ -169,6 +173,9 @@ class Emitter:
         self.expect_bytes = {}  # id(first TMA copy of a commit group) -> bytes of the group, per lane
         self.copy_group = {}  # id(TMA copy) -> iteration of its commit group (whose barrier it signals)
         self.copy_lane = {}  # id(TMA copy) -> the ring lane whose barrier it signals
+        # id(CommitGroup) -> (guards of its group's guarded copies, copies the group lacks): the
+        # arrivals standing in for copies that did not run, in a ring with copies_per_group
+        self.commit_arrivals = {}
         self.wait_iteration = {}  # id(WaitGroup) -> iteration Expr its TMA wait covers, or None
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}

@@ -40,6 +40,13 @@ Guarantees (recorded on the `Emitter`):
   injection's deferred accumulation commits V of i - 1 with K of i); `Ring.span` = how
   many iterations older than its tag a group's copies can be, so a wait on group g is
   live while ``g < stop + span``;
+* such a group's copies are guarded apart when the trip count is only known at run time
+  (prologue and epilogue copies run while their own iteration is below it), so no single
+  expect can cover the group: then `Ring.copies_per_group` = C, the barriers count C
+  arrivals, every copy expects its own bytes, and the group's `CommitGroup` adds the missing
+  arrivals (`commit_arrivals`): one per guarded copy whose guard is false, and one per copy
+  pipeline injection dropped.  Every group of the ring then completes its barrier phase,
+  even one with no copy at all (a trip count of 0);
 * `wait_iteration[id(wait)]` = the iteration (an Expr) whose barrier a WaitGroup waits on,
   or None when no group can be pending;
 * `cp_async` = True when some AsyncCopy will be lowered to cp.async (then commit/wait
@@ -50,7 +57,7 @@ from __future__ import annotations
 import os
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon.emitter import Emitter, Ring
+from tritile.codegen.gluon.emitter import Emitter, Ring, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
@@ -150,20 +157,29 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     for section in sections:
         _resolve_waits(em, section)
     tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
-    # a producer partition signals one full barrier per slot: lanes are for kernels whose own
-    # warps issue the copies
-    split = _lanes_enabled() and "warp_specialization" not in em.func.attrs
+    if span and static_int(loop.stop) is None:
+        ring.copies_per_group = sum(isinstance(m, ir.AsyncCopy) for m in sections[1])
+    # a producer partition signals one full barrier per slot, and a copy signalling alone
+    # has no lane of its own: lanes are for whole groups issued by the kernel's own warps
+    split = _lanes_enabled() and "warp_specialization" not in em.func.attrs and not ring.copies_per_group
     lanes = {}
     for c in tma_copies:
         em.copy_lane[id(c)] = lanes.setdefault(c.dst.buffer if split else None, len(lanes))
     ring.lanes = len(lanes)
 
     def expect(group):
+        if ring.copies_per_group:
+            for c in group:
+                em.expect_bytes[id(c)] = [tile_bytes(c)]
+            return
         nbytes = [0] * ring.lanes
         for c in group:
             nbytes[em.copy_lane[id(c)]] += tile_bytes(c)
         em.expect_bytes[id(group[0])] = nbytes
 
+    guards = {}
+    for section in (stmts[lo:at], loop.body.stmts, stmts[at + 1:hi]):
+        guards.update(_copy_guards(section))
     group = []
     for m in members:
         if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m):
@@ -173,9 +189,31 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
                 expect(group)
             for c in group:
                 em.copy_group[id(c)] = m.iteration
+            if ring.copies_per_group:
+                em.commit_arrivals[id(m)] = ([guards[id(c)] for c in group if id(c) in guards],
+                                             ring.copies_per_group - len(group))
             group = []
     if group:
         expect(group)
+
+
+def _copy_guards(stmts: list, conds: tuple = ()) -> dict:
+    """id(AsyncCopy) -> the condition under which it runs, for copies under `If`s in `stmts`
+    (not entering loops: a pipelined loop's steady-state copies are unguarded)."""
+    out = {}
+    for s in stmts:
+        if isinstance(s, ir.AsyncCopy) and conds:
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = ir.BinOp("and", cond, c, ir.bool_)
+            out[id(s)] = cond
+        elif isinstance(s, ir.Seq):
+            out.update(_copy_guards(s.stmts, conds))
+        elif isinstance(s, ir.If):
+            out.update(_copy_guards(s.then_body.stmts, conds + (s.cond,)))
+            if s.else_body is not None:
+                out.update(_copy_guards(s.else_body.stmts, conds + (ir.UnaryOp("not", s.cond, ir.bool_),)))
+    return out
 
 
 def _lanes_enabled() -> bool:
@@ -261,7 +299,7 @@ def emit_alloc(em: Emitter, ring: Ring):
         name = lane_name(ring, lane)
         em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
         em.emit(f"for _stage in gl.static_range({ring.stages}):")
-        em.emit(f"    mbarrier.init({name}.index(_stage), count=1)")
+        em.emit(f"    mbarrier.init({name}.index(_stage), count={ring.copies_per_group or 1})")
 
 
 def emit_invalidate(em: Emitter, ring: Ring):

@@ -598,6 +598,13 @@ def _paren_text(text: str) -> str:
 def lower_commit_group(em: Emitter, s: ir.CommitGroup):
     if em.cp_async:
         em.emit("cp.commit_group()")
+    if id(s) in em.commit_arrivals:  # copies of this group that did not signal its barrier
+        guards, missing = em.commit_arrivals[id(s)]
+        bar = _ring_position(em, em.rings[id(s)], s.iteration, 0)[0]
+        for guard in guards:
+            em.emit(f"mbarrier.arrive({bar}, pred=not {_paren_text(em.expr(guard).text)})")
+        if missing:
+            em.emit(f"mbarrier.arrive({bar}, count={missing})")
 
 
 def lower_wait_group(em: Emitter, s: ir.WaitGroup):
