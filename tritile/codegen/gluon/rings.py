@@ -157,7 +157,8 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     for section in sections:
         _resolve_waits(em, section)
     tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
-    if span and static_int(loop.stop) is None:
+    if span and static_int(loop.stop) is None and "warp_specialization" not in em.func.attrs:
+        # (a producer partition does this accounting itself: warp_specialize.full_arrivals)
         ring.copies_per_group = sum(isinstance(m, ir.AsyncCopy) for m in sections[1])
     # a producer partition signals one full barrier per slot, and a copy signalling alone
     # has no lane of its own: lanes are for whole groups issued by the kernel's own warps

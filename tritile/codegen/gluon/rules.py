@@ -342,6 +342,14 @@ def _walk_stmts(seq):
 
 
 def lower_if(em: Emitter, s: ir.If):
+    if em.partitions is not None and not (s.else_body and s.else_body.stmts) and s.then_body.stmts and all(
+            isinstance(c, ir.AsyncCopy) and rings.served_by_tma(em, c) for c in s.then_body.stmts):
+        # copies the producer issues (predicated by this condition): the consumers' part, the
+        # release of the slot, holds whether or not they run, and a group whose last copy is
+        # guarded off still frees its slot for the producer's next group
+        for c in s.then_body.stmts:
+            warp_specialize.emit_release(em, c)
+        return
     cond = em.expr(s.cond)
     if em.par is not None:
         outer = em.par.cond
