@@ -285,11 +285,11 @@ def test_attention_steady_state_issues_qk_then_pv_before_the_softmax():
     assert sum(isinstance(s, ir.CommitGroup) for s in body) == 1
 
 
-def test_dynamic_trip_count_defers_too():
-    """Causal attention's per-block trip count is dynamic: the prologue and epilogue are
-    guarded by it, and the steady state is the same deferred schedule."""
+def test_dynamic_trip_count_keeps_the_plain_schedule():
+    """Causal attention's per-block trip count is dynamic: deferring PV there measured slower
+    (its guarded prologue and epilogue), so the steady state keeps the program's order."""
     stages = dict(run_passes(_attention(512, causal=True), H100, stop_after="pipeline_injection"))
     body = _steady_body(stages["pipeline_injection"])
     gemms = [j for j, s in enumerate(body) if isinstance(s, ir.Gemm)]
     reduce_max = next(j for j, s in enumerate(body) if isinstance(s, ir.Reduce) and s.kind == "max")
-    assert len(gemms) == 2 and gemms[1] < reduce_max
+    assert gemms[0] < reduce_max < gemms[1]
