@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tritile
 import tritile.language as T
@@ -139,6 +141,33 @@ def test_row_reduction_kernel_split_matches_torch(warp_specialize):
         torch.testing.assert_close(y, want_last, rtol=1e-3, atol=1e-3)
 
 
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from([(128, 256), (256, 256), (256, 512)]), block_n=st.sampled_from([32, 64]),
+       k=st.sampled_from([32, 64]), trips=st.integers(3, 5), stages=st.integers(2, 3), seed=st.integers(0, 99))
+def test_split_programs_match_torch(shape, block_n, k, trips, stages, seed, warp_specialize):
+    """Generated row programs (rows, warpgroups, tiles, stages, trip counts above the stage
+    count - a producer needs a steady-state loop): the split is planned, and
+    interpreter(original) == interpreter(split) == torch."""
+    rows, threads = shape
+    func = tritile.compile(row_max_program(rows, block_n * trips, k, block_n, stages, threads),
+                           out_idx=[2, 3], target="cuda:90").stages[0][1]
+    stages_ = stages_with(func)
+    split = split_of(stages_["layout_inference"])
+    assert split is not None and split.count == threads // 128
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(256, k, generator=gen).half()
+    w = torch.randn(block_n * trips, k, generator=gen).half()
+    y_full = x.float() @ w.float().T
+    want_max = y_full.max(dim=1).values
+    want_last = y_full[:, -block_n:] + (torch.arange(256) % rows)[:, None].float()
+    for name in ("tile", "consumer_partitions"):
+        m, y = torch.empty(256), torch.empty(256, block_n)
+        execute(stages_[name], [x, w, m, y], {})
+        torch.testing.assert_close(m, want_max, rtol=1e-3, atol=1e-3, msg=lambda msg: f"{name}: {msg}")
+        torch.testing.assert_close(y, want_last, rtol=1e-3, atol=1e-3, msg=lambda msg: f"{name}: {msg}")
+
+
 @pytest.mark.parametrize("case", ["gemm", "one_warpgroup", "reduce_along_rows", "switched_off", "no_producer"])
 def test_kernels_that_stay_whole(case, warp_specialize, monkeypatch):
     if case == "gemm":  # its A tiles are the producer's (async) copies: not per-partition rows
@@ -203,13 +232,15 @@ def test_split_attention_on_gpu(causal, warp_specialize):
     close(kernel(q, k, v), ref_program(q, k, v, causal))
 
 
+@pytest.mark.parametrize("rows, threads", [(128, 256), (256, 512)])  # two and four consumer warpgroups
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_split_row_reduction_on_gpu(warp_specialize):
-    kernel = JITKernel(row_max_ir(), target=H100)
-    assert split_of(kernel.stages[-1][1]) is not None
+def test_split_row_reduction_on_gpu(rows, threads, warp_specialize):
+    kernel = JITKernel(row_max_ir(rows=rows, threads=threads), target=H100)
+    assert split_of(kernel.stages[-1][1]).count == threads // 128
     x, w = torch.randn(256, 64, device="cuda", dtype=torch.float16), torch.randn(512, 64, device="cuda", dtype=torch.float16)
     m, y = kernel(x, w)
-    want_max, want_last = row_max_reference(x.cpu(), w.cpu())
+    want_max, y_full = row_max_reference(x.cpu(), w.cpu())[0], x.cpu().float() @ w.cpu().float().T
+    want_last = y_full[:, -64:] + (torch.arange(256) % rows)[:, None].float()
     torch.testing.assert_close(m.cpu(), want_max, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(y.cpu(), want_last, rtol=1e-3, atol=1e-3)

@@ -42,8 +42,16 @@ from tritile.ir.transform import substitute_vars, top_level, walk
 
 
 # registers of a consumer warpgroup running as a worker partition (the default partition
-# gets what the setmaxnreg budget leaves); 240 is what FlashAttention-3 gives its consumers
+# gets what the setmaxnreg budget leaves): FlashAttention-3 gives its two consumers 240; with
+# more consumer warpgroups, an even share of the 64K registers the producer leaves
 CONSUMER_REGISTERS = 240
+REGISTER_FILE = 64 * 1024
+WARPGROUP_THREADS = 128
+
+
+def consumer_registers(parts: "Partitions") -> int:
+    share = (REGISTER_FILE - WARPGROUP_THREADS * parts.plan.producer_registers) // (parts.consumers * WARPGROUP_THREADS)
+    return min(CONSUMER_REGISTERS, share // 8 * 8)
 
 
 @dataclass
@@ -246,7 +254,7 @@ def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args
     # the first consumer is the default partition (the kernel's num_warps); the others
     # are workers of as many warps, given the registers the producer gives up
     warps = [em.num_warps] * (parts.consumers - 1) + [parts.plan.producer_warps]
-    registers = [CONSUMER_REGISTERS] * (parts.consumers - 1) + [parts.plan.producer_registers]
+    registers = [consumer_registers(parts)] * (parts.consumers - 1) + [parts.plan.producer_registers]
     em.emit(f"gl.warp_specialize([{', '.join(consumers)}, ({producer}, ({arg_text},))], {warps}, {registers})")
 
 
