@@ -3,9 +3,10 @@ specialization.
 
 For each attention case of the issue and each (block_M, block_N, num_stages, threads) in
 `CONFIGS`, with TRITILE_WARP_SPECIALIZE=0 and =1 (each setting in its own process with fresh
-caches), check the result against torch and time it (`do_bench` median).  The question it
-answers: does a one-warpgroup CTA (block_M=64, 128 threads), small enough that two CTAs share
-an SM, beat the 128-row, two-warpgroup CTA whose warpgroups run in lock-step?
+caches), check the result against torch and time it (`do_bench` median).  With =1 a CTA of
+several warpgroups is also split into consumer partitions, one warpgroup each, owning 64 rows
+(lowering/consumer_partitions.py).  The question it answers: which tile, and how many
+warpgroups per CTA, run each case fastest?
 Run from the repo root:  PYTHONPATH=$PWD python bench/attention_configs.py
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 CONFIGS = [  # block_M, block_N, num_stages, threads
-    (128, 128, 2, 256), (128, 64, 2, 256), (128, 64, 3, 256),
-    (64, 128, 2, 128), (64, 64, 2, 128), (64, 64, 3, 128), (64, 64, 4, 128),
+    (128, 128, 2, 256), (128, 64, 2, 256), (192, 128, 2, 384), (192, 64, 2, 384),
+    (256, 64, 2, 512), (64, 64, 2, 128),
 ]
 
 
