@@ -103,10 +103,16 @@ def test_attention_rows_split_across_two_warpgroups(warp_specialize):
     assert allocs == ["shared"] * 4
 
 
-def test_every_stage_of_split_attention_matches_torch(warp_specialize):
+def test_causal_mask_uses_the_kernel_row(warp_specialize):
+    text = format_func(stages_with(attention_ir(True))["consumer_partitions"])
+    assert "for i, j in T.Parallel(64, 128):" in text
+    assert "q_idx = bx * 128 + (i + part * 64)" in text
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_stage_of_split_attention_matches_torch(causal, warp_specialize):
     from examples.flash_attention import ref_program
 
-    causal = False  # causal attention's trip-count versions keep its loops off the kernel's top level
     stages = stages_with(attention_ir(causal))
     assert split_of(stages["layout_inference"]) is not None
     torch.manual_seed(1)
@@ -215,12 +221,12 @@ def close(out, ref, rel=1e-2):
     torch.testing.assert_close(out.float(), ref.float(), rtol=rel, atol=rel * ref.float().abs().max().item())
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_split_attention_on_gpu(warp_specialize):
+def test_split_attention_on_gpu(causal, warp_specialize):
     from examples.flash_attention import ref_program
 
-    causal = False
     func = attention_ir(causal, seq=1024)
     kernel = JITKernel(func, target=H100)
     assert split_of(kernel.stages[-1][1]) is not None

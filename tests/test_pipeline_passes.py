@@ -285,22 +285,11 @@ def test_attention_steady_state_issues_qk_then_pv_before_the_softmax():
     assert sum(isinstance(s, ir.CommitGroup) for s in body) == 1
 
 
-def test_dynamic_trip_count_gets_an_unguarded_version():
-    """Causal attention's per-block trip count n is dynamic: ``if n >= D`` selects a version
-    whose prologue and epilogue run by stage alone (no guards), else the guarded one; both
-    defer PV under the softmax."""
-    from tritile.ir.printer import expr_str
-
+def test_dynamic_trip_count_keeps_the_plain_schedule():
+    """Causal attention's per-block trip count is dynamic: deferring PV there measured slower
+    (its guarded prologue and epilogue), so the steady state keeps the program's order."""
     stages = dict(run_passes(_attention(512, causal=True), H100, stop_after="pipeline_injection"))
-    versions = [n for n in walk(stages["pipeline_injection"].kernel.body)
-                if isinstance(n, ir.If) and isinstance(n.else_body, ir.Seq)
-                and any(isinstance(m, ir.For) and m.pipelined_from for m in walk(n.then_body))]
-    assert len(versions) == 1 and expr_str(versions[0].cond).endswith(">= 2")
-    deep, general = (b.stmts[0].stmts for b in (versions[0].then_body, versions[0].else_body))
-    assert not any(isinstance(s, ir.If) for s in deep)
-    assert any(isinstance(s, ir.If) for s in general)
-    for body in (deep, general):
-        loop = next(s for s in body if isinstance(s, ir.For))
-        gemms = [j for j, s in enumerate(loop.body.stmts) if isinstance(s, ir.Gemm)]
-        reduce_max = next(j for j, s in enumerate(loop.body.stmts) if isinstance(s, ir.Reduce) and s.kind == "max")
-        assert len(gemms) == 2 and gemms[1] < reduce_max
+    body = _steady_body(stages["pipeline_injection"])
+    gemms = [j for j, s in enumerate(body) if isinstance(s, ir.Gemm)]
+    reduce_max = next(j for j, s in enumerate(body) if isinstance(s, ir.Reduce) and s.kind == "max")
+    assert gemms[0] < reduce_max < gemms[1]

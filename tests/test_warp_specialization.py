@@ -129,12 +129,10 @@ def test_deferred_accumulation_groups_expect_per_copy(warp_specialize):
     assert "mbarrier.init(k_t_bars.index(_stage), count=2)" in source
 
 
-def test_runtime_trip_count_is_recomputed_by_the_producer(warp_specialize):
-    from pipeline_programs import LoopSpec, gemm_program
-
-    program = gemm_program([LoopSpec(3, 5, dynamic=True)], tiles=(64, 64, 64))  # K tiles: a runtime dim
-    producer = function(JITKernel(program.func, target=H100).get_source("gluon"), "pipelined_gemm_producer")
-    assert "for g in range(0, n0):" in producer
+def test_causal_trip_count_is_recomputed_by_the_producer(warp_specialize):
+    producer = function(JITKernel(attention_ir(True), target=H100).get_source("gluon"), "main_producer")
+    assert re.search(r"loop_range = gl\.minimum\(4, .*bx", producer)
+    assert "for g in range(0, loop_range):" in producer
 
 
 def test_a_sibling_loop_waits_for_every_release(warp_specialize):

@@ -27,7 +27,7 @@ Guarantees
       step of lead, and all producers form one commit group per step (one mbarrier phase).
   Units of different stages in one time step belong to different iterations, so either
   order keeps every same-iteration dependency.
-* Deferred accumulation (auto-planned loops, stages [0, D]):
+* Deferred accumulation (auto-planned loops with a constant trip count, stages [0, D]):
   when the last consumer is an accumulating gemm G2 whose A operand is a fragment the loop
   computes (FlashAttention's ``O += P V`` after the softmax of ``S = Q K^T``), G2 and the
   units after the last write of its A operand (the ``O *= rescale``) move to stage D+1, the
@@ -38,12 +38,6 @@ Guarantees
   early and late units touch disjoint buffers (their order within an iteration flips) and
   no late unit reads a slot a stage-0 copy of its step refills; needs ``S >= D + 2``
   versions no more than before (the late producers' slots stay D steps ahead).
-* Trip-count versions: a deferred-accumulation loop whose trip count n is only known at run
-  time (causal attention's) becomes ``if n >= D: <pipeline> else: <pipeline>``.  With
-  n >= D every prologue unit runs and an epilogue unit of stage s runs in epilogue step e
-  exactly when s > e, so the first version has no guards (its prologue and epilogue then
-  cost what a constant trip count's do; guarded, causal attention measured 393 -> 332
-  TFLOP/s on an H100, bench/NOTES.md, 2026-11-22); the second is the general, guarded one.
 * Global->shared copies become `AsyncCopy(iteration=i, slot=version index)`; one
   `CommitGroup` per run of consecutive producers in a time step, emitted unconditionally
   (even when its producers are guarded off or dropped) so every time step commits the same
@@ -165,9 +159,11 @@ class _Pipeline:
         self.D = max(stages, default=0)
         self.n = _trip_count(loop)
         deferred = None
-        if loop.order is None and loop.stage is None:
+        # constant trip counts only: under a runtime one (causal attention) the deferred
+        # schedule's guarded prologue and epilogue measured slower on an H100 (base 393 -> 332
+        # TFLOP/s, bench/NOTES.md, 2026-11-22)
+        if loop.order is None and loop.stage is None and isinstance(self.n, ir.Const):
             deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
-        self.deferred = deferred is not None
         if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"
             stages, emit = deferred
             self.D = max(stages)
@@ -306,18 +302,15 @@ class _Pipeline:
         return stmt if guard is None else ir.If(guard, ir.Seq([stmt]), loc=getattr(core, "loc", None))
 
     # ---------------------------------------------------------------- the rewrite
-    def lower(self, deep: bool = False) -> list:
-        """The loop's statements; `deep`: assuming a runtime trip count n >= D, under which
-        every prologue and epilogue unit runs or not by its stage alone (no guards)."""
+    def lower(self) -> list:
         D, n, const_n = self.D, self.n, isinstance(self.n, ir.Const)
-        static = const_n or deep  # whether a unit runs is known when compiling
         out, pending = [], []
         for tau in range(D):  # prologue
             out += self._emit_step(
                 ir.Const(tau),
                 present=lambda u, tau=tau: tau - u.stage >= 0 and (not const_n or tau - u.stage < n.value),
-                guard=lambda u, tau=tau: None if static else _lt(ir.Const(tau - u.stage), n),
-                pending=pending, step=tau, first_step=0, certain=deep)
+                guard=lambda u, tau=tau: None if const_n else _lt(ir.Const(tau - u.stage), n),
+                pending=pending, step=tau, first_step=0, certain=False)
         if not (const_n and n.value <= D):  # steady state
             t = ir.Var(f"{self.loop.var.name}_t", self.loop.var.dtype)
             history = [_Inst(u, d, not u.guarded and u.stage - d <= D)
@@ -325,15 +318,14 @@ class _Pipeline:
             body = self._emit_step(t, present=lambda u: True, guard=lambda u: None, pending=history, step=0)
             out.append(ir.For(t, ir.Const(D), n, ir.Seq(body), kind="serial",
                               pipelined_from=self.depth, loc=self.loop.loc))
-        base = ir.Const(max(n.value, D)) if const_n else n if deep else ir.BinOp("max", n, ir.Const(D))
+        base = ir.Const(max(n.value, D)) if const_n else ir.BinOp("max", n, ir.Const(D))
         pending = [_Inst(u, d, False) for d in range(-(self.depth + 1), 0) for u in self.units if u.async_gemm]
         for e in range(D):  # epilogue
             t = fold(ir.BinOp("+", base, ir.Const(e)))
             out += self._emit_step(
                 t,
-                present=lambda u, t=t, e=e: u.stage > 0 and not (const_n and t.value - u.stage >= n.value)
-                and not (deep and e >= u.stage),
-                guard=lambda u, t=t: None if static else _lt(_sub(t, u.stage), n),
+                present=lambda u, t=t: u.stage > 0 and not (const_n and t.value - u.stage >= n.value),
+                guard=lambda u, t=t: None if const_n else _lt(_sub(t, u.stage), n),
                 pending=pending, step=e, certain=False)
         if any(u.async_gemm for u in self.units):
             out.append(ir.WaitMMA(0, loc=self.loop.loc))
@@ -398,13 +390,7 @@ class _Injector(Transformer):
         # one Seq per pipelined loop: code generators rely on it to tell which commit groups
         # and waits belong to which loop's barrier ring (a loop with no steady-state For,
         # e.g. a trip count of 0, still owns its empty groups and drains)
-        pipeline = _Pipeline(loop)
-        if not pipeline.deferred or isinstance(pipeline.n, ir.Const):
-            return ir.Seq(pipeline.lower(), loc=loop.loc)
-        # see "Trip-count versions": one loop Seq per branch
-        deep = ir.BinOp(">=", pipeline.n, ir.Const(pipeline.D), bool_)
-        return ir.If(deep, ir.Seq([ir.Seq(pipeline.lower(deep=True), loc=loop.loc)]),
-                     ir.Seq([ir.Seq(pipeline.lower(), loc=loop.loc)]), loc=loop.loc)
+        return ir.Seq(_Pipeline(loop).lower(), loc=loop.loc)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
