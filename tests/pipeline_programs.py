@@ -271,10 +271,6 @@ def _stand_ins(state):
             return state.pid[axis]
 
         @staticmethod
-        def num_programs(axis):
-            return state.grid[axis]
-
-        @staticmethod
         def static_range(*a):
             return range(*a)
 
@@ -423,7 +419,7 @@ def mbarrier_problems(source: str, args, dims=()) -> list:
                 for z in range(grid[2]):
                     for y in range(grid[1]):
                         for x in range(grid[0]):
-                            state.pid, state.grid, state.events = (x, y, z), tuple(grid), []
+                            state.pid, state.events = (x, y, z), []
                             try:
                                 kernel(*kernel_args)
                             except MbarrierProblem as err:

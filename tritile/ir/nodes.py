@@ -451,8 +451,6 @@ class Kernel:
     body: Seq
     swizzle: Optional[tuple] = None  # (panel_size, order) from T.use_swizzle
     loc: Optional[SourceLoc] = None
-    # grid axes launched in reverse order (lowering/heaviest_first.py): launch order only
-    reversed_axes: tuple = ()
 
     @property
     def partition_threads(self) -> int:

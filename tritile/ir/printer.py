@@ -187,8 +187,6 @@ def format_func(func: ir.PrimFunc) -> str:
     p.emit(1, f"with T.Kernel({grid}, threads={k.threads}) as ({names}):")
     if k.swizzle is not None:
         p.emit(2, f"T.use_swizzle({k.swizzle[0]}, order={k.swizzle[1]!r})")
-    if k.reversed_axes:
-        p.emit(2, f"# heaviest blocks first: grid axes {list(k.reversed_axes)} launched in reverse")
     p.seq(k.body, 2)
     return "\n".join(p.lines) + "\n"
 

@@ -19,7 +19,6 @@ PASSES = [
     ("shared_memory_budget", "shared_memory_budget"),
     ("layout_inference", "layout_inference"),
     ("persistent_tiles", "persistent_tiles"),
-    ("heaviest_first", "heaviest_first"),
 ]
 
 PASS_NAMES = [name for name, _ in PASSES]

@@ -2,8 +2,7 @@
 
 Input: the kernel's grid and block vars and its `T.use_swizzle(panel_size, order)` hint.
 Output: lines binding every block var.  Without a hint (or with a 1-D grid) block var ``d``
-is ``gl.program_id(d)``, or ``gl.num_programs(d) - 1 - gl.program_id(d)`` for an axis
-`Kernel.reversed_axes` lists (heaviest blocks first).  With a hint, the first two grid dimensions are re-ordered in
+is ``gl.program_id(d)``.  With a hint, the first two grid dimensions are re-ordered in
 panels like TileLang's ``rasterization2DRow`` / ``rasterization2DColumn``: consecutive
 programs walk down a panel of `panel_size` rows (columns) before moving to the next column
 (row), serpentine from panel to panel, so the tiles in flight at one time share their A
@@ -20,10 +19,7 @@ def emit_block_ids(em: Emitter, kernel):
     swizzle = kernel.swizzle
     if swizzle is None or len(names) < 2 or swizzle[1] not in ("row", "column"):
         for axis, name in enumerate(names):
-            if axis in kernel.reversed_axes:  # lowering/heaviest_first.py
-                em.emit(f"{name} = gl.num_programs({axis}) - 1 - gl.program_id({axis})")
-            else:
-                em.emit(f"{name} = gl.program_id({axis})")
+            em.emit(f"{name} = gl.program_id({axis})")
         return
     panel, order = swizzle
     # "row": panels of `panel` rows (grid dim 1) walked column by column; "column": transposed
