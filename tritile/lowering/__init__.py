@@ -16,6 +16,7 @@ PASSES = [
     ("pipeline_injection", "pipeline_injection"),
     ("warp_specialization", "warp_specialization"),
     ("consumer_partitions", "consumer_partitions"),
+    ("uniform_selects", "uniform_selects"),
     ("shared_memory_budget", "shared_memory_budget"),
     ("layout_inference", "layout_inference"),
     ("persistent_tiles", "persistent_tiles"),
