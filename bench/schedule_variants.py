@@ -31,11 +31,6 @@ GEMM = [4096, 8192]
 VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0"},
             "ws": {"TRITILE_WARP_SPECIALIZE": "1", "TRITILE_CONSUMER_PARTITIONS": "0"},
             "split": {"TRITILE_WARP_SPECIALIZE": "1", "TRITILE_CONSUMER_PARTITIONS": "1"}}
-if os.environ.get("EXPERIMENT") == "runtime_deferral":
-    VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0"},
-                "base_defer": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_DEFER_RUNTIME_TRIPS": "1"},
-                "split": {"TRITILE_WARP_SPECIALIZE": "1"},
-                "split_defer": {"TRITILE_WARP_SPECIALIZE": "1", "TRITILE_DEFER_RUNTIME_TRIPS": "1"}}
 CANDIDATE, REFERENCE = "split", "base"
 
 

@@ -162,7 +162,10 @@ class _Pipeline:
         # constant trip counts only: under a runtime one (causal attention) the deferred
         # schedule's guarded prologue and epilogue measured slower on an H100 (base 393 -> 332
         # TFLOP/s, bench/NOTES.md, 2026-11-22)
-        if loop.order is None and loop.stage is None and (isinstance(self.n, ir.Const) or _defer_runtime_trips()):
+        # constant trip counts only: under a runtime one (causal attention) the deferred schedule
+        # measured no faster with split consumers and slower without (H100, 2026-11-22:
+        # bench/results/runtime_deferral_h100.json)
+        if loop.order is None and loop.stage is None and isinstance(self.n, ir.Const):
             deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
         if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"
             stages, emit = deferred
@@ -333,12 +336,6 @@ class _Pipeline:
             out.append(ir.WaitGroup(0, loc=self.loop.loc))
         return out
 
-
-
-def _defer_runtime_trips() -> bool:
-    import os
-
-    return os.environ.get("TRITILE_DEFER_RUNTIME_TRIPS", "0") not in ("", "0")
 
 
 def _deferred_accumulation(stmts: list, stages: list, D: int, depth: int):

@@ -36,10 +36,11 @@ A kernel qualifies when
   them).
 When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`` never, and by
 default (``auto``) only where `consumer_partitions` will then give each consumer warpgroup a
-partition of its own and a steady state keeps an async gemm in flight across other work.  On an H100 a producer warp alone measured neutral for the GEMM and
+partition of its own.  On an H100 a producer warp alone measured neutral for the GEMM and
 FlashAttention examples' two-warpgroup tiles (0.98-1.04x) and slower for one-warpgroup tiles
 (down to 0.5x: the producer's extra warpgroup halves the CTAs per SM); with the consumers
-split, FlashAttention's 128x128 tile ran 1.21x faster - bench/NOTES.md, 2026-11-22.
+split, FlashAttention's 128x128 tile ran 1.19-1.28x faster, causal 1.04x - bench/NOTES.md,
+2026-11-22.
 """
 from __future__ import annotations
 
@@ -73,17 +74,9 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
         return func
     plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
     planned = dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
-    if chosen == "auto" and not (consumer_partitions.qualifies(planned) and any(map(_overlaps_gemms, loops))):
+    if chosen == "auto" and not consumer_partitions.qualifies(planned):
         return func
     return planned
-
-
-def _overlaps_gemms(loop: ir.For) -> bool:
-    """Does the steady state keep an async gemm in flight across other work (a `WaitMMA`
-    leaving one pending: FlashAttention's PV of i - 1 under the softmax of i)?  Split
-    consumers measured faster only with that overlap (attention 1.20x); without it, as in
-    causal attention's plain schedule, 0.97-0.99x (bench/NOTES.md, 2026-11-22)."""
-    return any(isinstance(s, ir.WaitMMA) and s.pending >= 1 for s in loop.body.stmts)
 
 
 def qualifying_loops(func: ir.PrimFunc, target) -> list:
