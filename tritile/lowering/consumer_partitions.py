@@ -70,20 +70,22 @@ class _NotSplit(Exception):
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    if not qualifies(func):
-        return func
-    return _split(func, *_plan(func))
+    plan = _plan_if_split(func)
+    return func if plan is None else _split(func, *plan)
 
 
 def qualifies(func: ir.PrimFunc) -> bool:
     """Will `run` split `func` (which carries a warp-specialization plan)?"""
+    return _plan_if_split(func) is not None
+
+
+def _plan_if_split(func: ir.PrimFunc):
     if not enabled() or "warp_specialization" not in func.attrs:
-        return False
+        return None
     try:
-        _plan(func)
+        return _plan(func)
     except _NotSplit:
-        return False
-    return True
+        return None
 
 
 # --------------------------------------------------------------------------------------
