@@ -6,8 +6,8 @@ can profile exactly that launch:
     ncu ... python3 bench/profile_gaps.py attention
 
 (`gemm`: fp16 4096³ with the example's config; `attention`: B=4 H=32 S=4096 D=128, non-causal;
-`causal`: the same, causal; `causal_cudnn`: cuDNN's SDPA on it, for the side-by-side view -
-profile it with ``-k regex:'flash|fmha|cudnn|sm90'``.)
+`causal`: the same, causal; `d64`: B=16 H=16 S=1024 D=64; `causal_cudnn`, `d64_cudnn`: cuDNN's
+SDPA on those, for the side-by-side view - profile them with ``-k regex:'cudnn|flash|fmha'``.)
 Each case is launched twice: the first launch compiles, the second is the one profiled.
 """
 import os
@@ -21,25 +21,32 @@ from examples.flash_attention import tritile_attention  # noqa: E402
 from examples.gemm import tritile_matmul  # noqa: E402
 
 
+# case -> (q/k/v shape, causal, run cuDNN's SDPA instead of tritile)
+ATTENTION = {"attention": ((4, 32, 4096, 128), False, False),
+             "causal": ((4, 32, 4096, 128), True, False), "causal_cudnn": ((4, 32, 4096, 128), True, True),
+             "d64": ((16, 16, 1024, 64), False, False), "d64_cudnn": ((16, 16, 1024, 64), False, True)}
+
+
 def main(case: str):
     if case == "gemm":
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
         b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
         for _ in range(2):
             tritile_matmul(a, b)
-    elif case in ("attention", "causal", "causal_cudnn"):
+    elif case in ATTENTION:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-        q, k, v = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+        shape, causal, library = ATTENTION[case]
+        q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16) for _ in range(3))
         for _ in range(2):
-            if case == "causal_cudnn":
+            if library:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    sdpa(q, k, v, is_causal=True)
+                    sdpa(q, k, v, is_causal=causal)
             else:
-                tritile_attention(q, k, v, case == "causal")
+                tritile_attention(q, k, v, causal)
     else:
-        raise SystemExit(f"unknown case {case!r}: use gemm, attention, causal or causal_cudnn")
+        raise SystemExit(f"unknown case {case!r}: use gemm or one of {sorted(ATTENTION)}")
     torch.cuda.synchronize()
 
 
