@@ -181,6 +181,8 @@ def format_func(func: ir.PrimFunc) -> str:
     if ws is not None:
         p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "
                   f"issues the async copies of loop(s) {', '.join(ws.loops)}")
+    if "consumer_partitions" in func.attrs:
+        p.emit(1, f"# consumer partitions: {func.attrs['consumer_partitions']}")
     k = func.kernel
     grid = ", ".join(expr_str(g) for g in k.grid)
     names = ", ".join(v.name for v in k.block_vars)

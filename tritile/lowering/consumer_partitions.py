@@ -45,7 +45,8 @@ A kernel qualifies when
   variable and indexes them with exactly that variable;
 * nothing else writes memory outside ``T.Parallel`` (no element stores, atomics) and every
   shared Alloc is at the kernel's top level.
-Otherwise the function is returned unchanged (and runs on the consumers' warps together).
+Otherwise the function is returned unchanged but for ``func.attrs["consumer_partitions"]`` =
+"not split: <why>", printed with the IR (its consumer warps then run together).
 When: with warp specialization, unless ``TRITILE_CONSUMER_PARTITIONS=0`` (warp specialization's
 default, ``auto``, plans a producer only for kernels this pass then splits).
 """
@@ -66,12 +67,17 @@ def enabled() -> bool:
 
 
 class _NotSplit(Exception):
-    """The kernel does not qualify (the message says why; kept for debugging)."""
+    """The kernel does not qualify; the message says why (``func.attrs["consumer_partitions"]``)."""
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    plan = _plan_if_split(func)
-    return func if plan is None else _split(func, *plan)
+    if not enabled() or "warp_specialization" not in func.attrs:
+        return func
+    try:
+        plan = _plan(func)
+    except _NotSplit as why:  # recorded, and printed with the IR: why the consumers stay together
+        return dataclasses.replace(func, attrs={**func.attrs, "consumer_partitions": f"not split: {why}"})
+    return _split(func, *plan)
 
 
 def qualifies(func: ir.PrimFunc) -> bool:
