@@ -155,8 +155,9 @@ class Buffer:
 
     `origin` is the frontend's buffer this one was derived from (None for frontend
     buffers); `num_versions` is how many versions the leading dimension holds (1 = not
-    versioned): one per pipeline stage, or one per consumer partition.  `layout` is filled by layout inference (a codegen encoding
-    object); `annotated_layout` is what the user pinned with `T.annotate_layout`.
+    versioned): one per pipeline stage, or one per consumer partition.  `layout` is filled
+    by layout inference (a codegen encoding object); `annotated_layout` is what the user
+    pinned with `T.annotate_layout`.
     """
 
     name: str

@@ -159,12 +159,9 @@ class _Pipeline:
         self.D = max(stages, default=0)
         self.n = _trip_count(loop)
         deferred = None
-        # constant trip counts only: under a runtime one (causal attention) the deferred
-        # schedule's guarded prologue and epilogue measured slower on an H100 (base 393 -> 332
-        # TFLOP/s, bench/NOTES.md, 2026-11-22)
         # constant trip counts only: under a runtime one (causal attention) the deferred schedule
-        # measured no faster with split consumers and slower without (H100, 2026-11-22:
-        # bench/results/runtime_deferral_h100.json)
+        # measured slower without split consumers and no faster with them, guarded or in
+        # trip-count versions (H100, bench/NOTES.md, 2026-11-22)
         if loop.order is None and loop.stage is None and isinstance(self.n, ir.Const):
             deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
         if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"

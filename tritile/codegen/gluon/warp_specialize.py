@@ -39,6 +39,7 @@ from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, top_level, walk
+from tritile.lowering.consumer_partitions import WARPGROUP_THREADS
 
 
 # registers of a consumer warpgroup running as a worker partition (the default partition
@@ -46,7 +47,6 @@ from tritile.ir.transform import substitute_vars, top_level, walk
 # more consumer warpgroups, an even share of the 64K registers the producer leaves
 CONSUMER_REGISTERS = 240
 REGISTER_FILE = 64 * 1024
-WARPGROUP_THREADS = 128
 
 
 def consumer_registers(parts: "Partitions") -> int:
