@@ -2,15 +2,15 @@
 
 Variants (`VARIANTS`: name -> environment), each in its own process with fresh tritile and
 Triton caches, so nothing compiled by one variant serves another:
-  base  - TRITILE_WARP_SPECIALIZE=0: the kernel's warps issue their own TMA copies;
-  ws    - a producer warp issues the TMA copies (lowering/warp_specialization.py), the
-          consumer warpgroups stay one partition (TRITILE_CONSUMER_PARTITIONS=0);
-  split - a producer warp, and each consumer warpgroup its own partition owning its rows
-          (lowering/consumer_partitions.py; kernels that do not qualify stay as in ws).
+  base       - TRITILE_WARP_SPECIALIZE=0: the kernel's warps issue their own TMA copies;
+  split      - a producer warp, and each consumer warpgroup its own partition owning its rows
+               (lowering/consumer_partitions.py), one CTA per tile (TRITILE_PERSISTENT=0);
+  persistent - the defaults: split kernels also persistent, one CTA per SM walking the tiles
+               (lowering/persistent_tiles.py), the producer running ahead into the next tile.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
 the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
 (Earlier runs of this script, in bench/NOTES.md, compared the opt-in TMA barrier lanes,
-TRITILE_TMA_LANES=1, against the base schedule.)
+TRITILE_TMA_LANES=1, and a producer warp without the split against the base schedule.)
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 GEMM = [4096, 8192]
-VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0"},
-            "ws": {"TRITILE_WARP_SPECIALIZE": "1", "TRITILE_CONSUMER_PARTITIONS": "0"},
-            "split": {"TRITILE_WARP_SPECIALIZE": "1", "TRITILE_CONSUMER_PARTITIONS": "1"}}
-CANDIDATE, REFERENCE = "split", "base"
+VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
+            "split": {"TRITILE_PERSISTENT": "0"},
+            "persistent": {}}
+CANDIDATE, REFERENCE = "persistent", "split"
 
 
 def bench(fn) -> float:

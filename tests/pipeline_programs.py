@@ -9,7 +9,9 @@ pipelines) maps to one argument here.
 
 `mbarrier_problems(source, args, dims)` (end of the file) replays the mbarrier protocol of a
 generated Gluon module on the host: a wait that no issued TMA copy / arrival can complete is a
-GPU hang, found on CPU.
+GPU hang, found on CPU.  Warp-specialized modules (producer / consumer partitions) are replayed
+with their partitions running concurrently, which also checks the shared slots they hand over
+for races.
 """
 from __future__ import annotations
 
@@ -169,14 +171,16 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
 
 # ---------------------------------------------------------------- mbarrier protocol replay
 #
-# `mbarrier_problems(source, args, dims)` executes a generated Gluon module (non warp-specialized)
-# on the host with stand-ins for Gluon: tensors are opaque, only the `mask` tensor's values are
-# read (block-sparse guards), TMA copies complete at once, and every mbarrier of every block is
-# tracked (arrivals, transaction bytes, completed phases).  A copy issued by the one thread of
-# control can only complete, so a `mbarrier.wait(bar, parity)` whose parity still matches the
-# current phase once every copy issued before it has landed blocks forever: a hang on the GPU
-# (whatever the timing).  Also reported: an invalidate with a phase half done (TMA in flight),
-# a barrier index outside its ring, and `//` / `%` are evaluated with Triton's (C) semantics.
+# `mbarrier_problems(source, args, dims)` executes a generated Gluon module (one thread of
+# control; warp-specialized modules: see "warp-specialized replay" below) on the host with
+# stand-ins for Gluon: tensors are opaque, only the `mask` tensor's values are read (block-sparse
+# guards), TMA copies complete at once, and every mbarrier of every block is tracked (arrivals,
+# transaction bytes, completed phases).  A copy issued by the one thread of control can only
+# complete, so a `mbarrier.wait(bar, parity)` whose parity still matches the current phase once
+# every copy issued before it has landed blocks forever: a hang on the GPU (whatever the
+# timing).  Also reported: an invalidate with a phase half done (TMA in flight), a barrier index
+# outside its ring, and `//` / `%` / shifts are evaluated with Triton's (C) semantics; integer
+# scalars (`gl.to_tensor(n)`, `gl.maximum` / `gl.minimum` of ints) stay Python ints.
 
 import ast as _ast
 
@@ -205,6 +209,7 @@ class _Opaque:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _op
     __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __neg__ = __invert__ = _op
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _op
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _op
     __hash__ = object.__hash__
 
@@ -226,6 +231,13 @@ class _MaskPtr:
     __radd__ = __add__
 
 
+class _Scalar(int):
+    """`gl.to_tensor(n)` of an int: the int (arithmetic gives plain ints), `.to(dtype)` too."""
+
+    def to(self, *a, **k):
+        return self
+
+
 class _BarLayout:
     pass
 
@@ -240,8 +252,8 @@ class _Barrier:
 
 
 class _Ring:
-    def __init__(self, stages, name):
-        self.bars = [_Barrier(f"{name}[{i}]") for i in range(stages)]
+    def __init__(self, stages, name, barrier=_Barrier):
+        self.bars = [barrier(f"{name}[{i}]") for i in range(stages)]
 
     def index(self, i):
         return (self, i)
@@ -275,6 +287,10 @@ def _stand_ins(state):
             return range(*a)
 
         @staticmethod
+        def to_tensor(a):  # a persistent kernel's running ring counters start as `gl.to_tensor(0)`
+            return _Scalar(a) if isinstance(a, int) else _OPAQUE
+
+        @staticmethod
         def maximum(a, b):
             return max(a, b) if isinstance(a, int) and isinstance(b, int) else _OPAQUE
 
@@ -289,10 +305,10 @@ def _stand_ins(state):
             return _OPAQUE
 
         @staticmethod
-        def allocate_shared_memory(dtype, shape, layout, *a):
+        def allocate_shared_memory(dtype, shape, layout, *a, _name=None):
             if isinstance(layout, _BarLayout):
                 state.rings += 1
-                return _Ring(shape[0], f"ring{state.rings}")
+                return _Ring(shape[0], _name or f"ring{state.rings}")
             return _OPAQUE
 
     class MBarrier:
@@ -366,7 +382,8 @@ def _stand_ins(state):
 
     return {"gluon": Gluon(), "gl": GL(), "cp": _OPAQUE, "mma_v2": _OPAQUE_FN, "fence_async_shared": _OPAQUE_FN,
             "mbarrier": MBarrier(), "tma": TMA(), "warpgroup_mma": _OPAQUE_FN, "warpgroup_mma_init": _OPAQUE_FN,
-            "warpgroup_mma_wait": _mma_wait, "TensorDescriptor": Desc, "_cdiv": _cdiv, "_cmod": _cmod}
+            "warpgroup_mma_wait": _mma_wait, "TensorDescriptor": Desc, "_cdiv": _cdiv, "_cmod": _cmod,
+            "_cshl": _cshl, "_cshr": _cshr}
 
 
 def _mma_wait(num_outstanding=0, deps=()):
@@ -386,24 +403,35 @@ def _cmod(a, b):  # Triton's integer `%`: the sign of the dividend
     return _OPAQUE
 
 
+def _cshl(a, b):  # a shift by a negative or too large amount is undefined (a predicated-off value)
+    return a << b if isinstance(a, int) and isinstance(b, int) and 0 <= b < 64 else _OPAQUE
+
+
+def _cshr(a, b):
+    return a >> b if isinstance(a, int) and isinstance(b, int) and 0 <= b < 64 else _OPAQUE
+
+
 class _CSemantics(_ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
-        fn = {_ast.FloorDiv: "_cdiv", _ast.Mod: "_cmod"}.get(type(node.op))
+        fn = {_ast.FloorDiv: "_cdiv", _ast.Mod: "_cmod", _ast.LShift: "_cshl", _ast.RShift: "_cshr"}.get(type(node.op))
         if fn is None:
             return node
         return _ast.copy_location(_ast.Call(_ast.Name(fn, _ast.Load()), [node.left, node.right], []), node)
 
 
-def mbarrier_problems(source: str, args, dims=()) -> list:
+def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     """Replay generated module `source` launched with CPU tensors `args` (the kernel's params,
-    in order; the one named `mask` is read) and runtime `dims`: the list of mbarrier problems."""
-    if "gl.warp_specialize(" in source:
-        raise NotImplementedError("warp-specialized kernels (producer/consumer partitions) are not replayed")
-    state = _State()
+    in order; the one named `mask` is read) and runtime `dims`: the list of mbarrier problems.
+    A warp-specialized module's partitions run concurrently (see "warp-specialized replay"
+    below), under each of `schedules` (default `SCHEDULES`); passing `schedules` replays a
+    module without partitions that way too (its kernel body as the one partition)."""
     tree = _ast.parse(source)
     tree.body = [s for s in tree.body if not isinstance(s, (_ast.Import, _ast.ImportFrom))]
-    tree = _ast.fix_missing_locations(_CSemantics().visit(tree))
+    tree = _ast.fix_missing_locations(_Names().visit(_CSemantics().visit(tree)))
+    if schedules is not None or "gl.warp_specialize(" in source:
+        return _replay_partitions(tree, args, dims, schedules or SCHEDULES)
+    state = _State()
     ns = _stand_ins(state)
     exec(compile(tree, "<generated gluon>", "exec"), ns)
     launch = ns["tritile_launch"]
@@ -432,3 +460,520 @@ def mbarrier_problems(source: str, args, dims=()) -> list:
             kernel = ns[node.name]
     launch(Compiled(), *args, *dims)
     return problems
+
+
+# ---------------------------------------------------------------- warp-specialized replay
+#
+# A warp-specialized module forks its kernel into partitions (`gl.warp_specialize([(fn, args),
+# ...], warps, regs)`): consumers and a TMA producer that run concurrently and hand the slots of
+# the shared rings over through mbarriers (the producer waits on an `*_empty` barrier, expects
+# and copies into a slot signalling its full barrier; a consumer waits on the full barrier,
+# reads the slot and arrives on the empty one).  The replay runs every partition as a coroutine:
+# each statement `mbarrier.wait(...)` of the module is rewritten into `yield mbarrier.wait(...)`,
+# the stand-in returns (barrier, parity) and a scheduler resumes the partition once that wait
+# may return - the barrier's current (incomplete) phase has the other parity, which is what
+# `mbarrier.try_wait.parity` tests on the GPU.  Partitions only interleave at waits; between two
+# waits a partition runs alone, which loses nothing: its other barrier operations (expect,
+# arrive, copy) never block.  Found:
+#
+# * deadlocks - no partition can run (each is finished or waits on a phase of its parity that
+#   is current) and no copy is in flight: whatever the timing, the GPU hangs there;
+# * an arrival overflowing a phase (more arrivals than the barrier's pending count), a wait on
+#   an uninitialised barrier, a barrier index outside its ring, an invalidate mid-phase;
+# * shared-memory races, with vector clocks: each partition keeps a clock (how far it knows
+#   every other partition's progress); an arrive / expect / TMA copy releases the issuer's clock
+#   into the barrier's phase, a wait that returns acquires everything released into the
+#   barrier's completed phases.  Every TMA copy is an event of its own (copies land
+#   asynchronously and in any order), joined into its barrier's phase when it lands.  Shared
+#   buffer slots (`X_shared.index(k)`) record their last write (TMA copy or `.store`) and the
+#   reads since (`.load`, `warpgroup_mma` operands - an async wgmma reads until the
+#   `warpgroup_mma_wait` that retires it -, TMA-store sources until `tma.store_wait`).  A read
+#   the writer's event is not ordered before, or a write that some earlier read or write is not
+#   ordered before, is a race whatever the schedule: e.g. a producer refilling a slot whose
+#   empty-barrier wait does not cover the consumer's release of that slot, or a wait whose
+#   parity aliases an older phase (the barrier ran two phases ahead) so that it returns before
+#   the copy it stands for has landed;
+# * TMA copies no partition ever waits for (still in flight when the program exits).
+#
+# The order in which ready partitions run (and, for lazy schedules, when copies land) is a
+# `schedule`: "producer-first" always resumes the last ready partition (the producer runs as far
+# ahead as its empty barriers let it) and lands every copy at once; "consumers-first" resumes the
+# first ready one and lands copies only when no partition can run; "random-N" picks a random
+# ready partition or in-flight copy at each step (seed N).  Deadlocks of a correct-parity
+# protocol and races found by the clocks do not depend on the schedule; several schedules cover
+# protocols whose waits alias phases.
+
+import inspect as _inspect
+import random as _random
+import sys as _sys
+
+_GENERATED = "<generated gluon>"
+SCHEDULES = ("producer-first", "consumers-first", "random-1")
+
+
+def _line() -> int:
+    """The line of the generated module being executed (its innermost frame)."""
+    frame = _sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename != _GENERATED:
+        frame = frame.f_back
+    return frame.f_lineno if frame is not None else 0
+
+
+class _Clock(dict):
+    """A vector clock: {component: count}; a partition's component counts its releases, a TMA
+    copy's component (1 once landed) is its own."""
+
+    def join(self, other):
+        for key, value in other.items():
+            if value > self.get(key, 0):
+                self[key] = value
+        return self
+
+    def knows(self, event) -> bool:
+        return self.get(event[0], 0) >= event[1]
+
+
+class _WSBarrier(_Barrier):
+    """A `_Barrier` that also carries the clocks released into its current phase (`pending`)
+    and into all its completed phases (`released`: what a returning wait acquires)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.pending, self.released = _Clock(), _Clock()
+
+    def _settle(self):
+        if self.valid and self.arrived == self.count and self.tx == 0:
+            self.completed, self.arrived = self.completed + 1, 0
+            self.released.join(self.pending)
+            self.pending = _Clock()
+
+    def describe(self) -> str:
+        return (f"{self.completed} phases completed, the current one has {self.arrived}/{self.count} "
+                f"arrivals and {self.tx} tx bytes outstanding")
+
+
+class _Partition:
+    """One partition of `gl.warp_specialize` (or the kernel body): a coroutine and its clock."""
+
+    def __init__(self, name, clock):
+        self.name, self.clock = name, _Clock(clock)
+        self.clock[name] = self.clock.get(name, 0) + 1
+        self.gen, self.waiting, self.done, self.copies = None, None, False, 0
+        self.mma_reads, self.store_reads = [], []  # groups [(view, what, line)] read asynchronously
+
+    def tick(self):  # after a release: later events are not covered by it
+        self.clock[self.name] += 1
+
+    def where(self) -> int:
+        frame = self.gen.gi_frame if self.gen is not None else None
+        return frame.f_lineno if frame is not None else 0
+
+
+class _Copy:
+    """A TMA copy in flight: lands its bytes and its event on its barrier's current phase."""
+
+    def __init__(self, bar, nbytes, clock, dst, line):
+        self.bar, self.nbytes, self.clock, self.dst, self.line = bar, nbytes, clock, dst, line
+
+    def land(self):
+        if not self.bar.valid:
+            raise MbarrierProblem(f"TMA copy into {self.dst} (line {self.line}) lands on {self.bar.name}, "
+                                  f"not initialised")
+        self.bar.tx -= self.nbytes
+        self.bar.pending.join(self.clock)
+        self.bar._settle()
+
+
+class _Cell:
+    """Race bookkeeping of one shared slot (or a whole buffer): its last write and the reads since."""
+
+    def __init__(self):
+        self.write, self.reads = None, {}  # (event, who, what, line); {partition: (count, what, line)}
+
+
+class _SharedBuffer:
+    def __init__(self, name, shape):
+        self.name, self.shape, self.cells = name, shape, {}
+
+    def cell(self, index) -> _Cell:
+        return self.cells.setdefault(index, _Cell())
+
+
+class _Smem(_Opaque):
+    """A shared buffer (`index` None) or one slot of it: loads, stores and the async operations
+    taking it are recorded; views (permute, slice, ...) stand for the same slot."""
+
+    def __init__(self, state, buf, index=None):
+        self.state, self.buf, self.idx = state, buf, index
+        self.name = buf.name if index is None else f"{buf.name}[{index}]"
+
+    def index(self, i):
+        if self.idx is not None:
+            return self  # a sub-slot: conservatively, the whole slot
+        if not isinstance(i, int):
+            return _OPAQUE
+        return _Smem(self.state, self.buf, i)  # a slot outside the buffer is an error once accessed
+
+    def _view(self, *a, **k):
+        return self
+
+    permute = slice = reshape = _reinterpret = trans = _view
+
+    def load(self, *a, **k):
+        self.state.read(self, "load")
+        return _OPAQUE
+
+    def store(self, value, *a, **k):
+        self.state.write(self, "store")
+
+    def overlaps(self, other) -> bool:
+        return self.buf is other.buf and (self.idx is None or other.idx is None or self.idx == other.idx)
+
+    def cells(self) -> list:  # own cell first, then the cells it overlaps
+        if self.idx is not None and not 0 <= self.idx < self.buf.shape[0]:
+            raise MbarrierProblem(f"{self.name} accessed (line {_line()}) outside its {self.buf.shape[0]} slots")
+        if self.idx is None:
+            return [self.buf.cell(None)] + [c for i, c in self.buf.cells.items() if i is not None]
+        return [self.buf.cell(self.idx), self.buf.cell(None)]
+
+
+class _WSState(_State):
+    """The replay of one block under one schedule: partitions, copies in flight, problems."""
+
+    def __init__(self, schedule, pid):
+        super().__init__()
+        self.schedule, self.pid, self.in_flight, self.issued, self.races = schedule, pid, [], [], {}
+        self.rng = _random.Random(f"{schedule}{pid}")
+        self.current = self.main = _Partition("kernel", {})
+        self.partitions = [self.main]
+
+    # -- shared memory races
+    def race(self, key, message):
+        self.races.setdefault(key, message)
+
+    def read(self, view, what, later=None):
+        """`current` reads `view` now (`later`: an async group list that retires it later)."""
+        me, line = self.current, _line()
+        for cell in view.cells():
+            w = cell.write
+            if w is not None and not me.clock.knows(w[0]):
+                self.race(("read", line, w[3]), f"{me.name} reads {view.name} ({what}, line {line}) unordered "
+                          f"after {w[1]}'s write of it ({w[2]}, line {w[3]}): no mbarrier wait orders them")
+        if later is None:
+            view.buf.cell(view.idx).reads[me.name] = (me.clock[me.name], what, line)
+        else:
+            later.append((view, what, line))
+
+    def retire(self, partition, groups, keep):
+        """Async reads of `partition` complete: all its `groups` but the last `keep`."""
+        keep = keep if isinstance(keep, int) else 0
+        done, groups[:] = groups[:max(0, len(groups) - keep)], groups[max(0, len(groups) - keep):]
+        for group in done:
+            for view, what, line in group:
+                view.buf.cell(view.idx).reads[partition.name] = (partition.clock[partition.name], what, line)
+
+    def write(self, view, what, event=None):
+        """`current` writes `view` (a TMA copy: `event` is the copy's own, landing later)."""
+        me, line = self.current, _line()
+        event = event or (me.name, me.clock[me.name])
+        for cell in view.cells():
+            w = cell.write
+            if w is not None and not me.clock.knows(w[0]):
+                self.race(("write-write", line, w[3]), f"{me.name} overwrites {view.name} ({what}, line {line}) "
+                          f"unordered after {w[1]}'s write of it ({w[2]}, line {w[3]})")
+            for who, (count, rwhat, rline) in cell.reads.items():
+                if not me.clock.knows((who, count)):
+                    self.race(("write-read", line, rline), f"{me.name} overwrites {view.name} ({what}, line {line}) "
+                              f"before {who}'s read of it ({rwhat}, line {rline}) is released to it: the slot "
+                              f"is refilled while still in use")
+        for p in self.partitions:
+            for group in p.mma_reads + p.store_reads:
+                for other, rwhat, rline in group:
+                    if other.overlaps(view):
+                        self.race(("write-pending", line, rline), f"{me.name} overwrites {view.name} ({what}, line "
+                                  f"{line}) while {p.name}'s async {rwhat} (line {rline}) still reads it")
+        cell = view.buf.cell(view.idx)
+        cell.write, cell.reads = (event, me.name, what, line), {}
+
+    # -- barriers
+    def arrive(self, bar, count, what):
+        me = self.current
+        if not bar.valid:
+            raise MbarrierProblem(f"{me.name}: {what} on {bar.name} (line {_line()}), not initialised")
+        if bar.arrived + count > bar.count:
+            raise MbarrierProblem(f"{me.name}: {what} on {bar.name} (line {_line()}) overflows its phase: "
+                                  f"{bar.arrived} + {count} arrivals for a count of {bar.count}")
+        bar.arrived += count
+        bar.pending.join(me.clock)
+        me.tick()
+        bar._settle()
+
+    def copy(self, desc, bar, dst):
+        me, line = self.current, _line()
+        me.copies += 1
+        event = (f"{me.name}:copy{me.copies}", 1)
+        name = dst.name if isinstance(dst, _Smem) else "shared memory"
+        if isinstance(dst, _Smem):
+            self.write(dst, f"TMA copy signalling {bar.name}", event)
+        clock = _Clock(me.clock)
+        clock[event[0]] = 1
+        me.tick()
+        copy = _Copy(bar, desc.nbytes, clock, name, line)
+        self.issued.append((event, me.name, name, line))
+        if self.schedule == "producer-first":
+            copy.land()
+        else:
+            self.in_flight.append(copy)
+
+    # -- the scheduler
+    def ready(self, p) -> bool:
+        return not p.done and (p.waiting is None or (p.waiting[0].completed & 1) != p.waiting[1])
+
+    def resume(self, p):
+        if p.waiting is not None:
+            p.clock.join(p.waiting[0].released)
+            p.waiting = None
+        self.current = p
+        try:
+            p.waiting = next(p.gen)
+        except StopIteration:
+            self.finish(p)
+
+    def finish(self, p):
+        p.done = True
+        self.retire(p, p.mma_reads, 0)
+        self.retire(p, p.store_reads, 0)
+
+    def run(self, partitions):
+        """Run `partitions` (started coroutines) until all finish; a deadlock raises."""
+        while True:
+            ready = [p for p in partitions if self.ready(p)]
+            if not ready and not self.in_flight:
+                blocked = [p for p in partitions if not p.done]
+                if not blocked:
+                    return
+                raise MbarrierProblem("deadlock: " + "; ".join(
+                    f"{p.name} waits (line {p.where()}) on {p.waiting[0].name} parity {p.waiting[1]}: "
+                    f"{p.waiting[0].describe()}" for p in blocked) +
+                    (f"; finished: {', '.join(p.name for p in partitions if p.done)}"
+                     if any(p.done for p in partitions) else ""))
+            if self.schedule.startswith("random"):
+                pick = self.rng.choice(ready + self.in_flight)
+            elif ready:
+                pick = ready[-1] if self.schedule == "producer-first" else ready[0]
+            else:  # "consumers-first": copies land only when no partition can run
+                pick = self.in_flight[0]
+            if isinstance(pick, _Copy):
+                self.in_flight.remove(pick)
+                pick.land()
+            else:
+                self.resume(pick)
+
+    def fork(self, partitions):
+        """`gl.warp_specialize`: start every partition from the kernel's clock, run, join."""
+        main = self.current
+        started = []
+        for i, (fn, fn_args) in enumerate(partitions):
+            p = _Partition(f"{fn.__name__}/{i}", main.clock)
+            self.partitions.append(p)
+            self.current = p
+            out = fn(*fn_args)
+            if _inspect.isgenerator(out):
+                p.gen = out
+            else:
+                self.finish(p)
+            started.append(p)
+        self.run(started)
+        self.current = main
+        for p in started:
+            main.clock.join(p.clock)
+        main.tick()
+        for event, who, dst, line in self.issued:
+            if not main.clock.knows(event):
+                self.race(("unwaited", line), f"{who}'s TMA copy into {dst} (line {line}) is waited for by no "
+                          f"partition: still in flight when the program exits")
+        while self.in_flight:
+            self.in_flight.pop(0).land()
+
+
+def _ws_stand_ins(state):
+    """`_stand_ins` with partitions, shared-buffer slots and the barrier clocks of `state`."""
+    ns = _stand_ins(state)
+
+    class GL(type(ns["gl"])):
+        @staticmethod
+        def program_id(axis):
+            return state.pid[axis]
+
+        @staticmethod
+        def allocate_shared_memory(dtype, shape, layout, *a, _name=None):
+            if isinstance(layout, _BarLayout):
+                state.rings += 1
+                return _Ring(shape[0], _name or f"ring{state.rings}", _WSBarrier)
+            return _Smem(state, _SharedBuffer(_name or "smem", list(shape)))
+
+        @staticmethod
+        def warp_specialize(partitions, *a, **k):
+            if not isinstance(partitions, (list, tuple)) or not all(isinstance(p, tuple) for p in partitions):
+                raise NotImplementedError("gl.warp_specialize: only the [(fn, args), ...] form is replayed")
+            state.fork(partitions)
+
+    class MBarrier:
+        MBarrierLayout = _BarLayout
+
+        @staticmethod
+        def init(ref, count):
+            b = _bar(ref)
+            b.count, b.arrived, b.tx, b.completed, b.valid = count, 0, 0, 0, True
+            b.pending, b.released = _Clock(), _Clock()
+
+        @staticmethod
+        def invalidate(ref):
+            b = _bar(ref)
+            if b.arrived or b.tx:
+                raise MbarrierProblem(f"invalidate of {b.name} with a phase in flight "
+                                      f"(arrivals {b.arrived}, tx bytes {b.tx})")
+            b.valid = False
+
+        @staticmethod
+        def expect(ref, nbytes, pred=True):
+            if pred:
+                b = _bar(ref)
+                b.tx += nbytes
+                state.arrive(b, 1, "expect")
+
+        @staticmethod
+        def arrive(ref, pred=True, count=1):
+            if pred:
+                state.arrive(_bar(ref), count, "arrive")
+
+        @staticmethod
+        def wait(ref, phase, pred=True, deps=None):
+            if not pred:
+                return None
+            b = _bar(ref)
+            if not b.valid:
+                raise MbarrierProblem(f"{state.current.name}: wait on {b.name} (line {_line()}), not initialised")
+            if not isinstance(phase, int):
+                raise MbarrierProblem(f"wait on {b.name} (line {_line()}) with a parity the replay does not model")
+            return b, phase & 1
+
+    class TMA:
+        @staticmethod
+        def async_copy_global_to_shared(desc, coords, ref, dst, pred=True):
+            if pred:
+                state.copy(desc, _bar(ref), dst)
+
+        @staticmethod
+        def async_copy_shared_to_global(desc, coords, src):
+            if isinstance(src, _Smem):
+                group = []
+                state.read(src, "TMA store", group)
+                state.current.store_reads.append(group)
+
+        @staticmethod
+        def store_wait(pendings=0):
+            state.retire(state.current, state.current.store_reads, pendings)
+
+        def __getattr__(self, name):
+            return _OPAQUE_FN
+
+    def warpgroup_mma(a, b, acc, *args, is_async=False, **kwargs):
+        group = []
+        for operand in (a, b):
+            if isinstance(operand, _Smem):
+                state.read(operand, "warpgroup_mma", group)
+        state.current.mma_reads.append(group)
+        if not is_async:  # retired at once (with the groups issued before it)
+            state.retire(state.current, state.current.mma_reads, 0)
+        return _OPAQUE
+
+    def warpgroup_mma_wait(num_outstanding=0, deps=()):
+        state.retire(state.current, state.current.mma_reads, num_outstanding)
+        return _mma_wait(num_outstanding, deps)
+
+    ns.update(gl=GL(), mbarrier=MBarrier(), tma=TMA(), warpgroup_mma=warpgroup_mma,
+              warpgroup_mma_wait=warpgroup_mma_wait)
+    return ns
+
+
+class _Coroutines(_ast.NodeTransformer):
+    """`mbarrier.wait(...)` statements -> `yield mbarrier.wait(...)`: a function that waits
+    becomes a coroutine, suspended at each wait (the stand-in yields (barrier, parity))."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def visit_Expr(self, node):
+        call = node.value
+        if (isinstance(call, _ast.Call) and isinstance(call.func, _ast.Attribute) and call.func.attr == "wait"
+                and isinstance(call.func.value, _ast.Name) and call.func.value.id == "mbarrier"):
+            self.waits += 1
+            return _ast.copy_location(_ast.Expr(_ast.Yield(call)), node)
+        return self.generic_visit(node)
+
+
+class _Names(_ast.NodeTransformer):
+    """`X = gl.allocate_shared_memory(...)` passes `_name="X"`: problems name rings and slots."""
+
+    def visit_Assign(self, node):
+        call = node.value
+        if (len(node.targets) == 1 and isinstance(node.targets[0], _ast.Name) and isinstance(call, _ast.Call)
+                and isinstance(call.func, _ast.Attribute) and call.func.attr == "allocate_shared_memory"):
+            call.keywords.append(_ast.keyword("_name", _ast.Constant(node.targets[0].id)))
+        return node
+
+
+def _replay_partitions(tree, args, dims, schedules) -> list:
+    """`mbarrier_problems` of a parsed module, partitions (if any) run as coroutines."""
+    waits = sum(isinstance(n, _ast.Attribute) and n.attr == "wait" and isinstance(n.value, _ast.Name)
+                and n.value.id == "mbarrier" for n in _ast.walk(tree))
+    coroutines = _Coroutines()
+    tree = _ast.fix_missing_locations(coroutines.visit(tree))
+    if coroutines.waits != waits:
+        raise NotImplementedError("an mbarrier.wait that is not a statement")
+    code = compile(tree, _GENERATED, "exec")
+    problems = {}
+    for schedule in schedules:
+        holder = {}
+        ns = _ws_stand_ins(_StateProxy(holder))
+        exec(code, ns)
+        launch = ns["tritile_launch"]
+        names = launch.__code__.co_varnames[1:launch.__code__.co_argcount]
+        kernel = next(ns[n.name] for n in reversed(tree.body) if isinstance(n, _ast.FunctionDef)
+                      and n.name != "tritile_launch")
+
+        class Compiled:
+            def __getitem__(self, grid):
+                def run(*kernel_args):
+                    kernel_args = [_MaskPtr(a.flatten().tolist()) if n == "mask" else
+                                   (_OPAQUE if hasattr(a, "element_size") else a)
+                                   for n, a in zip(list(names) + [None] * len(kernel_args), kernel_args)]
+                    for pid in [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]:
+                        state = holder["state"] = _WSState(schedule, pid)
+                        try:
+                            out = kernel(*kernel_args)
+                            if _inspect.isgenerator(out):  # the kernel body itself waits
+                                state.main.gen = out
+                                state.run([state.main])
+                        except MbarrierProblem as err:
+                            problems.setdefault(str(err), f"block {pid}, {schedule} schedule: {err}")
+                        for message in state.races.values():
+                            problems.setdefault(message, f"block {pid}, {schedule} schedule: {message}")
+                return run
+
+        launch(Compiled(), *args, *dims)
+    return list(problems.values())
+
+
+class _StateProxy:
+    """The stand-ins are made once per schedule; each block gets a fresh `_WSState` behind this."""
+
+    def __init__(self, holder):
+        object.__setattr__(self, "_holder", holder)
+
+    def __getattr__(self, name):
+        return getattr(self._holder["state"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self._holder["state"], name, value)

@@ -461,26 +461,27 @@ def test_persistent_tiles_keep_interpreter_results(programs, stages, M, N, K):
         torch.testing.assert_close(c_out.float(), ref, rtol=1e-2, atol=1e-2)
 
 
-def test_persistent_tiles_auto_only_when_tiles_leave_a_partial_wave(monkeypatch):
-    from tritile.lowering import persistent_tiles
+def test_persistent_tiles_by_default_only_for_warp_specialized_kernels(monkeypatch):
+    from test_warp_specialization import attention_ir
+    from tritile.lowering import persistent_tiles, run_passes
 
-    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)  # off by default (measured neutral)
-    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(_example_gemm(2048, 4096, 256), H100), H100).attrs
-    monkeypatch.setenv("TRITILE_PERSISTENT", "auto")
-    ragged, exact, few = _example_gemm(2048, 4096, 256), _example_gemm(128 * 11, 256 * 12, 256), _example_gemm(1024, 1024, 256)
-    assert persistent_tiles.run(lowered(ragged, H100), H100).attrs.get("persistent_tile_loop") is not None  # 256 tiles
-    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(exact, H100), H100).attrs  # 132 tiles
-    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(few, H100), H100).attrs  # 32 tiles
-    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(ragged, Target("cpu")), Target("cpu")).attrs
+    gemm = lowered(_example_gemm(2048, 4096, 256), H100)
+    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)  # auto: measured neutral for the GEMM
+    assert "persistent_tile_loop" not in persistent_tiles.run(gemm, H100).attrs
+    assert run_passes(attention_ir(True), H100)[-1][1].attrs["persistent_programs"] == 132
+    monkeypatch.setenv("TRITILE_PERSISTENT", "1")
+    assert persistent_tiles.run(gemm, H100).attrs.get("persistent_tile_loop") is not None
+    assert "persistent_tile_loop" not in persistent_tiles.run(gemm, Target("cpu")).attrs
     monkeypatch.setenv("TRITILE_PERSISTENT", "0")
-    assert "persistent_tile_loop" not in persistent_tiles.run(lowered(ragged, H100), H100).attrs
+    assert "persistent_tile_loop" not in run_passes(attention_ir(True), H100)[-1][1].attrs
 
 
 def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store(monkeypatch):
-    """The mbarrier ring is initialised once, before the tile loop, and indexed by
-    tile_iter * (groups per tile) + iteration; the TMA store of a tile is waited on only
-    before the staging tile is written again (the next tile's epilogue) and after the loop."""
-    monkeypatch.setenv("TRITILE_PERSISTENT", "auto")
+    """The mbarrier ring is initialised once, before the tile loop; a tile's groups use slots
+    g % S and each slot's phase continues from the earlier tiles' uses (phase bits flipped
+    after each tile); the TMA store of a tile is waited on only before the staging tile is
+    written again (the next tile's epilogue) and after the loop."""
+    monkeypatch.setenv("TRITILE_PERSISTENT", "1")
     func = _example_gemm(2048, 4096, 512)  # 16 x 16 = 256 tiles of 128x256 on 132 SMs
     from tritile.codegen.gluon import compile_kernel
 
@@ -489,7 +490,10 @@ def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store(mo
     loop = src.index("for tile_iter in range(")
     assert src.index("mbarrier.init(") < loop < src.index("mbarrier.expect(")
     assert src.index("mbarrier.invalidate(") > src.rindex("tma.async_copy_shared_to_global(")
-    assert "(tile_iter * 8) + " in src  # 512 / 64 = 8 commit groups per tile
+    # 512 / 64 = 8 commit groups per tile on 3 slots: slots 0 and 1 are used 3 times, slot 2 twice
+    assert "k_t_bars_phase_bits = k_t_bars_phase_bits ^ 3\n" in src
+    assert "mbarrier.wait(k_t_bars.index(1), (2 ^ (k_t_bars_phase_bits >> 1)) & 1)" in src
+    assert "tile = ((tile_iter * 132) + (pid + ((tile_iter % 2) * (131 - (2 * pid)))))" in src
     assert src.index("gl.allocate_shared_memory(gl.float16, [128, 256]") < loop
     epilogue = src[src.rindex("tma.store_wait(0)", 0, src.rindex("tma.async_copy_shared_to_global(")):]
     assert epilogue.index("tma.store_wait(0)") < epilogue.index(".store(C_local") and epilogue.count("store_wait") == 2

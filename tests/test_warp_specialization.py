@@ -26,7 +26,10 @@ H100, A100 = Target("cuda", 90), Target("cuda", 80)
 
 @pytest.fixture
 def warp_specialize(monkeypatch):
+    """A producer warp wherever it applies, one CTA per tile (persistent warp-specialized
+    kernels: tests/test_persistent_tiles.py)."""
     monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "1")
+    monkeypatch.setenv("TRITILE_PERSISTENT", "0")
 
 
 def _frontend(build):

@@ -1,33 +1,40 @@
 """Persistent tile scheduling: a grid of one program per SM, each looping over output tiles.
 
-Input: a lowered `PrimFunc` (runs after layout inference) whose kernel has a 2-D grid and a
-`T.use_swizzle(panel_size, order)` hint.  Output: the same program with
+Input: a lowered `PrimFunc` (runs after layout inference) whose kernel has a grid of 1 to 3
+dims.  Output: the same program with
 
     Kernel(grid=(min(tiles, P),), block_vars=(pid,)):
         <shared allocations of the body>           # hoisted: one allocation for every tile
-        for tile_iter in range(ceildiv(tiles - pid, P)):
-            tile = pid + tile_iter * P
-            bx = ...; by = ...                      # TileLang's panel rasterisation of `tile`
+        for tile_iter in range(<pid's share of the tiles>):
+            tile = tile_iter * P + (pid, or P - 1 - pid when tile_iter is odd)
+            bx = ...; by = ...                      # the block vars of `tile`
             <the rest of the body>
 
-where ``tiles = gx * gy`` and P = the number of programs.  Programs running at the same time
-work on consecutive `tile` values, so the panel rasterisation (the same mapping as
-codegen/gluon/block_order.py: panels of `panel_size` rows or columns, serpentine) groups the
-tiles in flight as the non-persistent launch order would.  Every tile is computed exactly
-once, by the same body, so values are unchanged (the interpreter runs the result as is).
+where ``tiles`` = the product of the grid and P = the number of programs.  Programs running
+at the same time work on consecutive `tile` values, which map to block vars as a plain launch
+orders its blocks (the first grid dim fastest) or, on a 2-D grid with a `T.use_swizzle` hint,
+by TileLang's panel rasterisation (codegen/gluon/block_order.py's mapping), so the tiles in
+flight share operands as in a plain launch.  Rounds alternate direction (pid, then P - 1 -
+pid): when a tile's cost grows along the launch order (causal attention's row blocks), each
+program's rounds then alternate cheap and dear tiles - for 4x32x32 causal tiles on 132
+programs the dearest program's share drops from 1.117x to 1.031x the mean.  Every tile is
+computed exactly once, by the same body, so values are unchanged (the interpreter runs the
+result as is).  A warp-specialized kernel split into `ConsumerPartitions` keeps the split at
+the top: the tile loop goes inside it, each consumer partition walking the same tiles.
+
 The tile loop's var is recorded as ``func.attrs["persistent_tile_loop"]``; the Gluon backend
 then allocates each pipelined loop's mbarrier ring once, before the tile loop, and continues
-its phase across tiles (tile_iter * groups per tile), and lets a TMA-store epilogue of one
-tile complete under the next tile's main loop.
+each slot's phase across tiles (tiles may have different trip counts), lets a TMA-store
+epilogue of one tile complete under the next tile's main loop and, under warp
+specialization, lets the producer load the next tile's first stages while the consumers
+finish the current tile.
 
-When (``run``): off by default - on an H100 it measured neutral for examples/gemm.py
-(bench/NOTES.md, 2026-11-22: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2,
-one sample each), so it is opt-in.  ``TRITILE_PERSISTENT=auto`` enables it for CUDA targets
-with a 2-D grid of static extents and a swizzle hint, more tiles than SMs and not a multiple
-of them (the case where a plain launch's last wave is partly idle), ``=1`` wherever it is
-applicable.  Applicable: every pipelined loop's bounds are independent of the block vars (so
-each tile commits the same number of commit groups and the ring phase can be computed).
-`persist(func, num_programs)` applies it unconditionally (tests use small program counts).
+When (``run``, ``TRITILE_PERSISTENT``): ``auto`` (the default) for warp-specialized CUDA
+kernels, ``1`` wherever applicable, ``0`` never.  Kernels without warp specialization stay
+as they are in ``auto``: on an H100 persistence measured neutral for examples/gemm.py
+(bench/NOTES.md, 2026-11-22: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2).
+Applicable: see `applicable`.  `persist(func, num_programs)` applies it unconditionally
+(tests use small program counts).
 """
 from __future__ import annotations
 
@@ -35,7 +42,7 @@ import dataclasses
 import os
 
 from tritile.ir import nodes as ir
-from tritile.ir.transform import walk
+from tritile.ir.transform import top_level, walk
 
 # SM counts of the default GPU of each architecture, used when no GPU is present
 DEFAULT_NUM_SMS = {90: 132, 89: 128, 86: 84, 80: 108}
@@ -50,53 +57,96 @@ def num_sms(target) -> int:
     return DEFAULT_NUM_SMS.get(target.arch, 132)
 
 
+def mode() -> str:
+    """"on", "off" or "auto" (the default), from TRITILE_PERSISTENT."""
+    value = os.environ.get("TRITILE_PERSISTENT", "auto").strip().lower()
+    if value in ("0", "off", "false", ""):
+        return "off"
+    return "on" if value in ("1", "on", "true") else "auto"
+
+
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    mode = os.environ.get("TRITILE_PERSISTENT", "0").strip().lower()
-    if target.kind != "cuda" or mode in ("", "0", "off", "false") or not applicable(func):
+    chosen = mode()
+    if target.kind != "cuda" or chosen == "off" or not applicable(func):
         return func
-    sms = num_sms(target)
-    gx, gy = (_static(g) for g in func.kernel.grid)
-    if mode == "auto" and (gx is None or gy is None or gx * gy <= sms or (gx * gy) % sms == 0):
+    if chosen == "auto" and "warp_specialization" not in func.attrs:
         return func
-    return persist(func, sms)
+    return persist(func, num_sms(target))
 
 
 def applicable(func: ir.PrimFunc) -> bool:
-    """2-D grid with a swizzle hint; pipelined loop bounds do not depend on the block vars;
-    not warp specialized (the producer partition walks one tile's loops)."""
+    """A grid of 1 to 3 dims (a swizzle hint only on a 2-D grid), and under warp
+    specialization exactly one pipelined loop whose buffers nothing before it touches (the
+    producer walks one ring per tile, and the consumers release its slots only from the
+    loop on: see codegen/gluon/warp_specialize.py)."""
     k = func.kernel
+    if not 1 <= len(k.grid) <= 3 or (k.swizzle is not None and (len(k.grid) != 2 or k.swizzle[1] not in ("row", "column"))):
+        return False
     if "warp_specialization" in func.attrs:
-        return False
-    if len(k.grid) != 2 or k.swizzle is None or k.swizzle[1] not in ("row", "column"):
-        return False
-    block_vars = {id(v) for v in k.block_vars}
-    for loop in walk(k.body):
-        if isinstance(loop, ir.For) and loop.pipelined_from > 0:
-            bounds = [n for e in (loop.start, loop.stop, loop.step) for n in walk(e)]
-            if any(isinstance(n, ir.Var) and id(n) in block_vars for n in bounds):
-                return False
+        loops = [n for n in walk(k.body) if isinstance(n, ir.For) and n.pipelined_from > 0]
+        return len(loops) == 1 and not _ring_used_before(k.body)
     return True
+
+
+def _ring_used_before(body: ir.Seq) -> bool:
+    """Does a statement before the first async copy read or write a buffer the copies fill?"""
+    filled = {id(n.dst.buffer) for n in walk(body) if isinstance(n, ir.AsyncCopy)}
+    for s in top_level(body):
+        nodes = list(walk(s))
+        if any(isinstance(n, ir.AsyncCopy) for n in nodes):
+            return False
+        if not isinstance(s, ir.Alloc) and any(
+                isinstance(getattr(n, "buffer", None), ir.Buffer) and id(n.buffer) in filled for n in nodes):
+            return True
+    return False
 
 
 def persist(func: ir.PrimFunc, num_programs: int) -> ir.PrimFunc:
     k = func.kernel
-    gx, gy = k.grid
-    bx, by = k.block_vars
-    tiles = ir.BinOp("*", gx, gy)
+    tiles = k.grid[0]
+    for extent in k.grid[1:]:
+        tiles = ir.BinOp("*", tiles, extent)
     pid = ir.Var("pid")
     tile_iter = ir.Var("tile_iter")
     tile = ir.Var("tile")
     P = ir.Const(num_programs)
     hoisted = [s for s in k.body.stmts if isinstance(s, ir.Alloc) and s.buffer.scope == "shared"]
     rest = [s for s in k.body.stmts if not (isinstance(s, ir.Alloc) and s.buffer.scope == "shared")]
-    body = [ir.Let(tile, ir.BinOp("+", pid, ir.BinOp("*", tile_iter, P)), loc=k.loc)]
-    body += _rasterize(tile, (bx, by), (gx, gy), k.swizzle, k.loc)
-    trips = ir.BinOp("//", ir.BinOp("+", ir.BinOp("-", tiles, pid), ir.Const(num_programs - 1)), P)
-    loop = ir.For(tile_iter, ir.Const(0), trips, ir.Seq(body + rest), loc=k.loc)
+    c = ir.Const
+
+    def snake(round_):  # pid's place in round `round_`: pid, or P - 1 - pid in odd rounds
+        return ir.BinOp("+", pid, ir.BinOp("*", ir.BinOp("%", round_, c(2)), ir.BinOp("-", c(num_programs - 1),
+                                                                                     ir.BinOp("*", c(2), pid))))
+
+    body = [ir.Let(tile, ir.BinOp("+", ir.BinOp("*", tile_iter, P), snake(tile_iter)), loc=k.loc)]
+    if k.swizzle is not None:
+        body += _rasterize(tile, k.block_vars, k.grid, k.swizzle, k.loc)
+    else:
+        body += _launch_order(tile, k.block_vars, k.grid, k.loc)
+    rounds = ir.BinOp("//", tiles, P)  # full rounds; the last, partial one has tiles % P tiles
+    in_last = ir.BinOp("min", ir.BinOp("max", ir.BinOp("-", ir.BinOp("%", tiles, P), snake(rounds)), c(0)), c(1))
+    trips = ir.BinOp("+", rounds, in_last)
+    split = rest[0] if len(rest) == 1 and isinstance(rest[0], ir.ConsumerPartitions) else None
+    if split is not None:  # each consumer partition walks the tiles (the split stays top level)
+        loop = ir.For(tile_iter, ir.Const(0), trips, ir.Seq(body + split.body.stmts), loc=k.loc)
+        top = dataclasses.replace(split, body=ir.Seq([loop]))
+    else:
+        top = loop = ir.For(tile_iter, ir.Const(0), trips, ir.Seq(body + rest), loc=k.loc)
     kernel = dataclasses.replace(k, grid=(ir.BinOp("min", tiles, P),), block_vars=(pid,),
-                                 body=ir.Seq(hoisted + [loop]), swizzle=None)
+                                 body=ir.Seq(hoisted + [top]), swizzle=None)
     attrs = dict(func.attrs, persistent_tile_loop=tile_iter, persistent_programs=num_programs)
     return dataclasses.replace(func, kernel=kernel, attrs=attrs)
+
+
+def _launch_order(tile: ir.Var, block_vars, grid, loc) -> list:
+    """Lets binding the block vars of linear tile index `tile` in a plain launch's order
+    (the first grid dim varies fastest)."""
+    lets, rest = [], tile
+    for n, (var, extent) in enumerate(zip(block_vars, grid)):
+        last = n == len(grid) - 1
+        lets.append(ir.Let(var, rest if last else ir.BinOp("%", rest, extent), loc=loc))
+        rest = ir.BinOp("//", rest, extent)
+    return lets
 
 
 def _rasterize(tile: ir.Var, block_vars, grid, swizzle, loc) -> list:

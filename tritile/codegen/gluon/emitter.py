@@ -125,9 +125,11 @@ class Ring:
     # expect, or an arrival when guarded off): groups mixing iterations under a runtime trip
     # count, whose copies are guarded apart; 0 = one expect per group
     copies_per_group: int = 0
-    # inside a persistent tile loop the ring lives across tiles: groups committed by earlier
-    # tiles (tile_iter * groups per tile, an Expr) shift every barrier index and phase
-    phase_base: object = None
+    # inside a persistent tile loop the ring lives across tiles: `phase_bits`, a Var whose
+    # bit s is the parity of slot s's uses by earlier tiles, shifts every phase; each tile
+    # commits `groups_per_tile` groups (an Expr: its trip count + span)
+    phase_bits: object = None
+    groups_per_tile: object = None
 
 
 @dataclass
@@ -170,6 +172,8 @@ class Emitter:
         self.ring_owner = {}  # id(For) -> Ring
         self.ring_before = {}  # id(stmt) -> [Ring] to allocate before it
         self.ring_after = {}  # id(stmt) -> [Ring] to invalidate after it
+        self.ring_advance = {}  # id(stmt) -> [Ring] whose phase bits advance after it (a tile's end)
+        self.tile_rings = []  # Rings living across a persistent tile loop (phase bits 0 before it)
         self.expect_bytes = {}  # id(first TMA copy of a commit group) -> bytes of the group, per lane
         self.copy_group = {}  # id(TMA copy) -> iteration of its commit group (whose barrier it signals)
         self.copy_lane = {}  # id(TMA copy) -> the ring lane whose barrier it signals
@@ -218,8 +222,10 @@ class Emitter:
         """The generated name of a Buffer or Var (the user's name unless it clashes)."""
         key = id(obj)
         if key not in self._names:
-            self._names[key] = self.fresh(obj.name)
-        return self._names[key]
+            # the object is kept with its name: a temporary Var freed after use would
+            # otherwise pass its id, and so its name, on to the next object allocated there
+            self._names[key] = (obj, self.fresh(obj.name))
+        return self._names[key][1]
 
     def layout_name(self, layout, hint: str = None) -> str:
         text = str(layout)
@@ -368,6 +374,8 @@ class Emitter:
             for ring in self.ring_before.get(id(s), ()):
                 rings.emit_alloc(self, ring)
             lower_stmt(self, s)
+            for ring in self.ring_advance.get(id(s), ()):
+                rings.emit_advance(self, ring)
             for ring in self.ring_after.get(id(s), ()):
                 rings.emit_invalidate(self, ring)
         if len(self.lines) == start:

@@ -20,8 +20,10 @@ Guarantees (recorded on the `Emitter`):
 * `rings[id(stmt)]` = the `Ring` of every AsyncCopy / CommitGroup / WaitGroup of a loop;
 * `ring_owner[id(loop)]`, `ring_before[id(stmt)]` (allocate + init the ring's barriers before
   that statement) and `ring_after[id(stmt)]` (invalidate after it); for a loop directly in a
-  persistent tile loop (lowering/persistent_tiles.py) that statement is the tile loop, and
-  `Ring.phase_base` = tile_iter * (groups per tile) continues the barrier phases across tiles;
+  persistent tile loop (lowering/persistent_tiles.py) that statement is the tile loop: each
+  tile's groups use slots g % S as without persistence (so a slot is also the buffer version
+  its copies fill), and `Ring.phase_bits`, the parity of each slot's uses by earlier tiles,
+  updated after the tile's last async statement (`ring_advance`), continues the phases;
 * `expect_bytes[id(copy)]` = bytes of the copy's whole commit group per lane (a list), for
   the group's first TMA copy, so the emitter issues the group's `mbarrier.expect`s, one per
   lane (0 bytes: a plain arrival), before its copies; `copy_lane[id(copy)]` = the lane whose
@@ -57,7 +59,7 @@ from __future__ import annotations
 import os
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon.emitter import Emitter, Ring, static_int
+from tritile.codegen.gluon.emitter import Emitter, Ring, paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
@@ -145,10 +147,14 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     first = next(j for j in range(lo, hi) if _contains_async(stmts[j]))
     last = max(j for j in range(lo, hi) if _contains_async(stmts[j]))
     if tile_loop is not None:
-        # every tile commits groups 0 .. stop + span - 1, each signalling its barrier once
-        # (persistent_tiles checked that the loop bounds are the same for every tile)
-        groups = ir.BinOp("+", loop.stop, ir.Const(span)) if span else loop.stop
-        ring.phase_base = ir.BinOp("*", tile_loop.var, groups)
+        # every tile commits its groups 0 .. stop + span - 1 (its own trip count) to slots
+        # g % S, the slots its buffer versions use; a slot's phase continues from the
+        # earlier tiles' uses of it, whose parities `phase_bits` keeps (bit s: slot s),
+        # updated after this tile's last async statement
+        ring.phase_bits = ir.Var(f"{ring.name}_phase_bits", ir.int32)
+        ring.groups_per_tile = ir.BinOp("+", loop.stop, ir.Const(span)) if span else loop.stop
+        em.ring_advance.setdefault(id(stmts[last]), []).append(ring)
+        em.tile_rings.append(ring)
         first = last = None
     before = tile_loop if first is None else stmts[first]
     after = tile_loop if last is None else stmts[last]
@@ -301,6 +307,38 @@ def emit_alloc(em: Emitter, ring: Ring):
         em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{ring.stages}, 1], mbarrier.MBarrierLayout())")
         em.emit(f"for _stage in gl.static_range({ring.stages}):")
         em.emit(f"    mbarrier.init({name}.index(_stage), count={ring.copies_per_group or 1})")
+
+
+def emit_advance(em: Emitter, ring: Ring):
+    """After a tile's last async statement of `ring`: flip the phase bit of every slot the
+    tile used an odd number of times (a warp-specialized consumer first releases the slots
+    its last groups hold)."""
+    if em.partitions is not None:
+        from tritile.codegen.gluon import warp_specialize
+
+        warp_specialize.emit_tile_releases(em, ring)
+    bits = em.name(ring.phase_bits)
+    em.emit(f"{bits} = {bits} ^ {paren(tile_phase_flips(em, ring))}")
+
+
+def tile_phase_flips(em: Emitter, ring: Ring) -> str:
+    """The slots a tile's groups 0 .. N - 1 use an odd number of times, as a bit mask: slot
+    s holds groups s, s + S, ..., ceil((N - s) / S) of them."""
+    stages, count = ring.stages, static_int(ring.groups_per_tile)
+    if count is not None:
+        return str(sum((((max(count, 0) - s + stages - 1) // stages) & 1) << s for s in range(stages)))
+    n = f"gl.maximum({em.expr(ring.groups_per_tile).text}, 0)"
+    return " | ".join(f"((({n} + {stages - 1 - s}) // {stages}) & 1) << {s}" for s in range(stages))
+
+
+def tile_phase(em: Emitter, ring: Ring, group_text: str) -> str:
+    """The phase parity of a tile's commit group `group_text` in a ring living across tiles."""
+    bits, stages = em.name(ring.phase_bits), ring.stages
+    if group_text.isdigit():
+        g = int(group_text)
+        return f"({g // stages} ^ ({bits} >> {g % stages})) & 1"
+    g = paren(group_text)
+    return f"(({g} // {stages}) ^ ({bits} >> ({g} % {stages}))) & 1"
 
 
 def emit_invalidate(em: Emitter, ring: Ring):

@@ -438,8 +438,11 @@ def lower_for(em: Emitter, s: ir.For):
 
 def _persistent_tile_loop(em: Emitter, s: ir.For):
     """The tile loop of lowering/persistent_tiles.py: staging tiles of TMA stores are
-    allocated before it, and the last tile's stores are waited for after it."""
-    em.emit(f"# persistent tiles: this program computes every {em.func.attrs['persistent_programs']}-th tile")
+    allocated before it, the last tile's stores are waited for after it, and the phase bits
+    of the rings living across it start at 0 before it."""
+    em.emit(f"# persistent tiles: {em.func.attrs['persistent_programs']} programs take the tiles round by round")
+    for ring in em.tile_rings:  # a tensor, so that the loop may carry it
+        em.emit(f"{em.define(ring.phase_bits)} = gl.to_tensor(0)")
     at, em.tile_loop_depth = len(em.lines), em.depth
     em.tile_loop_prefix = {}  # id(store) -> (staging tile name, its allocation)
     stop = em.expr(s.stop).text
@@ -589,10 +592,12 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
 
 def _ring_position(em, ring, iteration, lane: int) -> tuple:
     """(barrier, phase parity) texts of the commit group of `iteration` in `ring`'s `lane`."""
-    if ring.phase_base is not None:
-        iteration = ir.BinOp("+", ring.phase_base, iteration)
     name = rings.lane_name(ring, lane)
     it = static_int(iteration)
+    if ring.phase_bits is not None:
+        text = _paren_text(em.expr(iteration).text)
+        index = it % ring.stages if it is not None else f"{text} % {ring.stages}"
+        return f"{name}.index({index})", rings.tile_phase(em, ring, text)
     if it is not None:
         return f"{name}.index({it % ring.stages})", f"{(it // ring.stages) & 1}"
     it = _paren_text(em.expr(iteration).text)
@@ -629,6 +634,24 @@ def lower_wait_group(em: Emitter, s: ir.WaitGroup):
     if iteration is None:
         em.emit("# no TMA group can be in flight here")
         return
+    # a cp.async wait means every group up to `iteration` has landed, a barrier wait only
+    # that group: when groups mix iterations (group g holds copies of g - span .. g), the
+    # iteration this wait completes also has copies in the `span` groups before it, which
+    # no earlier wait covers at the loop's first step.  Those are waited on too, unless a
+    # newer group (at most `pending` are committed after this one) refilled their slot: its
+    # data was then consumed, so waited on, before - and its barrier's parity is ambiguous
+    for back in range(min(ring.span, ring.stages - 1 - s.pending), 0, -1):
+        _wait_for_group(em, ring, _minus_const(iteration, back))
+    _wait_for_group(em, ring, iteration)
+
+
+def _minus_const(e, k: int):
+    value = static_int(e)
+    return ir.Const(value - k) if value is not None else ir.BinOp("-", e, ir.Const(k))
+
+
+def _wait_for_group(em: Emitter, ring, iteration):
+    """Wait on the barrier of `ring`'s commit group `iteration`, when that group has copies."""
     # group g holds iterations g - span .. g: it has copies while g - span < stop
     it, stop = static_int(iteration), static_int(ring.loop.stop)
     stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")

@@ -82,7 +82,7 @@ class Partitions:
 def plan(em: Emitter, func: ir.PrimFunc):
     """The partition plan for `func`, or None when it is emitted without warp specialization."""
     ws = func.attrs.get("warp_specialization")
-    if ws is None or not em.target.has_tma or em.tile_loop_var is not None:
+    if ws is None or not em.target.has_tma:
         return None
     loops = [n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.pipelined_from > 0]
     ring_list = [em.ring_owner.get(id(loop)) for loop in loops]
@@ -94,7 +94,7 @@ def plan(em: Emitter, func: ir.PrimFunc):
     hoisted = {}
     for c in copies:
         hoisted.setdefault(id(c.dst.buffer), c.dst.buffer)
-    split = next((s for s in func.kernel.body.stmts if isinstance(s, ir.ConsumerPartitions)), None)
+    split = next((s for s in walk(func.kernel.body) if isinstance(s, ir.ConsumerPartitions)), None)
     if split is not None:  # every consumer partition uses the kernel's shared buffers
         for s in func.kernel.body.stmts:
             if isinstance(s, ir.Alloc):
@@ -158,28 +158,60 @@ def emit_release(em: Emitter, copy: ir.AsyncCopy):
     ring, group = entry
     stages, every = ring.stages, em.partitions.release_all[id(ring)]
     g = static_int(group)
-    if g is not None:
-        if every or g >= stages:
-            em.emit(f"mbarrier.arrive({empty_name(ring)}.index({g % stages}))")
+    if g is not None and not (every or g >= stages):
         return
     text = paren(em.expr(group).text)
-    pred = "" if every else f", pred={text} >= {stages}"
-    em.emit(f"mbarrier.arrive({empty_name(ring)}.index({text} % {stages}){pred})")
+    pred = "" if every or g is not None else f", pred={text} >= {stages}"
+    slot = g % stages if g is not None else f"{text} % {stages}"
+    em.emit(f"mbarrier.arrive({empty_name(ring)}.index({slot}){pred})")
+
+
+def emit_tile_releases(em: Emitter, ring):
+    """At the end of a persistent tile's use of `ring` (after its drains: every wgmma reading
+    the ring has retired): release the slots of the tile's last groups, which no later copy
+    of this tile releases (the copy of group g releases group g - S), so that the producer
+    can refill them with the next tile's first groups while this tile's epilogue runs."""
+    if em.inflight or em.tokens:
+        em.wait_mma(0, sorted(em.inflight | em.tokens, key=em.name))
+    groups, count = paren(em.expr(ring.groups_per_tile).text), static_int(ring.groups_per_tile)
+    first = max(count - ring.stages, 0) if count is not None else f"gl.maximum({groups} - {ring.stages}, 0)"
+    g = em.tmp("g")
+    em.emit(f"for {g} in range({first}, {groups}):")
+    em.emit(f"    mbarrier.arrive({empty_name(ring)}.index({g} % {ring.stages}))")
 
 
 def emit_producer(em: Emitter, func: ir.PrimFunc, parts: Partitions) -> list:
-    """The producer partition's body lines (indented for a function body)."""
+    """The producer partition's body lines (indented for a function body).  In a persistent
+    kernel the producer walks the same tiles as the consumers, keeping the same phase bits
+    per ring (rings.tile_phase) and the most groups a tile has committed so far (a slot
+    some earlier tile used must be released before it is refilled), so it fills the next
+    tile's first slots as soon as the consumers release them."""
     saved, em.lines = em.lines, []
-    needed = _needed_lets(func, parts)
-    for s in needed:
+    tile_loop = next((n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.var is em.tile_loop_var), None)
+    scope, seen = func.kernel.body, {}
+    if tile_loop is not None:
+        for ring in parts.rings:
+            seen[id(ring)] = em.define(ir.Var(f"{ring.name}_groups_seen"))
+            em.emit(f"{em.define(ring.phase_bits)} = gl.to_tensor(0)")
+            em.emit(f"{seen[id(ring)]} = gl.to_tensor(0)")
+        em.emit(f"for {em.define(tile_loop.var)} in range(0, {em.expr(tile_loop.stop).text}):")
+        em.depth += 1
+        scope = tile_loop.body
+    for s in _needed_lets(scope, parts):
         em.emit(f"{em.name(s.var)} = {em.expr(s.value).text}")
     for ring in parts.rings:
-        _emit_producer_loop(em, ring, parts)
+        _emit_producer_loop(em, ring, parts, seen.get(id(ring)))
+        if tile_loop is not None:
+            bits, groups = em.name(ring.phase_bits), paren(em.expr(ring.groups_per_tile).text)
+            em.emit(f"{bits} = {bits} ^ {paren(rings.tile_phase_flips(em, ring))}")
+            em.emit(f"{seen[id(ring)]} = gl.maximum({seen[id(ring)]}, {groups})")
+    if tile_loop is not None:
+        em.depth -= 1
     lines, em.lines = em.lines, saved
     return lines
 
 
-def _emit_producer_loop(em: Emitter, ring, parts: Partitions):
+def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str = None):
     loop, stages = ring.loop, ring.stages
     group_var = ir.Var("g")
     g = em.define(group_var)
@@ -191,7 +223,10 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions):
     em.emit(f"# producer of loop {loop.var.name}: {len(copies)} TMA copies per commit group, {stages} slots")
     em.emit(f"for {g} in range(0, {count}):")
     em.depth += 1
-    if parts.release_all[id(ring)]:  # the consumers' n-th release of a slot is group n * S + slot
+    if ring.phase_bits is not None:  # a slot's uses continue from the earlier tiles'
+        refill = f"({g} >= {stages}) | ({groups_seen} > {g} % {stages})"
+        em.emit(f"mbarrier.wait({empty}.index({g} % {stages}), ({rings.tile_phase(em, ring, g)}) ^ 1, pred={refill})")
+    elif parts.release_all[id(ring)]:  # the consumers' n-th release of a slot is group n * S + slot
         em.emit(f"mbarrier.wait({empty}.index({g} % {stages}), ({g} // {stages}) & 1)")
     else:  # the n-th release of a slot frees it for group (n + 1) * S + slot
         em.emit(f"mbarrier.wait({empty}.index({g} % {stages}), (({g} // {stages}) & 1) ^ 1, pred={g} >= {stages})")
@@ -221,9 +256,10 @@ def _group_copies(ring, group_var: ir.Var) -> list:
     return [substitute_vars(s, {ring.loop.var: step}) for s in body if isinstance(s, ir.AsyncCopy)]
 
 
-def _needed_lets(func: ir.PrimFunc, parts: Partitions) -> list:
-    """Top-level Lets the producer's loop bounds and coordinates use (transitively)."""
-    lets = [s for s in top_level(func.kernel.body) if isinstance(s, ir.Let)]
+def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
+    """Top-level Lets of `scope` (the kernel body, or a persistent kernel's tile loop body)
+    the producer's loop bounds and coordinates use (transitively)."""
+    lets = [s for s in top_level(scope) if isinstance(s, ir.Let)]
     wanted = set()
     for ring in parts.rings:
         exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
