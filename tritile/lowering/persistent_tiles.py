@@ -101,7 +101,9 @@ def _ring_used_before(body: ir.Seq) -> bool:
     return False
 
 
-def persist(func: ir.PrimFunc, num_programs: int) -> ir.PrimFunc:
+def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True) -> ir.PrimFunc:
+    """`func` on `num_programs` programs; `alternate`: rounds alternate direction (else
+    every round deals tile pid + round * P to program pid)."""
     k = func.kernel
     tiles = k.grid[0]
     for extent in k.grid[1:]:
@@ -115,6 +117,8 @@ def persist(func: ir.PrimFunc, num_programs: int) -> ir.PrimFunc:
     c = ir.Const
 
     def snake(round_):  # pid's place in round `round_`: pid, or P - 1 - pid in odd rounds
+        if not alternate:
+            return pid
         return ir.BinOp("+", pid, ir.BinOp("*", ir.BinOp("%", round_, c(2)), ir.BinOp("-", c(num_programs - 1),
                                                                                      ir.BinOp("*", c(2), pid))))
 
