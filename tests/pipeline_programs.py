@@ -818,22 +818,14 @@ def _ws_stand_ins(state):
                 raise NotImplementedError("gl.warp_specialize: only the [(fn, args), ...] form is replayed")
             state.fork(partitions)
 
-    class MBarrier:
-        MBarrierLayout = _BarLayout
+    one_partition = type(ns["mbarrier"])
 
+    class MBarrier(one_partition):  # init and invalidate as with one partition, plus clocks
         @staticmethod
         def init(ref, count):
+            one_partition.init(ref, count)
             b = _bar(ref)
-            b.count, b.arrived, b.tx, b.completed, b.valid = count, 0, 0, 0, True
             b.pending, b.released = _Clock(), _Clock()
-
-        @staticmethod
-        def invalidate(ref):
-            b = _bar(ref)
-            if b.arrived or b.tx:
-                raise MbarrierProblem(f"invalidate of {b.name} with a phase in flight "
-                                      f"(arrivals {b.arrived}, tx bytes {b.tx})")
-            b.valid = False
 
         @staticmethod
         def expect(ref, nbytes, pred=True):
