@@ -420,6 +420,13 @@ class _CSemantics(_ast.NodeTransformer):
         return _ast.copy_location(_ast.Call(_ast.Name(fn, _ast.Load()), [node.left, node.right], []), node)
 
 
+def _stand_in_args(names, kernel_args) -> list:
+    """The generated kernel's arguments on the host: the tensor named `mask` is read (its
+    values guard copies), other tensors are opaque, scalars and descriptors stay."""
+    return [_MaskPtr(a.flatten().tolist()) if n == "mask" else (_OPAQUE if hasattr(a, "element_size") else a)
+            for n, a in zip(list(names) + [None] * len(kernel_args), kernel_args)]
+
+
 def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     """Replay generated module `source` launched with CPU tensors `args` (the kernel's params,
     in order; the one named `mask` is read) and runtime `dims`: the list of mbarrier problems.
@@ -441,9 +448,7 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     class Compiled:
         def __getitem__(self, grid):
             def run(*kernel_args):
-                kernel_args = [_MaskPtr(a.flatten().tolist()) if n == "mask" else
-                               (_OPAQUE if hasattr(a, "element_size") else a)
-                               for n, a in zip(list(names) + [None] * len(kernel_args), kernel_args)]
+                kernel_args = _stand_in_args(names, kernel_args)
                 for z in range(grid[2]):
                     for y in range(grid[1]):
                         for x in range(grid[0]):
@@ -938,9 +943,7 @@ def _replay_partitions(tree, args, dims, schedules) -> list:
         class Compiled:
             def __getitem__(self, grid):
                 def run(*kernel_args):
-                    kernel_args = [_MaskPtr(a.flatten().tolist()) if n == "mask" else
-                                   (_OPAQUE if hasattr(a, "element_size") else a)
-                                   for n, a in zip(list(names) + [None] * len(kernel_args), kernel_args)]
+                    kernel_args = _stand_in_args(names, kernel_args)
                     for pid in [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]:
                         state = holder["state"] = _WSState(schedule, pid)
                         try:

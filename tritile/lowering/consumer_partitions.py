@@ -53,17 +53,17 @@ default, ``auto``, plans a producer only for kernels this pass then splits).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from tritile.ir import nodes as ir
 from tritile.ir.transform import Transformer, substitute_buffers, substitute_vars, top_level, walk
+from tritile.switches import schedule_switch
 
 WARPGROUP_THREADS = 128
 WGMMA_ROWS = 64  # one wgmma's M per warpgroup
 
 
 def enabled() -> bool:
-    return os.environ.get("TRITILE_CONSUMER_PARTITIONS", "1").strip().lower() not in ("0", "off", "false", "")
+    return schedule_switch("TRITILE_CONSUMER_PARTITIONS", "on") != "off"
 
 
 class _NotSplit(Exception):

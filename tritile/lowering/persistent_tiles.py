@@ -39,10 +39,10 @@ Applicable: see `applicable`.  `persist(func, num_programs)` applies it uncondit
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk
+from tritile.switches import schedule_switch
 
 # SM counts of the default GPU of each architecture, used when no GPU is present
 DEFAULT_NUM_SMS = {90: 132, 89: 128, 86: 84, 80: 108}
@@ -59,10 +59,7 @@ def num_sms(target) -> int:
 
 def mode() -> str:
     """"on", "off" or "auto" (the default), from TRITILE_PERSISTENT."""
-    value = os.environ.get("TRITILE_PERSISTENT", "auto").strip().lower()
-    if value in ("0", "off", "false", ""):
-        return "off"
-    return "on" if value in ("1", "on", "true") else "auto"
+    return schedule_switch("TRITILE_PERSISTENT")
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:

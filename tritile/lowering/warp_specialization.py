@@ -45,12 +45,12 @@ split, FlashAttention's 128x128 tile ran 1.19-1.28x faster, causal 1.04x - bench
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from tritile.codegen.gluon import instructions as isel
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk
 from tritile.lowering import consumer_partitions
+from tritile.switches import schedule_switch
 
 PRODUCER_WARPS = 1
 # a TMA producer holds a few coordinates and barrier addresses; 24 is setmaxnreg's minimum
@@ -59,10 +59,7 @@ PRODUCER_REGISTERS = 24
 
 def mode() -> str:
     """"on", "off" or "auto" (the default), from TRITILE_WARP_SPECIALIZE."""
-    value = os.environ.get("TRITILE_WARP_SPECIALIZE", "auto").strip().lower()
-    if value in ("0", "off", "false", ""):
-        return "off"
-    return "on" if value in ("1", "on", "true") else "auto"
+    return schedule_switch("TRITILE_WARP_SPECIALIZE")
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
