@@ -2,10 +2,11 @@
 specialization.
 
 For each attention case of the issue and each (block_M, block_N, num_stages, threads) in
-`CONFIGS`, with TRITILE_WARP_SPECIALIZE=0 and =1 (each setting in its own process with fresh
-caches), check the result against torch and time it (`do_bench` median).  With =1 a CTA of
+`CONFIGS`, under each schedule of `SETTINGS` (each in its own process with fresh caches), check
+the result against torch and time it (`do_bench` median).  With warp specialization a CTA of
 several warpgroups is also split into consumer partitions, one warpgroup each, owning 64 rows
-(lowering/consumer_partitions.py).  The question it answers: which tile, and how many
+(lowering/consumer_partitions.py), and runs persistent (lowering/persistent_tiles.py).
+`CASES=causal` or `CASES=d64` runs one case only.  The question it answers: which tile, and how many
 warpgroups per CTA, run each case fastest?
 Run from the repo root:  PYTHONPATH=$PWD python bench/attention_configs.py
 """
@@ -23,8 +24,13 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
-if os.environ.get("CAUSAL_ONLY"):  # a shorter run for the causal case alone
+if os.environ.get("CASES") == "causal":
     CASES = [c for c in CASES if c[4]]
+elif os.environ.get("CASES") == "d64":
+    CASES = [c for c in CASES if c[3] == 64]
+SETTINGS = {"no WS": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
+            "no WS, persistent": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "1"},
+            "WS": {"TRITILE_WARP_SPECIALIZE": "1"}}
 CONFIGS = [  # block_M, block_N, num_stages, threads
     (128, 128, 2, 256), (128, 64, 2, 256), (192, 128, 2, 384), (192, 64, 2, 384),
     (256, 64, 2, 512), (64, 64, 2, 128),
@@ -35,8 +41,8 @@ def attn_flops(B, H, S, D, causal) -> float:
     return 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
 
 
-def run_setting(ws: str) -> dict:
-    os.environ["TRITILE_WARP_SPECIALIZE"] = ws
+def run_setting(setting: str) -> dict:
+    os.environ.update(SETTINGS[setting])
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from examples.flash_attention import flashattn
@@ -62,23 +68,23 @@ def run_setting(ws: str) -> dict:
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--ws":
+    if len(sys.argv) == 3 and sys.argv[1] == "--setting":
         print("RESULT " + json.dumps(run_setting(sys.argv[2])), flush=True)
         return
     results = {}
-    for ws in ("0", "1"):
+    for setting in SETTINGS:
         env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
-        proc = subprocess.run([sys.executable, __file__, "--ws", ws], env=env, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, __file__, "--setting", setting], env=env, capture_output=True, text=True)
         line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
-            print(f"ws={ws} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            print(f"{setting} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
             continue
-        results[ws] = json.loads(line[len("RESULT "):])
+        results[setting] = json.loads(line[len("RESULT "):])
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {__import__('triton').__version__}")
-    print("| case | config | no WS | WS |\n|---|---|---|---|")
-    for key in results.get("0", results.get("1", {})):
+    print("| case | config | " + " | ".join(SETTINGS) + " |\n|" + "---|" * (len(SETTINGS) + 2))
+    for key in {key: None for setting in results.values() for key in setting}:
         case, config = key.split(" | ")
-        print(f"| {case} | {config} | {results.get('0', {}).get(key)} | {results.get('1', {}).get(key)} |")
+        print(f"| {case} | {config} | " + " | ".join(str(results.get(s, {}).get(key)) for s in SETTINGS) + " |")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "attention_configs.json"), "w") as f:
             json.dump(results, f, indent=1)

@@ -6,7 +6,10 @@ Triton caches, so nothing compiled by one variant serves another:
   split      - a producer warp, and each consumer warpgroup its own partition owning its rows
                (lowering/consumer_partitions.py), one CTA per tile (TRITILE_PERSISTENT=0);
   persistent - the defaults: split kernels also persistent, one CTA per SM walking the tiles
-               (lowering/persistent_tiles.py), the producer running ahead into the next tile.
+               (lowering/persistent_tiles.py), the producer running ahead into the next tile;
+  producer   - TRITILE_WARP_SPECIALIZE=1: every kernel with a qualifying loop gets a producer
+               warp (GEMMs too, whose consumers stay whole) and so is persistent as well.
+`VARIANTS=a,b` picks some of them, `CASES=gemm` (or `attn`) some of the cases.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
 the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
 (Earlier runs of this script, in bench/NOTES.md, compared the opt-in TMA barrier lanes,
@@ -30,8 +33,15 @@ ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, 
 GEMM = [4096, 8192]
 VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
             "split": {"TRITILE_PERSISTENT": "0"},
-            "persistent": {}}
-CANDIDATE, REFERENCE = "persistent", "split"
+            "persistent": {},
+            "producer": {"TRITILE_WARP_SPECIALIZE": "1"}}
+if os.environ.get("VARIANTS"):
+    VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
+if os.environ.get("CASES") == "gemm":
+    ATTN = []
+elif os.environ.get("CASES") == "attn":
+    GEMM = []
+CANDIDATE, REFERENCE = list(VARIANTS)[-1], list(VARIANTS)[0]
 
 
 def bench(fn) -> float:

@@ -335,7 +335,8 @@ def _example_gemm(M, N, K):
     return parse_kernel(matmul.fn, dict(M=M, N=N, K=K, **tile_config("cuda", M, N, K)))
 
 
-def test_sm90_example_gemm_keeps_one_wgmma_in_flight_and_stores_with_tma():
+def test_sm90_example_gemm_keeps_one_wgmma_in_flight_and_stores_with_tma(monkeypatch):
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")  # the kernel's own warps issue the TMA copies
     k = compile_for(_example_gemm(512, 512, 512), H100)
     src, ptx = k.source, k.asm["ptx"]
     steady = src.split("for k_t in range(")[1].split("\n    mbarrier.wait")[0]
@@ -347,7 +348,8 @@ def test_sm90_example_gemm_keeps_one_wgmma_in_flight_and_stores_with_tma():
     assert k.metadata.num_warps == 8 and "warps_per_cta=[8, 1]" in src
 
 
-def test_sm90_use_swizzle_rasterises_blocks_in_panels():
+def test_sm90_use_swizzle_rasterises_blocks_in_panels(monkeypatch):
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")  # one CTA per tile, in launch order
     src = compile_for(_example_gemm(512, 512, 512), H100).source
     assert "programs walk panels of 10 rows" in src and "gl.num_programs(0)" in src
 
@@ -465,9 +467,11 @@ def test_persistent_tiles_by_default_only_for_warp_specialized_kernels(monkeypat
     from test_warp_specialization import attention_ir
     from tritile.lowering import persistent_tiles, run_passes
 
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")
     gemm = lowered(_example_gemm(2048, 4096, 256), H100)
-    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)  # auto: measured neutral for the GEMM
+    monkeypatch.delenv("TRITILE_PERSISTENT", raising=False)  # auto: measured neutral without a producer
     assert "persistent_tile_loop" not in persistent_tiles.run(gemm, H100).attrs
+    monkeypatch.delenv("TRITILE_WARP_SPECIALIZE")
     assert run_passes(attention_ir(True), H100)[-1][1].attrs["persistent_programs"] == 132
     monkeypatch.setenv("TRITILE_PERSISTENT", "1")
     assert persistent_tiles.run(gemm, H100).attrs.get("persistent_tile_loop") is not None
@@ -482,6 +486,7 @@ def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store(mo
     after each tile); the TMA store of a tile is waited on only before the staging tile is
     written again (the next tile's epilogue) and after the loop."""
     monkeypatch.setenv("TRITILE_PERSISTENT", "1")
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")  # the kernel's own warps issue the TMA copies
     func = _example_gemm(2048, 4096, 512)  # 16 x 16 = 256 tiles of 128x256 on 132 SMs
     from tritile.codegen.gluon import compile_kernel
 

@@ -187,14 +187,19 @@ def test_kernels_that_stay_whole(case, warp_specialize, monkeypatch):
         assert f"# consumer partitions: not split: {reason}" in format_func(final)
 
 
-def test_by_default_only_kernels_that_split_get_a_producer(monkeypatch):
-    monkeypatch.delenv("TRITILE_WARP_SPECIALIZE", raising=False)
+def test_by_default_kernels_of_several_warpgroups_get_a_producer(monkeypatch):
+    for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_PERSISTENT"):
+        monkeypatch.delenv(switch, raising=False)
     attention = run_passes(attention_ir(False), H100)[-1][1]
     assert "warp_specialization" in attention.attrs and split_of(attention) is not None
     causal = run_passes(attention_ir(True), H100)[-1][1]
     assert split_of(causal) is not None
-    for func in (gemm_ir(), row_max_ir(threads=128)):  # a producer alone measured no faster
-        assert "warp_specialization" not in run_passes(func, H100)[-1][1].attrs
+    # the GEMM's two warpgroups cooperate on one 128x256 tile: a producer, persistent, not split
+    gemm = run_passes(gemm_ir(), H100)[-1][1]
+    assert "warp_specialization" in gemm.attrs and split_of(gemm) is None
+    assert "persistent_programs" in gemm.attrs
+    # one warpgroup: the producer's extra warpgroup would halve the CTAs per SM
+    assert "warp_specialization" not in run_passes(row_max_ir(threads=128), H100)[-1][1].attrs
 
 
 # ------------------------------------------------------------------ generated code (sm_90, CPU)
@@ -215,6 +220,45 @@ def test_generated_partitions(warp_specialize):
     regs = set(re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx))
     assert {"240", "24"} <= regs and "wgmma.mma_async" in ptx
     assert kernel._codegen(H100).metadata.num_warps == 12  # two consumer warpgroups + the producer's
+
+
+def ptxas_advisories(ptx: str) -> list:
+    """ptxas's info lines for `ptx` compiled for sm_90a (with -v: registers, performance advisories)."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        run = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                             capture_output=True, text=True, check=True)
+    return run.stderr.splitlines()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_split_attention_keeps_its_wgmmas_pipelined(causal, monkeypatch):
+    """The example's default schedule at the benchmark's shape (split, persistent): ptxas
+    pipelines the consumers' wgmmas.  Causal's consumer waits on its PV wgmma at the end of
+    the iteration; left in flight across the back edge, ptxas serialized every wgmma of the
+    kernel (advisory C7512) - a wait after each of them, measured on an H100 as half of all
+    warp stall samples (bench/NOTES.md, session 10)."""
+    from examples.flash_attention import flashattn, tile_config
+
+    for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_PERSISTENT", "TRITILE_CONSUMER_PARTITIONS"):
+        monkeypatch.delenv(switch, raising=False)
+    kernel = JITKernel(flashattn.fn(4, 32, 4096, 4096, 128, causal, **tile_config("cuda", 128)), target=H100)
+    source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
+    consumer = function(source, "main_consumer")
+    assert "for tile_iter in range(" in consumer and ", part):" in consumer.splitlines()[0]
+    advisories = ptxas_advisories(ptx)
+    assert not [line for line in advisories if "C7512" in line or "serialized" in line], advisories
+    steady = consumer.split("for k_t in range(")[1].split("\n        mbarrier")[0].split("\n        if")[0]
+    last_issue = steady.rindex("warpgroup_mma(")
+    if causal:  # the iteration ends with the wait on its PV wgmma
+        assert "warpgroup_mma_wait(num_outstanding=0" in steady[last_issue:]
+        assert "warpgroup_mma_wait(" not in steady[:steady.index("warpgroup_mma(")]
 
 
 # ------------------------------------------------------------------ GPU

@@ -35,12 +35,14 @@ A kernel qualifies when
   runtime dims, the loop variable and top-level `Let`s of those (the producer recomputes
   them).
 When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`` never, and by
-default (``auto``) only where `consumer_partitions` will then give each consumer warpgroup a
-partition of its own.  On an H100 a producer warp alone measured neutral for the GEMM and
-FlashAttention examples' two-warpgroup tiles (0.98-1.04x) and slower for one-warpgroup tiles
-(down to 0.5x: the producer's extra warpgroup halves the CTAs per SM); with the consumers
-split, FlashAttention's 128x128 tile ran 1.19-1.28x faster, causal 1.04x - bench/NOTES.md,
-2026-11-22.
+default (``auto``) where the CTA has several consumer warpgroups: those that
+`consumer_partitions` splits into a partition each, and those that cooperate on one tile (the
+GEMM's 128x256).  One-warpgroup CTAs keep their own copies: there the producer's extra
+warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100).  Measured on
+an H100 (bench/NOTES.md): with the consumers split, FlashAttention's 128x128 tile ran
+1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
+until it also made the GEMM persistent (`persistent_tiles`), the producer loading the next
+tile under the epilogue: 1.012x at 4096^3, 1.016x at 8192^3 (three interleaved rounds each).
 """
 from __future__ import annotations
 
@@ -69,11 +71,10 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     loops = qualifying_loops(func, target)
     if not loops:
         return func
-    plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
-    planned = dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
-    if chosen == "auto" and not consumer_partitions.qualifies(planned):
+    if chosen == "auto" and func.kernel.threads < 2 * consumer_partitions.WARPGROUP_THREADS:
         return func
-    return planned
+    plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
+    return dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
 
 
 def qualifying_loops(func: ir.PrimFunc, target) -> list:

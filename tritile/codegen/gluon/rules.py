@@ -15,6 +15,7 @@ from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, 
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
 
 # ======================================================================================
 # expressions
@@ -394,6 +395,7 @@ def _loop(em: Emitter, header: str, body):
     loop and re-wrapped at the end of the body where the body waited on them."""
     entry_tokens, entry_inflight = set(em.tokens), set(em.inflight)
     tokens, inflight = set(entry_tokens), set(entry_inflight)
+    retire_at_end = em.partitions is not None and _retires_all_before_issuing(body)
     at = len(em.lines)
     for _ in range(4):
         del em.lines[at:]
@@ -402,6 +404,8 @@ def _loop(em: Emitter, header: str, body):
         em.depth += 1
         em.issued = []  # wgmmas of the previous iteration interleave with those before the loop
         em.body(body)
+        if retire_at_end:
+            lower_wait_mma(em, ir.WaitMMA(0))
         em.depth -= 1
         if em.tokens <= tokens and em.inflight <= inflight:
             break
@@ -417,6 +421,23 @@ def _loop(em: Emitter, header: str, body):
     em.lines[at:at] = prefix
     em.tokens, em.inflight = tokens, inflight | em.inflight
     em.issued = []
+
+
+def _retires_all_before_issuing(body) -> bool:
+    """Whether an iteration waits for every wgmma in flight before it issues one of its own.
+
+    In a warp-specialized partition such a loop retires its wgmmas at the end of the body
+    instead of at the start of the next iteration: a wgmma left in flight across the back
+    edge made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
+    resources", under setmaxnreg) in causal attention, while the wait it moves past is only
+    the next iteration's barrier wait and mask; the other consumer warpgroup keeps the
+    tensor cores busy meanwhile."""
+    for s in getattr(body, "stmts", [body]):
+        if isinstance(s, ir.WaitMMA):
+            return s.pending == 0
+        if any(isinstance(n, ir.Gemm) for n in walk(s)):
+            return False
+    return False
 
 
 def lower_for(em: Emitter, s: ir.For):
