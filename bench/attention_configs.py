@@ -33,7 +33,7 @@ SETTINGS = {"no WS": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"}
             "WS": {"TRITILE_WARP_SPECIALIZE": "1"}}
 CONFIGS = [  # block_M, block_N, num_stages, threads
     (128, 128, 2, 256), (128, 64, 2, 256), (192, 128, 2, 384), (192, 64, 2, 384),
-    (256, 64, 2, 512), (64, 64, 2, 128),
+    (256, 64, 2, 512), (64, 64, 2, 128), (64, 64, 3, 128), (64, 128, 2, 128),
 ]
 
 

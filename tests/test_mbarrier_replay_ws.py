@@ -114,10 +114,8 @@ def _other_slot(source):  # the producer's first copy fills the slot after the o
                       lambda ln: re.sub(r"(\w+_shared)\.index\(\(g % (\d+)\)\)", r"\1.index(((g + 1) % \2))", ln))
 
 
-def _early_release(source):  # the first wgmma wait keeps one more group in flight
-    def keep_one_more(line):
-        return re.sub(r"num_outstanding=(\d)", lambda m: f"num_outstanding={int(m.group(1)) + 1}", line)
-    return _edit_line(source, r"warpgroup_mma_wait\(num_outstanding=\d", keep_one_more)
+def _early_release(source):  # every wgmma wait keeps one more group in flight
+    return re.sub(r"(warpgroup_mma_wait\(num_outstanding=)(\d)", lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", source)
 
 
 DEADLOCKS = {"drop a release": _drop_release, "empty barrier counts one more consumer": _empty_count(1)}
