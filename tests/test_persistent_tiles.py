@@ -47,6 +47,12 @@ def reference(q, k, v, causal):
     return ref_program(q, k, v, causal)
 
 
+def test_a_persistent_kernel_is_not_persisted_twice(monkeypatch):
+    func = split_attention(True, 1024, monkeypatch=monkeypatch)
+    with pytest.raises(ValueError, match="already walks its tiles on 132 programs"):
+        persist(func, 5)
+
+
 def test_split_kernel_walks_the_tiles_inside_its_partitions(monkeypatch):
     func = split_attention(True, 1024, monkeypatch=monkeypatch)
     assert func.attrs["persistent_programs"] == 132 and len(func.kernel.grid) == 1

@@ -101,6 +101,9 @@ def _ring_used_before(body: ir.Seq) -> bool:
 def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True) -> ir.PrimFunc:
     """`func` on `num_programs` programs; `alternate`: rounds alternate direction (else
     every round deals tile pid + round * P to program pid)."""
+    if "persistent_tile_loop" in func.attrs:
+        raise ValueError(f"kernel {func.name!r} already walks its tiles on "
+                         f"{func.attrs['persistent_programs']} programs")
     k = func.kernel
     tiles = k.grid[0]
     for extent in k.grid[1:]:
