@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from child_runs import attn_flops, report, run_in_child  # noqa: E402
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 if os.environ.get("CASES") == "causal":
@@ -35,10 +36,6 @@ CONFIGS = [  # block_M, block_N, num_stages, threads
     (128, 128, 2, 256), (128, 64, 2, 256), (192, 128, 2, 384), (192, 64, 2, 384),
     (256, 64, 2, 512), (64, 64, 2, 128), (64, 64, 3, 128), (64, 128, 2, 128),
 ]
-
-
-def attn_flops(B, H, S, D, causal) -> float:
-    return 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
 
 
 def run_setting(setting: str) -> dict:
@@ -69,17 +66,13 @@ def run_setting(setting: str) -> dict:
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--setting":
-        print("RESULT " + json.dumps(run_setting(sys.argv[2])), flush=True)
+        report(run_setting(sys.argv[2]))
         return
     results = {}
     for setting in SETTINGS:
-        env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
-        proc = subprocess.run([sys.executable, __file__, "--setting", setting], env=env, capture_output=True, text=True)
-        line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
-        if line is None:
-            print(f"{setting} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-            continue
-        results[setting] = json.loads(line[len("RESULT "):])
+        result = run_in_child(__file__, "--setting", setting)
+        if result is not None:
+            results[setting] = result
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {__import__('triton').__version__}")
     print("| case | config | " + " | ".join(SETTINGS) + " |\n|" + "---|" * (len(SETTINGS) + 2))
     for key in {key: None for setting in results.values() for key in setting}:

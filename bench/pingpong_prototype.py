@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from child_runs import attn_flops, report, run_in_child  # noqa: E402
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True)]
 
@@ -81,27 +81,21 @@ def run_variant(variant: str) -> dict:
         got = tritile_attention(q, k, v, causal).float()
         err = float((got - ref).norm() / ref.norm())
         ms = do_bench(lambda: tritile_attention(q, k, v, causal), warmup=25, rep=200, return_mode="median")
-        flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
-        out[f"{B}x{H}x{S}x{D}{' causal' if causal else ''}"] = (round(flops / ms / 1e9, 1), err)
+        out[f"{B}x{H}x{S}x{D}{' causal' if causal else ''}"] = (round(attn_flops(B, H, S, D, causal) / ms / 1e9, 1), err)
     return out
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--variant":
-        print("RESULT " + json.dumps(run_variant(sys.argv[2])), flush=True)
+        report(run_variant(sys.argv[2]))
         return
     results = {}
     for round_ in range(int(os.environ.get("ROUNDS", "2"))):
         for variant in ("base", "pingpong"):
-            env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
-            proc = subprocess.run([sys.executable, __file__, "--variant", variant], env=env,
-                                  capture_output=True, text=True, timeout=240)
-            line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
-            if line is None:
-                print(f"{variant} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-2500:]}")
-                continue
-            results.setdefault(variant, []).append(json.loads(line[len("RESULT "):]))
-            print(f"round {round_} {variant}: {line[7:]}", flush=True)
+            result = run_in_child(__file__, "--variant", variant, timeout=240)
+            if result is not None:
+                results.setdefault(variant, []).append(result)
+                print(f"round {round_} {variant}: {json.dumps(result)}", flush=True)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "pingpong_prototype.json"), "w") as f:
             json.dump(results, f, indent=1)

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from child_runs import attn_flops, report, run_in_child  # noqa: E402
 
 ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 GEMM = [4096, 8192]
@@ -46,10 +47,6 @@ CANDIDATE, REFERENCE = list(VARIANTS)[-1], list(VARIANTS)[0]
 
 def bench(fn) -> float:
     return do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
-def attn_flops(B, H, S, D, causal) -> float:
-    return 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
 
 
 def rel_err(out, ref) -> float:
@@ -98,7 +95,7 @@ def libraries() -> dict:
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--variant":
-        print("RESULT " + json.dumps(run_variant(sys.argv[2])), flush=True)
+        report(run_variant(sys.argv[2]))
         return
     start = time.time()
     rounds = int(os.environ.get("ROUNDS", "2"))
@@ -107,15 +104,11 @@ def main():
         if r and time.time() - start > 60:
             break  # keep the whole run inside one short device call
         for variant in VARIANTS:
-            env = dict(os.environ, TRITILE_CACHE_DIR=tempfile.mkdtemp(), TRITON_CACHE_DIR=tempfile.mkdtemp())
-            proc = subprocess.run([sys.executable, __file__, "--variant", variant], env=env,
-                                  capture_output=True, text=True)
-            line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
-            if line is None:
-                print(f"variant {variant} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            result = run_in_child(__file__, "--variant", variant)
+            if result is None:
                 continue
-            results[variant].append(json.loads(line[len("RESULT "):]))
-            print(f"[{time.time() - start:5.1f}s] round {r} {variant}: {line}", flush=True)
+            results[variant].append(result)
+            print(f"[{time.time() - start:5.1f}s] round {r} {variant}: {json.dumps(result)}", flush=True)
     lib = libraries()
     print(f"\ndevice: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {__import__('triton').__version__}; TFLOP/s (best of {rounds} rounds), max rel err")
