@@ -22,7 +22,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from child_runs import attn_flops, report, run_in_child  # noqa: E402
+from child_runs import attention_inputs, attn_flops, run_in_child, serve_child  # noqa: E402
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 if os.environ.get("CASES") == "causal":
@@ -47,7 +47,7 @@ def run_setting(setting: str) -> dict:
     out = {}
     torch.manual_seed(0)
     for (B, H, S, D, causal) in CASES:
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = attention_inputs(B, H, S, D)
         ref = sdpa(q, k, v, is_causal=causal).float()
         for (bm, bn, stages, threads) in CONFIGS:
             key = f"{B}x{H}x{S}x{D}{' causal' if causal else ''} | {bm}x{bn} s{stages} t{threads}"
@@ -65,8 +65,7 @@ def run_setting(setting: str) -> dict:
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--setting":
-        report(run_setting(sys.argv[2]))
+    if serve_child("--setting", run_setting):
         return
     results = {}
     for setting in SETTINGS:

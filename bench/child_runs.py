@@ -1,8 +1,9 @@
 """Running one benchmark setting per child process, so that nothing one setting compiled (tritile's
 or Triton's on-disk caches, environment switches read at compile time) serves another.
 
-A script calls `run_in_child(__file__, flag, name)` in the parent; the child, started as
-`python script flag name`, measures and hands its dict back with `report(result)`.
+A script's parent calls `run_in_child(__file__, flag, name)`; its `main` starts with
+`if serve_child(flag, measure): return`, which in the child (`python script flag name`) hands
+`measure(name)`'s dict back to the parent.
 """
 from __future__ import annotations
 
@@ -28,9 +29,20 @@ def run_in_child(script: str, flag: str, name: str, timeout: float = None):
     return json.loads(line[len(_TAG):])
 
 
-def report(result: dict) -> None:
-    """In the child: hand `result` to the parent."""
-    print(_TAG + json.dumps(result), flush=True)
+def serve_child(flag: str, measure) -> bool:
+    """True in a child started by `run_in_child(script, flag, name)`, after reporting
+    `measure(name)` to the parent; False in the parent."""
+    if len(sys.argv) != 3 or sys.argv[1] != flag:
+        return False
+    print(_TAG + json.dumps(measure(sys.argv[2])), flush=True)
+    return True
+
+
+def attention_inputs(B, H, S, D):
+    """Fresh random fp16 q, k, v of shape [B, H, S, D] on the GPU."""
+    import torch
+
+    return tuple(torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
 
 
 def attn_flops(B, H, S, D, causal) -> float:

@@ -21,7 +21,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from child_runs import attn_flops, report, run_in_child  # noqa: E402
+from child_runs import attention_inputs, attn_flops, run_in_child, serve_child  # noqa: E402
 
 CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True)]
 
@@ -76,7 +76,7 @@ def run_variant(variant: str) -> dict:
     torch.manual_seed(0)
     for (B, H, S, D, causal) in CASES:
         causal_now["causal"] = causal
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = attention_inputs(B, H, S, D)
         ref = sdpa(q, k, v, is_causal=causal).float()
         got = tritile_attention(q, k, v, causal).float()
         err = float((got - ref).norm() / ref.norm())
@@ -86,8 +86,7 @@ def run_variant(variant: str) -> dict:
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--variant":
-        report(run_variant(sys.argv[2]))
+    if serve_child("--variant", run_variant):
         return
     results = {}
     for round_ in range(int(os.environ.get("ROUNDS", "2"))):

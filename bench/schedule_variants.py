@@ -28,7 +28,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from child_runs import attn_flops, report, run_in_child  # noqa: E402
+from child_runs import attention_inputs, attn_flops, run_in_child, serve_child  # noqa: E402
 
 ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
 GEMM = [4096, 8192]
@@ -65,7 +65,7 @@ def run_variant(variant: str) -> dict:
     out = {}
     torch.manual_seed(0)
     for (B, H, S, D, causal) in ATTN:
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = attention_inputs(B, H, S, D)
         err = rel_err(tritile_attention(q, k, v, causal), sdpa(q, k, v, is_causal=causal))
         ms = bench(lambda: tritile_attention(q, k, v, causal))
         out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = (attn_flops(B, H, S, D, causal) / ms / 1e9, err)
@@ -83,7 +83,7 @@ def libraries() -> dict:
 
     out = {}
     for (B, H, S, D, causal) in ATTN:
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+        q, k, v = attention_inputs(B, H, S, D)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ms = bench(lambda: sdpa(q, k, v, is_causal=causal))
         out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = attn_flops(B, H, S, D, causal) / ms / 1e9
@@ -94,8 +94,7 @@ def libraries() -> dict:
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--variant":
-        report(run_variant(sys.argv[2]))
+    if serve_child("--variant", run_variant):
         return
     start = time.time()
     rounds = int(os.environ.get("ROUNDS", "2"))
