@@ -9,7 +9,9 @@ Triton caches, so nothing compiled by one variant serves another:
                (lowering/persistent_tiles.py), the producer running ahead into the next tile;
   producer   - TRITILE_WARP_SPECIALIZE=1: every kernel with a qualifying loop gets a producer
                warp (GEMMs too, whose consumers stay whole) and so is persistent as well.
-`VARIANTS=a,b` picks some of them, `CASES=gemm` (or `attn`) some of the cases.
+`EXTRA_VARIANTS='{"name": {"SWITCH": "value"}}'` adds variants (JSON), `VARIANTS=a,b` picks
+some of them, `CASES=gemm` (or `attn`) some of the cases; `ROUNDS` rounds (odd ones in reverse
+order) while fewer than `ROUND_SECONDS` (60) have passed.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
 the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
 (Earlier runs of this script, in bench/NOTES.md, compared the opt-in TMA barrier lanes,
@@ -30,12 +32,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from child_runs import attention_inputs, attn_flops, run_in_child, serve_child  # noqa: E402
 
-ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
+ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True)]
 GEMM = [4096, 8192]
 VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
             "split": {"TRITILE_PERSISTENT": "0"},
             "persistent": {},
             "producer": {"TRITILE_WARP_SPECIALIZE": "1"}}
+VARIANTS.update(json.loads(os.environ.get("EXTRA_VARIANTS", "{}")))
 if os.environ.get("VARIANTS"):
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 if os.environ.get("CASES") == "gemm":
@@ -100,9 +103,10 @@ def main():
     rounds = int(os.environ.get("ROUNDS", "2"))
     results = {v: [] for v in VARIANTS}
     for r in range(rounds):
-        if r and time.time() - start > 60:
+        if r and time.time() - start > float(os.environ.get("ROUND_SECONDS", "60")):
             break  # keep the whole run inside one short device call
-        for variant in VARIANTS:
+        # odd rounds run the variants in reverse: the GPU slows as it heats, favouring whoever runs first
+        for variant in (list(VARIANTS) if r % 2 == 0 else list(VARIANTS)[::-1]):
             result = run_in_child(__file__, "--variant", variant)
             if result is None:
                 continue

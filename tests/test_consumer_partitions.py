@@ -261,6 +261,24 @@ def test_split_attention_keeps_its_wgmmas_pipelined(causal, monkeypatch):
         assert "warpgroup_mma_wait(" not in steady[:steady.index("warpgroup_mma(")]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_warpgroup_attention_keeps_its_wgmmas_pipelined(causal, monkeypatch):
+    """The example's head-dim-64 config (64x64 tiles, one warpgroup, no producer): with the
+    causal mask applied after QK^T (accumulator_init), a PV wgmma left in flight across the
+    back edge made ptxas serialize every wgmma (C7515); the loop now retires it at the end of
+    the body.  Four CTAs per SM need at most 128 registers."""
+    from examples.flash_attention import flashattn, tile_config
+
+    for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_PERSISTENT", "TRITILE_CONSUMER_PARTITIONS"):
+        monkeypatch.delenv(switch, raising=False)
+    kernel = JITKernel(flashattn.fn(16, 16, 1024, 1024, 64, causal, **tile_config("cuda", 64)), target=H100)
+    assert "gl.warp_specialize(" not in kernel.get_source("gluon")
+    advisories = ptxas_advisories(kernel.get_source("ptx"))
+    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
+    registers = int(re.search(r"Used (\d+) registers", "\n".join(advisories)).group(1))
+    assert registers <= 128, advisories
+
+
 # ------------------------------------------------------------------ GPU
 
 

@@ -110,8 +110,9 @@ def test_generated_partitions_continue_the_ring_across_tiles(monkeypatch):
     kernel = compile_kernel(split_attention(True, 1024, programs=5, monkeypatch=monkeypatch), H100)
     source = kernel.source
     consumer, producer = function(source, "main_consumer"), function(source, "main_producer")
-    flips = ("k_t_bars_phase_bits = k_t_bars_phase_bits ^ ((((gl.maximum(loop_range, 0) + 1) // 2) & 1) << 0"
-             " | (((gl.maximum(loop_range, 0) + 0) // 2) & 1) << 1)")
+    # deferred PV: a tile of loop_range key blocks commits loop_range + 1 groups (V of g - 1 in group g)
+    flips = ("k_t_bars_phase_bits = k_t_bars_phase_bits ^ ((((gl.maximum((loop_range + 1), 0) + 1) // 2) & 1) << 0"
+             " | (((gl.maximum((loop_range + 1), 0) + 0) // 2) & 1) << 1)")
     for part in (consumer, producer):  # both walk the same tiles and keep the same phase bits
         assert "k_t_bars_phase_bits = gl.to_tensor(0)" in part and "for tile_iter in range(0, " in part
         assert flips in part
@@ -120,12 +121,17 @@ def test_generated_partitions_continue_the_ring_across_tiles(monkeypatch):
     # tile at its end, so that the producer refills them with the next tile's first groups
     assert ("mbarrier.wait(k_t_bars.index((k_t - 1) % 2), (((k_t - 1) // 2) ^ (k_t_bars_phase_bits >> "
             "((k_t - 1) % 2))) & 1") in consumer
-    assert "in range(gl.maximum(loop_range - 2, 0), loop_range):" in consumer
+    assert "in range(gl.maximum((loop_range + 1) - 2, 0), (loop_range + 1)):" in consumer
     assert re.search(r"mbarrier\.arrive\(k_t_bars_empty\.index\(_g\d+ % 2\)\)", consumer)
+    # the epilogue's last step has no group of its own: it must not release (its arrival would
+    # complete a phase of the next tile's slot; the host replay found that deadlock)
+    assert ("mbarrier.arrive(k_t_bars_empty.index((gl.maximum(loop_range, 2) + 1) % 2), pred=((gl.maximum(loop_range, "
+            "2) + 1) >= 2) & ((gl.maximum(loop_range, 2) + 1) < (loop_range + 1)))") in consumer
     # the producer refills a slot once it was released, also when an earlier tile used it
     assert ("mbarrier.wait(k_t_bars_empty.index(g % 2), (((g // 2) ^ (k_t_bars_phase_bits >> (g % 2))) & 1) ^ 1, "
             "pred=(g >= 2) | (k_t_bars_groups_seen > g % 2))") in producer
-    assert "K_shared.index((g % 2))" in producer and "k_t_bars_groups_seen = gl.maximum(k_t_bars_groups_seen, loop_range)" in producer
+    assert "K_shared.index((g % 2))" in producer and "V_shared.index(((g - 1) % 2))" in producer
+    assert "k_t_bars_groups_seen = gl.maximum(k_t_bars_groups_seen, (loop_range + 1))" in producer
     assert "min(((8 * 2) * 1), 5)" in source  # 16 tiles on 5 programs
     assert "wgmma.mma_async" in kernel.asm["ptx"]
 

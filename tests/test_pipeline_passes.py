@@ -240,11 +240,14 @@ def test_shared_memory_budget_error_names_buffers():
 # ------------------------------------------------------------------------------ deferred accumulation
 
 
-def _attention(seq, causal, num_stages=2):
+def _attention(seq, causal, num_stages=2, threads=128):
+    """The example's FlashAttention at head dim 64: 64-row tiles on one warpgroup, or 128-row
+    tiles on two (threads=256)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from examples.flash_attention import flashattn
 
-    return flashattn.fn(1, 2, seq, seq, 64, causal, block_M=64, block_N=64, num_stages=num_stages, threads=128)
+    return flashattn.fn(1, 2, seq, seq, 64, causal, block_M=threads // 2, block_N=64, num_stages=num_stages,
+                        threads=threads)
 
 
 def _steady_body(func):
@@ -252,12 +255,15 @@ def _steady_body(func):
     return loops[0].body.stmts
 
 
+@pytest.mark.parametrize("threads", [128, 256])  # causal defers only on two warpgroups
 @pytest.mark.parametrize("causal", [False, True])  # causal: a per-block (dynamic) trip count
 @pytest.mark.parametrize("seq", [64, 128, 256])  # trip counts 1 (< D), 2 (== D) and 4
-def test_attention_defers_pv_gemm_and_matches_torch_through_every_stage(seq, causal):
+def test_attention_defers_pv_gemm_and_matches_torch_through_every_stage(seq, causal, threads):
     from examples.flash_attention import ref_program
 
-    func = _attention(seq, causal=causal)
+    if seq < threads // 2:
+        pytest.skip("a row block larger than the sequence")
+    func = _attention(seq, causal=causal, threads=threads)
     q, k, v = (torch.randn(1, 2, seq, 64, dtype=torch.float16) for _ in range(3))
     ref = ref_program(q, k, v, causal)
     for name, stage in run_passes(func, H100, stop_after="shared_memory_budget"):
@@ -285,11 +291,17 @@ def test_attention_steady_state_issues_qk_then_pv_before_the_softmax():
     assert sum(isinstance(s, ir.CommitGroup) for s in body) == 1
 
 
-def test_dynamic_trip_count_keeps_the_plain_schedule():
-    """Causal attention's per-block trip count is dynamic: deferring PV there measured slower
-    (its guarded prologue and epilogue), so the steady state keeps the program's order."""
-    stages = dict(run_passes(_attention(512, causal=True), H100, stop_after="pipeline_injection"))
+@pytest.mark.parametrize("threads", [128, 256])
+def test_dynamic_trip_count_defers_pv_only_on_several_warpgroups(threads):
+    """Causal attention's per-block trip count is dynamic: the deferred schedule's guarded
+    prologue and epilogue cost a one-warpgroup CTA its four-CTAs-per-SM register budget
+    (measured slower), so there the steady state keeps the program's order; CTAs of two
+    warpgroups defer PV (measured 1.07x on the split 128x128 kernel)."""
+    stages = dict(run_passes(_attention(512, causal=True, threads=threads), H100, stop_after="pipeline_injection"))
     body = _steady_body(stages["pipeline_injection"])
     gemms = [j for j, s in enumerate(body) if isinstance(s, ir.Gemm)]
     reduce_max = next(j for j, s in enumerate(body) if isinstance(s, ir.Reduce) and s.kind == "max")
-    assert gemms[0] < reduce_max < gemms[1]
+    if threads == 128:
+        assert gemms[0] < reduce_max < gemms[1]
+    else:
+        assert gemms[1] < reduce_max

@@ -137,7 +137,7 @@ def test_deferred_accumulation_groups_expect_per_copy(warp_specialize):
 def test_causal_trip_count_is_recomputed_by_the_producer(warp_specialize):
     producer = function(JITKernel(attention_ir(True), target=H100).get_source("gluon"), "main_producer")
     assert re.search(r"loop_range = gl\.minimum\(4, .*bx", producer)
-    assert "for g in range(0, loop_range):" in producer
+    assert "for g in range(0, loop_range + 1):" in producer  # deferred PV: V of g - 1 in group g
 
 
 def test_a_sibling_loop_waits_for_every_release(warp_specialize):

@@ -27,7 +27,8 @@ Guarantees
       step of lead, and all producers form one commit group per step (one mbarrier phase).
   Units of different stages in one time step belong to different iterations, so either
   order keeps every same-iteration dependency.
-* Deferred accumulation (auto-planned loops with a constant trip count, stages [0, D]):
+* Deferred accumulation (auto-planned loops, stages [0, D]; under a runtime trip count only
+  in CTAs of several warpgroups, see below):
   when the last consumer is an accumulating gemm G2 whose A operand is a fragment the loop
   computes (FlashAttention's ``O += P V`` after the softmax of ``S = Q K^T``), G2 and the
   units after the last write of its A operand (the ``O *= rescale``) move to stage D+1, the
@@ -38,6 +39,10 @@ Guarantees
   early and late units touch disjoint buffers (their order within an iteration flips) and
   no late unit reads a slot a stage-0 copy of its step refills; needs ``S >= D + 2``
   versions no more than before (the late producers' slots stay D steps ahead).
+  Under a runtime trip count (causal attention) the prologue and epilogue are guarded, which
+  took a one-warpgroup CTA from 94 to 134 registers (causal 64x64 tiles: past the 128 that
+  four CTAs per SM allow; 294 -> 269 TFLOP/s on an H100), while the split 128x128 kernel
+  gained 1.07x (465 -> 497); CTAs of one warpgroup therefore defer only constant trip counts.
 * Global->shared copies become `AsyncCopy(iteration=i, slot=version index)`; one
   `CommitGroup` per run of consecutive producers in a time step, emitted unconditionally
   (even when its producers are guarded off or dropped) so every time step commits the same
@@ -67,6 +72,7 @@ from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
 from tritile.ir.transform import Transformer, substitute_vars
 from tritile.lowering.buffer_versioning import versioned_by
+from tritile.lowering.consumer_partitions import WARPGROUP_THREADS
 from tritile.lowering.pipeline_planning import (
     accesses, is_producer, loop_depth, rebuild_unit, regions_may_overlap, split_unit,
 )
@@ -149,7 +155,7 @@ class _Inst:
 
 
 class _Pipeline:
-    def __init__(self, loop: ir.For):
+    def __init__(self, loop: ir.For, several_warpgroups: bool):
         self.loop = loop
         sched = loop.schedule
         low = min(sched.stages, default=0)
@@ -159,10 +165,7 @@ class _Pipeline:
         self.D = max(stages, default=0)
         self.n = _trip_count(loop)
         deferred = None
-        # constant trip counts only: under a runtime one (causal attention) the deferred schedule
-        # measured slower without split consumers and no faster with them, guarded or in
-        # trip-count versions (H100, bench/NOTES.md, 2026-11-22)
-        if loop.order is None and loop.stage is None and isinstance(self.n, ir.Const):
+        if loop.order is None and loop.stage is None and (isinstance(self.n, ir.Const) or several_warpgroups):
             deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
         if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"
             stages, emit = deferred
@@ -384,14 +387,17 @@ def _deferred_accumulation(stmts: list, stages: list, D: int, depth: int):
 
 
 class _Injector(Transformer):
+    def __init__(self, several_warpgroups: bool):
+        self.several_warpgroups = several_warpgroups
+
     def visit_For(self, loop):
         if loop.kind != "pipelined" or loop.schedule is None:
             return loop
         # one Seq per pipelined loop: code generators rely on it to tell which commit groups
         # and waits belong to which loop's barrier ring (a loop with no steady-state For,
         # e.g. a trip count of 0, still owns its empty groups and drains)
-        return ir.Seq(_Pipeline(loop).lower(), loc=loop.loc)
+        return ir.Seq(_Pipeline(loop, self.several_warpgroups).lower(), loc=loop.loc)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    return _Injector().transform(func)
+    return _Injector(func.kernel.threads >= 2 * WARPGROUP_THREADS).transform(func)

@@ -395,7 +395,7 @@ def _loop(em: Emitter, header: str, body):
     loop and re-wrapped at the end of the body where the body waited on them."""
     entry_tokens, entry_inflight = set(em.tokens), set(em.inflight)
     tokens, inflight = set(entry_tokens), set(entry_inflight)
-    retire_at_end = em.partitions is not None and _retires_all_before_issuing(body)
+    retire_at_end = _retires_all_before_issuing(body)
     at = len(em.lines)
     for _ in range(4):
         del em.lines[at:]
@@ -426,12 +426,14 @@ def _loop(em: Emitter, header: str, body):
 def _retires_all_before_issuing(body) -> bool:
     """Whether an iteration waits for every wgmma in flight before it issues one of its own.
 
-    In a warp-specialized partition such a loop retires its wgmmas at the end of the body
-    instead of at the start of the next iteration: a wgmma left in flight across the back
-    edge made ptxas serialize every wgmma of the kernel (C7512, "insufficient register
-    resources", under setmaxnreg) in causal attention, while the wait it moves past is only
-    the next iteration's barrier wait and mask; the other consumer warpgroup keeps the
-    tensor cores busy meanwhile."""
+    Such a loop retires its wgmmas at the end of the body instead of at the start of the
+    next iteration: a wgmma left in flight across the back edge made ptxas serialize every
+    wgmma of causal attention's kernels - the split one (C7512, "insufficient register
+    resources", under setmaxnreg) and, once its mask moved after QK^T (accumulator_init),
+    the one-warpgroup one too (C7515, "non wgmma instructions defining accumulator registers"
+    in flight).  The wait it moves past is only the next iteration's barrier wait (and, in
+    a kernel without a producer warp, its TMA issue, which has to follow the wait anyway: the
+    copies refill the slot that wgmma reads)."""
     for s in getattr(body, "stmts", [body]):
         if isinstance(s, ir.WaitMMA):
             return s.pending == 0
