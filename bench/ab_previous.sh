@@ -1,13 +1,13 @@
 #!/bin/sh
-# Attention under the default schedule from this tree and from an earlier commit's tree, one
-# process each, alternating: an A/B of a code-generation change.  Prepare the earlier tree with
+# Attention under the default schedule from this tree and from earlier (or patched) trees, one
+# process each, alternating: an A/B of a code-generation change.  Prepare an earlier tree with
 #   rm -rf build/prev && mkdir -p build/prev && git archive REV tritile examples bench tests | tar -x -C build/prev
-# and carry build/prev to the GPU machine.  Output: $OUT/ab_{new,prev}_N.json
+# and carry it to the GPU machine.  TREES (default "build/prev .") lists the trees, ROUNDS
+# (default 2) the rounds; CASES=gemm times the GEMMs instead.
 set -e
-for round in 1 2; do
-  for tree in prev new; do
-    dir=.; [ "$tree" = prev ] && dir=build/prev
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for dir in ${TREES:-build/prev .}; do
     (cd "$dir" && PYTHONPATH=$PWD VARIANTS=persistent CASES="${CASES:-attn}" ROUNDS=1 OUT= \
-       python3 bench/schedule_variants.py | grep "^| attn\|^| gemm" | sed "s/^/$tree $round /")
+       python3 bench/schedule_variants.py | grep "^| attn\|^| gemm" | sed "s|^|$dir $round |")
   done
 done

@@ -159,3 +159,21 @@ def test_a_gemm_accumulating_over_a_loop_keeps_its_accumulator():
     out = torch.zeros(M, N)
     execute(moved, [A, B, out], {})
     torch.testing.assert_close(out, A.float() @ B.float().T, rtol=1e-5, atol=1e-4)
+
+
+def test_a_cleared_wgmma_accumulator_starts_from_fresh_zeros():
+    """use_acc=False ignores the accumulator operand, but the old value passed there stays
+    live into the wgmma: the backend passes zeros."""
+    import re
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.flash_attention import flashattn, tile_config
+    from tritile.runtime.kernel import JITKernel
+    from tritile.runtime.target import Target
+
+    source = JITKernel(flashattn.fn(1, 2, 512, 512, 128, True, **tile_config("cuda", 128)),
+                       target=Target("cuda", 90)).get_source("gluon")
+    cleared = re.findall(r"acc_s = warpgroup_mma\(Q_shared[^\n]*", source)
+    assert cleared and all("gl.zeros([64, 128], gl.float32" in g and "use_acc=False" in g for g in cleared), cleared

@@ -712,13 +712,16 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
             em.settle([op.buffer])
     a = _operand(em, s, 0, engine)
     b = _operand(em, s, 1, engine)
+    if s.clear_accum:
+        # not the accumulator's old value, even for wgmma (use_acc=False ignores it): passed,
+        # it stays live into the gemm (in attention: the previous softmax's P), and the split
+        # attention kernel had 1.5x the F2FP packs and 10x the PRMTs in its SASS
+        acc = f"gl.zeros({list(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
     if engine == "wgmma":
         use_acc = "False" if s.clear_accum else "True"
         extra = ", is_async=True" if s.is_async else ""
         result = f"warpgroup_mma({a}, {b}, {acc}, use_acc={use_acc}{extra})"
     else:
-        if s.clear_accum:
-            acc = f"gl.zeros({list(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
         fn = "mma_v2" if engine == "mma_v2" else "gl.dot_fma"
         result = f"{fn}({a}, {b}, {acc})"
     if converted:
