@@ -6,7 +6,7 @@ For each attention case of the issue and each (block_M, block_N, num_stages, thr
 the result against torch and time it (`do_bench` median).  With warp specialization a CTA of
 several warpgroups is also split into consumer partitions, one warpgroup each, owning 64 rows
 (lowering/consumer_partitions.py), and runs persistent (lowering/persistent_tiles.py).
-`CASES=causal` or `CASES=d64` runs one case only.  The question it answers: which tile, and how many
+`CASES=causal` or `CASES=d64` runs one case only, `SETTINGS=a,b` some of the schedules.  The question it answers: which tile, and how many
 warpgroups per CTA, run each case fastest?
 Run from the repo root:  PYTHONPATH=$PWD python bench/attention_configs.py
 """
@@ -32,6 +32,8 @@ elif os.environ.get("CASES") == "d64":
 SETTINGS = {"no WS": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
             "no WS, persistent": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "1"},
             "WS": {"TRITILE_WARP_SPECIALIZE": "1"}}
+if os.environ.get("SETTINGS"):
+    SETTINGS = {name: SETTINGS[name] for name in os.environ["SETTINGS"].split(",")}
 CONFIGS = [  # block_M, block_N, num_stages, threads
     (128, 128, 2, 256), (128, 64, 2, 256), (192, 128, 2, 384), (192, 64, 2, 384),
     (256, 64, 2, 512), (64, 64, 2, 128), (64, 64, 3, 128), (64, 128, 2, 128),
