@@ -168,9 +168,9 @@ def emit_release(em: Emitter, copy: ir.AsyncCopy):
     # and the extra arrival would complete a phase of the next tile's slot
     if per_tile is not None and (g is None or count is None):
         conditions.append(f"{text} < {paren(em.expr(per_tile).text)}")
-    pred = f", pred={' & '.join(map(paren, conditions)) if len(conditions) > 1 else conditions[0]}" if conditions else ""
+    pred = " & ".join(map(paren, conditions)) if len(conditions) > 1 else "".join(conditions)
     slot = g % stages if g is not None else f"{text} % {stages}"
-    em.emit(f"mbarrier.arrive({empty_name(ring)}.index({slot}){pred})")
+    em.emit(f"mbarrier.arrive({empty_name(ring)}.index({slot}){f', pred={pred}' if pred else ''})")
 
 
 def emit_tile_releases(em: Emitter, ring):
