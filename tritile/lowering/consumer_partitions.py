@@ -62,6 +62,12 @@ WARPGROUP_THREADS = 128
 WGMMA_ROWS = 64  # one wgmma's M per warpgroup
 
 
+def several_warpgroups(kernel: ir.Kernel) -> bool:
+    """Whether a CTA of `kernel` has two or more warpgroups: registers, not the number of CTAs
+    per SM, bound such a CTA, and its warpgroups can cover each other's waits."""
+    return kernel.threads >= 2 * WARPGROUP_THREADS
+
+
 def enabled() -> bool:
     return schedule_switch("TRITILE_CONSUMER_PARTITIONS", "on") != "off"
 

@@ -72,7 +72,7 @@ from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
 from tritile.ir.transform import Transformer, substitute_vars
 from tritile.lowering.buffer_versioning import versioned_by
-from tritile.lowering.consumer_partitions import WARPGROUP_THREADS
+from tritile.lowering.consumer_partitions import several_warpgroups
 from tritile.lowering.pipeline_planning import (
     accesses, is_producer, loop_depth, rebuild_unit, regions_may_overlap, split_unit,
 )
@@ -155,7 +155,7 @@ class _Inst:
 
 
 class _Pipeline:
-    def __init__(self, loop: ir.For, several_warpgroups: bool):
+    def __init__(self, loop: ir.For, defer_runtime_trips: bool):
         self.loop = loop
         sched = loop.schedule
         low = min(sched.stages, default=0)
@@ -165,7 +165,7 @@ class _Pipeline:
         self.D = max(stages, default=0)
         self.n = _trip_count(loop)
         deferred = None
-        if loop.order is None and loop.stage is None and (isinstance(self.n, ir.Const) or several_warpgroups):
+        if loop.order is None and loop.stage is None and (isinstance(self.n, ir.Const) or defer_runtime_trips):
             deferred = _deferred_accumulation(loop.body.stmts, stages, self.D, self.depth)
         if deferred is not None:  # auto-planned two-gemm chain, see "Deferred accumulation"
             stages, emit = deferred
@@ -387,8 +387,8 @@ def _deferred_accumulation(stmts: list, stages: list, D: int, depth: int):
 
 
 class _Injector(Transformer):
-    def __init__(self, several_warpgroups: bool):
-        self.several_warpgroups = several_warpgroups
+    def __init__(self, defer_runtime_trips: bool):
+        self.defer_runtime_trips = defer_runtime_trips
 
     def visit_For(self, loop):
         if loop.kind != "pipelined" or loop.schedule is None:
@@ -396,8 +396,8 @@ class _Injector(Transformer):
         # one Seq per pipelined loop: code generators rely on it to tell which commit groups
         # and waits belong to which loop's barrier ring (a loop with no steady-state For,
         # e.g. a trip count of 0, still owns its empty groups and drains)
-        return ir.Seq(_Pipeline(loop, self.several_warpgroups).lower(), loc=loop.loc)
+        return ir.Seq(_Pipeline(loop, self.defer_runtime_trips).lower(), loc=loop.loc)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    return _Injector(func.kernel.threads >= 2 * WARPGROUP_THREADS).transform(func)
+    return _Injector(several_warpgroups(func.kernel)).transform(func)

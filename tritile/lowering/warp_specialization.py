@@ -71,7 +71,7 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     loops = qualifying_loops(func, target)
     if not loops:
         return func
-    if chosen == "auto" and func.kernel.threads < 2 * consumer_partitions.WARPGROUP_THREADS:
+    if chosen == "auto" and not consumer_partitions.several_warpgroups(func.kernel):
         return func
     plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
     return dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
