@@ -6,7 +6,8 @@ can profile exactly that launch:
     ncu ... python3 bench/profile_gaps.py attention
 
 (`gemm`: fp16 4096³ with the example's config; `attention`: B=4 H=32 S=4096 D=128, non-causal;
-`causal`: the same, causal; `d64`: B=16 H=16 S=1024 D=64; `causal_cudnn`, `d64_cudnn`: cuDNN's
+`causal`: the same, causal; `d64`: B=16 H=16 S=1024 D=64; `attention_cudnn`, `causal_cudnn`,
+`d64_cudnn`: cuDNN's
 SDPA on those, for the side-by-side view - profile them with ``-k regex:'cudnn|flash|fmha'``.)
 Each case is launched twice: the first launch compiles, the second is the one profiled.
 """
@@ -23,6 +24,7 @@ from examples.gemm import tritile_matmul  # noqa: E402
 
 # case -> (q/k/v shape, causal, run cuDNN's SDPA instead of tritile)
 ATTENTION = {"attention": ((4, 32, 4096, 128), False, False),
+             "attention_cudnn": ((4, 32, 4096, 128), False, True),
              "causal": ((4, 32, 4096, 128), True, False), "causal_cudnn": ((4, 32, 4096, 128), True, True),
              "d64": ((16, 16, 1024, 64), False, False), "d64_cudnn": ((16, 16, 1024, 64), False, True)}
 

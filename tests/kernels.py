@@ -36,12 +36,14 @@ def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, bl
 
 def gemm(M, N, K, block_M, block_N, block_K, trans_A=False, trans_B=False, in_dtype="float16",
          out_dtype="float16", accum_dtype="float32", num_stages=2, threads=128, register_operand=None,
-         swizzle_panel=None, swizzle_order="row", order=None, stage=None):
+         swizzle_panel=None, swizzle_order="row", order=None, stage=None, shared_epilogue=False):
     """C = op(A) @ op(B) (op = transpose where `trans_*`) as a `@T.prim_func`.
 
     `register_operand` "A" copies the A tile to a fragment before the gemm (matmul_rs), "B" the B
     tile (matmul_sr); `swizzle_panel` adds `T.use_swizzle(swizzle_panel, order=swizzle_order)`;
-    `order`/`stage` give the pipelined loop a manual schedule instead of `num_stages`.
+    `order`/`stage` give the pipelined loop a manual schedule instead of `num_stages`;
+    `shared_epilogue` stores C through a shared tile, as TileLang's quickstart does
+    (``T.copy(C_local, C_shared); T.copy(C_shared, C[...])``).
     """
     A_shape = (K, M) if trans_A else (M, K)
     B_shape = (N, K) if trans_B else (K, N)
@@ -76,7 +78,12 @@ def gemm(M, N, K, block_M, block_N, block_K, trans_A=False, trans_B=False, in_dt
                     T.gemm(A_shared, B_local, C_local, trans_A, trans_B)
                 else:
                     T.gemm(A_shared, B_shared, C_local, trans_A, trans_B)
-            T.copy(C_local, C[by * block_M, bx * block_N])
+            if shared_epilogue:
+                C_shared = T.alloc_shared((block_M, block_N), out_dtype)
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[by * block_M, bx * block_N])
+            else:
+                T.copy(C_local, C[by * block_M, bx * block_N])
 
     return main
 

@@ -12,10 +12,12 @@ import re
 
 import pytest
 
+import tritile.language as T
 from tritile.errors import CompileError
 from tritile.ir import dtypes as dt
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
 from tritile.runtime.target import Target
 
 LOC = ir.SourceLoc("test_codegen.py", 1, 0, "for ko in T.Pipelined(K // BK, num_stages=S):")
@@ -503,6 +505,59 @@ def test_sm90_persistent_gemm_continues_the_ring_phase_and_overlaps_the_store(mo
     epilogue = src[src.rindex("tma.store_wait(0)", 0, src.rindex("tma.async_copy_shared_to_global(")):]
     assert epilogue.index("tma.store_wait(0)") < epilogue.index(".store(C_local") and epilogue.count("store_wait") == 2
     assert "min((16 * 16), 132)" in src and TMA_STORE in ptx and "wgmma.wait_group.sync.aligned 1" in ptx
+
+
+def shared_epilogue_gemm(M, N, K, written_by_parallel):
+    """TileLang's quickstart epilogue, ``T.copy(C_local, C_shared); T.copy(C_shared, C[..])``
+    (with `written_by_parallel`, C_shared is filled element by element in a T.Parallel)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((64, 32), "float16")
+            B_shared = T.alloc_shared((32, 64), "float16")
+            C_local = T.alloc_fragment((64, 64), "float32")
+            C_shared = T.alloc_shared((64, 64), "float16")
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
+                T.copy(A[by * 64, k * 32], A_shared)
+                T.copy(B[k * 32, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            if written_by_parallel:
+                for i, j in T.Parallel(64, 64):
+                    C_shared[i, j] = C_local[i, j]
+            else:
+                T.copy(C_local, C_shared)
+            T.copy(C_shared, C[by * 64, bx * 64])
+
+    return main
+
+
+def _shared_epilogue_gemm(written_by_parallel=False):
+    return shared_epilogue_gemm(200, 136, 72, written_by_parallel)
+
+
+def test_sm90_shared_tile_epilogue_is_one_tma_store_from_that_tile():
+    """The copy out of C_shared is a TMA store read straight from it (NVMMA-encoded for that),
+    waited on before the kernel ends; no register round trip, no gl.store."""
+    func = lowered(_shared_epilogue_gemm(), H100)
+    c_shared = next(n.buffer for n in walk(func.kernel.body) if isinstance(n, ir.Alloc) and n.buffer.name == "C_shared")
+    assert isinstance(c_shared.layout, lay.NVMMASharedLayout)
+    from tritile.codegen.gluon import compile_kernel
+
+    k = compile_kernel(func, H100)
+    src = k.source
+    store = src.index("tma.async_copy_shared_to_global(C_desc, [(by * 64), (bx * 64)], C_shared)")
+    assert "gl.store(" not in src and src.index("C_shared.store(") < store < src.index("tma.store_wait(0)", store)
+    assert TMA_STORE in k.asm["ptx"]
+
+
+def test_sm90_shared_tile_written_elementwise_is_stored_without_tma():
+    """C_shared written by a T.Parallel (no whole-tile copy to wait in front of) keeps the
+    register path for its copy to global memory."""
+    from tritile.codegen.gluon import compile_kernel
+
+    src = compile_kernel(lowered(_shared_epilogue_gemm(written_by_parallel=True), H100), H100).source
+    assert "async_copy_shared_to_global" not in src and "gl.store(C + " in src
 
 
 def test_tile_config_by_shape():

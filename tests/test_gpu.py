@@ -136,6 +136,33 @@ def test_example_flash_attention_cuda_config(causal, dim):
     close(tritile_attention(q, k, v, causal), ref_program(q, k, v, causal), 1e-2)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_example_flash_attention_several_tiles_per_program(causal):
+    """The persistent split kernel with 256 tiles on 132 programs: each consumer's TMA store
+    of O from its O_shared slot drains under the next tile, whose epilogue waits for it."""
+    from examples.flash_attention import ref_program, tritile_attention
+
+    q, k, v = (torch.randn(4, 8, 1024, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    close(tritile_attention(q, k, v, causal), ref_program(q, k, v, causal), 1e-2)
+
+
+def test_persistent_shared_epilogue_gemm_forced(monkeypatch):
+    """TileLang's quickstart epilogue (C through C_shared) on persistent tiles, 4 x 3 tiles on
+    5 programs of a ragged shape: the TMA store from C_shared drains under the next tile."""
+    monkeypatch.setenv("TRITILE_PERSISTENT", "0")
+    from test_codegen import lowered, shared_epilogue_gemm
+    from tritile.codegen.gluon import compile_kernel
+    from tritile.lowering.persistent_tiles import persist
+
+    func = shared_epilogue_gemm(200, 136, 72, False)
+    k = compile_kernel(persist(lowered(func, device_target()), 5), device_target())
+    a = torch.randn(200, 72, device="cuda", dtype=torch.float16)
+    b = torch.randn(72, 136, device="cuda", dtype=torch.float16)
+    c = torch.full((200, 136), float("nan"), device="cuda", dtype=torch.float16)
+    k.launch([a, b, c], {})
+    close(c, a.float() @ b.float(), 1e-2)
+
+
 @pytest.mark.parametrize("M,N,K", [(16, 1000, 512), (128, 4096, 256), (1100, 4104, 192)])
 def test_example_gemm_shape_aware_configs(M, N, K):
     """tritile_matmul picks its config by shape (small M: one warpgroup, narrow tiles; large:

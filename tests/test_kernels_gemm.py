@@ -63,6 +63,16 @@ def test_gemm_padded_shape(trans_A, trans_B, dtype, device, assert_close):
     assert_close(kernel(a, b), gemm_reference(a, b, trans_A, trans_B, DTYPES[dtype]))
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("M, N, K", [(128, 128, 128), (200, 136, 72)], ids=["whole", "padded"])
+def test_gemm_shared_epilogue(M, N, K, dtype, device, assert_close):
+    """C stored through a shared tile, as TileLang's quickstart does: on sm_90 a TMA store read
+    straight from C_shared, which clips the padded shape's edge tiles."""
+    kernel = matmul(M, N, K, 64, 64, 32, False, False, dtype, dtype, "float32", 2, shared_epilogue=True)
+    a, b = make_operands(M, N, K, False, False, DTYPES[dtype], device)
+    assert_close(kernel(a, b), gemm_reference(a, b, False, False, DTYPES[dtype]))
+
+
 @pytest.mark.parametrize("num_stages", [0, 3])
 def test_gemm_padded_shape_eager(num_stages, device, assert_close):
     a, b = make_operands(200, 136, 72, False, False, torch.float16, device)
@@ -208,6 +218,8 @@ COMPILE_CASES = {
         lambda ta=ta, tb=tb, op=op, stages=stages: matmul_register_operand(128, 128, 128, 64, 64, 32, ta, tb, op, stages))
        for (ta, tb), lid in zip(LAYOUTS, LAYOUT_IDS) for op in ("A", "B") for stages in (0, 2)},
     "matmul_dynamic": lambda: matmul_dynamic(64, 64, 32, 2),
+    **{f"matmul-shared-epilogue-{dtype}": (lambda dtype=dtype: matmul(
+        200, 136, 72, 64, 64, 32, False, False, dtype, dtype, "float32", 2, shared_epilogue=True)) for dtype in DTYPES},
     "matmul_dynamic_eager": lambda: matmul_dynamic_eager.compile(dynamic_dims=True),
     **{f"blocksparse_matmul-{'local' if local else 'global'}-s{stages}": (
         lambda stages=stages, local=local: blocksparse_matmul(128, 128, 128, 64, 64, 32, stages, local))

@@ -1,6 +1,7 @@
 """Generic traversal of the tile IR.
 
-`walk` yields every node below a root; `Transformer` rebuilds a tree bottom-up, calling
+`walk` yields every node below a root; `written_buffer` names the buffer a statement writes;
+`Transformer` rebuilds a tree bottom-up, calling
 `visit_<ClassName>` where a subclass defines one.  Both treat `Buffer` and `Var` as leaves
 (they are identities, not children), so a pass that rewrites buffers does it with
 `substitute_buffers` in one step.
@@ -107,6 +108,20 @@ def substitute_vars(node, mapping: dict):
             return mapping.get(v, v)
 
     return _Sub().transform(node)
+
+
+# statement type -> the field holding the region (or buffer) it writes
+_WRITTEN_FIELD = {ir.Store: "buffer", ir.Copy: "dst", ir.AsyncCopy: "dst", ir.AtomicAdd: "dst", ir.Fill: "dst",
+                  ir.Reduce: "dst", ir.Cumsum: "dst", ir.Gemm: "c"}
+
+
+def written_buffer(node):
+    """The Buffer `node` writes, or None for a node that writes no buffer."""
+    field = _WRITTEN_FIELD.get(type(node))
+    if field is None:
+        return None
+    target = getattr(node, field)
+    return target if isinstance(target, ir.Buffer) else target.buffer
 
 
 def top_level(seq: ir.Seq) -> list:

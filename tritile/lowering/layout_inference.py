@@ -18,7 +18,7 @@ Guarantees:
   strongest requirement and the code generator inserts `gl.convert_layout` for the others.
 
 Resolution rules (strongest first):
-shared:   wgmma operand or TMA destination -> NVMMASharedLayout of the stored tile (one
+shared:   wgmma operand, TMA destination or TMA store source -> NVMMASharedLayout of the stored tile (one
           NVMMA layout serves K-major and MN-major 16-bit wgmma operands: MN-major uses are
           fed through a permuted view, so seed 003's shared tile needs no conversion);
           mma.sync operand -> bank-conflict-free SwizzledSharedLayout; else unswizzled.
@@ -75,6 +75,10 @@ def _shared_requirements(func, target, num_warps) -> dict:
                     uses.setdefault(op.buffer, set()).add(engine)
         elif isinstance(node, (ir.Copy, ir.AsyncCopy)) and isel.uses_tma(node, target):
             uses.setdefault(node.dst.buffer, set()).add("tma")
+    store_sources = isel.tma_store_sources(func, target)
+    for node in walk(func.kernel.body):
+        if isinstance(node, ir.Alloc) and id(node.buffer) in store_sources:
+            uses.setdefault(node.buffer, set()).add("tma")
     return uses
 
 

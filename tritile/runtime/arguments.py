@@ -18,20 +18,12 @@ import torch
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
-from tritile.ir.transform import walk
-
-_WRITERS = {ir.Store: "buffer", ir.Copy: "dst", ir.AsyncCopy: "dst", ir.AtomicAdd: "dst", ir.Fill: "dst",
-            ir.Reduce: "dst", ir.Cumsum: "dst", ir.Gemm: "c"}
+from tritile.ir.transform import walk, written_buffer
 
 
 def written_params(func: ir.PrimFunc) -> set:
     """Indices of the parameters the kernel writes."""
-    ids = set()
-    for node in walk(func.kernel.body):
-        field = _WRITERS.get(type(node))
-        if field is not None:
-            target = getattr(node, field)
-            ids.add(id(target if isinstance(target, ir.Buffer) else target.buffer))
+    ids = {id(written_buffer(node)) for node in walk(func.kernel.body)}
     return {i for i, p in enumerate(func.params) if id(p) in ids}
 
 

@@ -22,6 +22,7 @@ import itertools
 import keyword
 from dataclasses import dataclass, field
 
+from tritile.codegen.gluon import instructions as isel
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
@@ -190,6 +191,8 @@ class Emitter:
         self.tile_loop_depth = None
         self.tile_loop_prefix = None
         self.deferred_tma_stores = False  # a TMA store is still reading its staging tile
+        # ids of shared buffers TMA-stored straight to global memory: their writers wait first
+        self.tma_store_sources = isel.tma_store_sources(func, target)
         # warp specialization (warp_specialize.py): the partition plan, and the shared buffers
         # allocated before the fork (their Alloc statements emit nothing in the consumer)
         self.partitions = None

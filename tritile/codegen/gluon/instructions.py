@@ -15,6 +15,11 @@ Paths:
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
+* `tma_store_sources`: the shared buffers whose copies to global memory are TMA stores
+  straight from them (FlashAttention's ``T.copy(acc_o, O_shared); T.copy(O_shared, Output[..])``
+  epilogue): every such copy takes one whole buffer version to a TMA tile, and the buffer is
+  written only by whole-version `T.copy`s, before which the code generator waits for the
+  stores still reading it.
 * `uses_cp_async`: a non-TMA async global->shared copy whose per-thread vectors are provably
   4-byte aligned (cp.async moves 4/8/16 bytes); otherwise the copy is a synchronous masked
   load + shared store, correct for any row stride (runtime `T.dynamic` dims, K = 33 fp16).
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.transform import walk, written_buffer
 from tritile.ir.verifier import gemm_mnk
 
 
@@ -140,6 +146,42 @@ def uses_tma_store(copy, target) -> bool:
     if tuple(src.extents) != tuple(src.buffer.shape) or tuple(dst.tile_shape) != tuple(src.buffer.shape):
         return False
     return _tma_tile_ok(dst, tuple(dst.tile_shape))
+
+
+def _whole_version(region) -> bool:
+    """Does a shared region cover one whole version of its buffer (the stage index aside)?"""
+    tile = region.buffer.tile_shape
+    lead = 1 if region.buffer.num_versions > 1 else 0
+    return tuple(region.tile_shape) == tuple(tile) and all(_static(s) == 0 for s in region.starts[lead:])
+
+
+def tma_store_sources(func: ir.PrimFunc, target) -> set:
+    """ids of the shared buffers copied to global memory by TMA stores read straight from them.
+    A buffer qualifies when it has a shared -> global copy, every such copy takes one whole
+    version of it to a TMA-able tile of the same dtype (`_tma_tile_ok`), its encoding may be
+    NVMMA (no other user annotation), and every statement writing it is a `T.copy` of a whole
+    version - the code generator waits for the TMA stores before those writes."""
+    if not target.has_tma:
+        return set()
+    stores, writers = {}, {}
+    for node in walk(func.kernel.body):
+        if isinstance(node, ir.Copy) and node.src.buffer.scope == "shared" and node.dst.buffer.scope == "global":
+            stores.setdefault(id(node.src.buffer), []).append(node)
+        written = written_buffer(node)
+        if written is not None and written.scope == "shared":
+            writers.setdefault(id(written), []).append(node)
+    out = set()
+    for key, copies in stores.items():
+        buf = copies[0].src.buffer
+        if isinstance(buf.annotated_layout, lay.SHARED_LAYOUTS) and not isinstance(buf.annotated_layout, lay.NVMMASharedLayout):
+            continue
+        tile = tuple(buf.tile_shape)
+        if not all(c.src.buffer.dtype == c.dst.buffer.dtype and _whole_version(c.src)
+                   and tuple(c.dst.tile_shape) == tile and _tma_tile_ok(c.dst, tile) for c in copies):
+            continue
+        if all(isinstance(w, ir.Copy) and _whole_version(w.dst) for w in writers.get(key, [])):
+            out.add(key)
+    return out
 
 
 def uses_cp_async(copy) -> bool:

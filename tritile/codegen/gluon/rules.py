@@ -517,6 +517,7 @@ def lower_copy(em: Emitter, s):
         ptr, mask = em.global_tile(src, lname, s.loc)
         value = f"gl.load({ptr}, mask={mask}, other=0){cast}"
         if ds == "shared":
+            _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
             _after_generic_shared_write(em)
         else:
@@ -527,6 +528,8 @@ def lower_copy(em: Emitter, s):
         return
     if isel.uses_tma_store(s, em.target):
         return _tma_store(em, s)
+    if ss == "shared" and ds == "global" and id(src.buffer) in em.tma_store_sources:
+        return _tma_store_from_shared(em, s)
     # the source as a register tensor
     if ss == "fragment":
         _check_whole_fragment(src, s.loc)
@@ -542,6 +545,7 @@ def lower_copy(em: Emitter, s):
         ptr, mask = em.global_tile(dst, lname, s.loc, shape)
         em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
     elif ds == "shared":
+        _wait_for_tma_stores(em, dst.buffer)
         em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value}{cast})")
         _after_generic_shared_write(em)
     else:  # fragment
@@ -564,7 +568,7 @@ def _tma_store(em: Emitter, s):
     dt = GL_DTYPES[dst.buffer.dtype.name]
     shape = list(dst.tile_shape)
     layout = lay.nvmma_default_for(shape, dst.buffer.dtype.bits)
-    deferred = em.tile_loop_prefix is not None and em.depth == em.tile_loop_depth + 1
+    deferred = _tma_store_deferred(em)
     if deferred and id(s) in em.tile_loop_prefix:  # the tile loop's body is emitted again
         stage = em.tile_loop_prefix[id(s)][0]
     else:
@@ -573,15 +577,40 @@ def _tma_store(em: Emitter, s):
     if deferred:
         em.tile_loop_prefix[id(s)] = (stage, alloc)
         em.emit("tma.store_wait(0)")  # the previous tile's store has read the staging tile
-        em.deferred_tma_stores = True
     else:
         em.emit(alloc)
     value = em.name(src.buffer) + ("" if src.buffer.dtype == dst.buffer.dtype else f".to({dt})")
     em.emit(f"{stage}.store({value})")
     em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy TMA read
+    _issue_tma_store(em, dst, layout, stage, deferred)
+
+
+def _tma_store_from_shared(em: Emitter, s):
+    """A shared tile -> global copy of a buffer in `instructions.tma_store_sources`: one TMA
+    store read straight from the buffer (its writers fenced it, `_after_generic_shared_write`).
+    Directly in a persistent tile loop the store is left to drain under the next tile: the
+    buffer's next writer waits for it (`_wait_for_tma_stores`), as does the end of the loop."""
+    _issue_tma_store(em, s.dst, em.buffer_layout(s.src.buffer), em.shared_view(s.src, s.loc),
+                     _tma_store_deferred(em))
+
+
+def _tma_store_deferred(em: Emitter) -> bool:
+    """Is a TMA store emitted now directly in the body of a persistent tile loop?"""
+    return em.tile_loop_prefix is not None and em.depth == em.tile_loop_depth + 1
+
+
+def _issue_tma_store(em: Emitter, dst: ir.Region, layout, source: str, deferred: bool):
     desc, coords = em.descriptor(dst, layout)
-    em.emit(f"tma.async_copy_shared_to_global({desc}, [{coords}], {stage})")
-    if not deferred:
+    em.emit(f"tma.async_copy_shared_to_global({desc}, [{coords}], {source})")
+    if deferred:
+        em.deferred_tma_stores = True
+    else:
+        em.emit("tma.store_wait(0)")
+
+
+def _wait_for_tma_stores(em: Emitter, buffer: ir.Buffer):
+    """Before a write to a shared buffer TMA stores read from: wait until they have read it."""
+    if id(buffer) in em.tma_store_sources:
         em.emit("tma.store_wait(0)")
 
 
