@@ -216,7 +216,12 @@ def test_generated_partitions(warp_specialize):
     assert "mbarrier.init(k_t_bars_empty.index(_stage), count=2)" in source
     fork = next(line for line in source.splitlines() if "gl.warp_specialize(" in line)
     assert fork.count("(main_consumer, (") == 2 and fork.endswith("[4, 1], [240, 24])")
-    assert re.search(r"k_t_bars_empty, 0,\)\), \(main_consumer, \(.*k_t_bars_empty, 1,\)\)", fork)
+    assert re.search(r"Q_shared_free, 0,\)\), \(main_consumer, \(.*Q_shared_free, 1,\)\)", fork)
+    # the producer also loads each consumer's Q rows once per tile (a tile load)
+    producer = function(source, "main_producer")
+    assert producer.count("tma.async_copy_global_to_shared(Q_desc") == 2
+    assert consumer.index("mbarrier.wait(Q_shared_loaded.index(part), ") < consumer.index("warpgroup_mma(Q_shared")
+    assert consumer.count("mbarrier.arrive(Q_shared_free.index(part))") == 1
     regs = set(re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx))
     assert {"240", "24"} <= regs and "wgmma.mma_async" in ptx
     assert kernel._codegen(H100).metadata.num_warps == 12  # two consumer warpgroups + the producer's

@@ -110,7 +110,7 @@ def _empty_count(delta):
 
 
 def _other_slot(source):  # the producer's first copy fills the slot after the one it signals
-    return _edit_line(source, r"tma\.async_copy_global_to_shared\(",
+    return _edit_line(source, r"tma\.async_copy_global_to_shared\(.*\(g % ",
                       lambda ln: re.sub(r"(\w+_shared)\.index\(\(g % (\d+)\)\)", r"\1.index(((g + 1) % \2))", ln))
 
 
@@ -266,3 +266,36 @@ def test_skewed_stage_pipeline_waits_for_the_first_group():
     source, args, dims = _pipelined_gemm([LoopSpec(0, 3, order=[0, 1, 2], stage=[0, 1, 2])])
     assert mbarrier_problems(source, args, dims) == []  # the one-thread replay: no hang
     assert mbarrier_problems(source, args, dims, schedules=("producer-first",)) == []
+
+
+def _drop_tile_load_release(source):  # the consumers never free their Q slot
+    return _edit_line(source, r"mbarrier\.arrive\(Q_shared_free", lambda ln: ln[:len(ln) - len(ln.lstrip())] + "pass")
+
+
+def _tile_load_released_at_once(source):  # the Q slot is freed as soon as its load landed
+    lines = [ln for ln in source.splitlines() if "mbarrier.arrive(Q_shared_free" not in ln]
+    i = next(i for i, ln in enumerate(lines) if "mbarrier.wait(Q_shared_loaded" in ln)
+    indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+    lines.insert(i + 1, indent + "mbarrier.arrive(Q_shared_free.index(part))")
+    return "\n".join(lines)
+
+
+def test_tile_load_protocol_bugs_are_reported(monkeypatch):
+    """The producer loads each tile's Q into the consumers' slots once they freed them: a
+    consumer that never frees its slot hangs the producer at the next tile; one that frees it
+    before its last QK^T retired lets the next tile's Q overwrite the rows it still reads."""
+    source, args = _module("causal", "3-programs", monkeypatch)
+    assert mbarrier_problems(source, args) == []
+    hang = mbarrier_problems(_drop_tile_load_release(source), args)
+    assert any(re.search(r"_producer/\d waits \(line \d+\) on Q_shared_free\[", p) for p in hang), hang
+    race = mbarrier_problems(_tile_load_released_at_once(source), args)
+    assert any("overwrites" in p and "Q_shared" in p for p in race), race
+
+
+def test_an_attention_tile_overwritten_under_its_tma_store_is_reported(monkeypatch):
+    """Each consumer's TMA store of O reads its O_shared slot while the next tile runs; the
+    next tile's epilogue waits for it (`tma.store_wait(0)`) before writing the slot again."""
+    source, args = _module("attention", "3-programs", monkeypatch)
+    broken = _edit_line(source, r"^\s+tma\.store_wait\(0\)", lambda ln: ln.replace("tma.store_wait(0)", "pass"))
+    problems = mbarrier_problems(broken, args)
+    assert any(re.search(r"overwrites O_shared.*async TMA store", p) for p in problems), problems

@@ -468,11 +468,14 @@ class WarpSpecialization:
     """The warp-specialization plan of a kernel (``PrimFunc.attrs["warp_specialization"]``,
     lowering/warp_specialization.py): a producer partition of `producer_warps` warps with
     `producer_registers` registers issues the async copies of the pipelined loops `loops`
-    (their loop variables' names); the kernel's own warps consume."""
+    (their loop variables' names) and, once per tile, the synchronous copies filling the
+    shared buffers named in `tile_loads` (FlashAttention's Q tile); the kernel's own warps
+    consume."""
 
     producer_warps: int
     producer_registers: int
     loops: tuple
+    tile_loads: tuple = ()
 
 
 @dataclass

@@ -180,7 +180,8 @@ def format_func(func: ir.PrimFunc) -> str:
     ws = func.attrs.get("warp_specialization")
     if ws is not None:
         p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "
-                  f"issues the async copies of loop(s) {', '.join(ws.loops)}")
+                  f"issues the async copies of loop(s) {', '.join(ws.loops)}"
+                  + (f" and the per-tile load(s) of {', '.join(ws.tile_loads)}" if ws.tile_loads else ""))
     if "consumer_partitions" in func.attrs:
         p.emit(1, f"# consumer partitions: {func.attrs['consumer_partitions']}")
     k = func.kernel

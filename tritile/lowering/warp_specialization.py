@@ -20,7 +20,15 @@ until the consumers released its slot (an "empty" mbarrier per slot), then issue
 expect and the TMA copies on the slot's "full" mbarrier.  The rest of the kernel runs in the
 default partition (the user's warps), where each group's copies become the release of the
 slot the group refills, at the point pipeline injection placed them (after every gemm
-reading the slot retired), and the waits stay as they are.  The consumers therefore never
+reading the slot retired), and the waits stay as they are.
+
+The producer also takes the kernel's *tile loads* (``WarpSpecialization.tile_loads``):
+synchronous global -> shared copies at the top level of the kernel body, before its first
+pipelined loop, that TMA can serve, whose coordinates the producer can recompute and whose
+buffer no other statement writes (FlashAttention's Q tile).  The producer issues them once
+per tile ahead of the loops' groups; the consumers wait for them where the copy stood and
+release the buffer right after its last read of the tile retired, so that under persistent
+tiles the next tile's load runs under this tile's last iterations and epilogue.  The consumers therefore never
 issue TMA copies or expects, and Triton's barrier analysis no longer puts CTA barriers
 between the producer's and the consumers' barrier operations.
 
@@ -50,7 +58,7 @@ import dataclasses
 
 from tritile.codegen.gluon import instructions as isel
 from tritile.ir import nodes as ir
-from tritile.ir.transform import top_level, walk
+from tritile.ir.transform import top_level, walk, written_buffer
 from tritile.lowering import consumer_partitions
 from tritile.switches import schedule_switch
 
@@ -73,8 +81,31 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
         return func
     if chosen == "auto" and not consumer_partitions.several_warpgroups(func.kernel):
         return func
-    plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops))
+    plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops),
+                                 tuple(copy.dst.buffer.name for copy in tile_loads(func, target)))
     return dataclasses.replace(func, attrs={**func.attrs, "warp_specialization": plan})
+
+
+def tile_loads(func: ir.PrimFunc, target) -> list:
+    """The copies the producer can issue once per tile (see the module docstring)."""
+    body = func.kernel.body
+    top = top_level(body)
+    writers = {}
+    for node in walk(body):
+        written = written_buffer(node)
+        if written is not None:
+            writers[id(written)] = writers.get(id(written), 0) + 1
+    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.dynamic_vars}
+    out = []
+    for s in top:
+        if _is_pipelined(s):
+            break
+        if isinstance(s, ir.Let) and _free_vars(s.value) <= known:
+            known.add(id(s.var))
+        if (isinstance(s, ir.Copy) and isel.uses_tma(s, target) and writers[id(s.dst.buffer)] == 1
+                and all(_free_vars(e) <= known for e in s.src.starts)):
+            out.append(s)
+    return out
 
 
 def qualifying_loops(func: ir.PrimFunc, target) -> list:

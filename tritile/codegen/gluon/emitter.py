@@ -368,7 +368,7 @@ class Emitter:
         return lower_expr(self, e)
 
     def body(self, seq):
-        from tritile.codegen.gluon import rings
+        from tritile.codegen.gluon import rings, warp_specialize
         from tritile.codegen.gluon.rules import lower_stmt
 
         stmts = seq.stmts if isinstance(seq, ir.Seq) else [seq]
@@ -381,6 +381,8 @@ class Emitter:
                 rings.emit_advance(self, ring)
             for ring in self.ring_after.get(id(s), ()):
                 rings.emit_invalidate(self, ring)
+            if self.partitions is not None and id(s) in self.partitions.release_after:
+                warp_specialize.emit_tile_load_releases(self, s)
         if len(self.lines) == start:
             self.emit("pass")
 

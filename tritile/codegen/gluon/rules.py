@@ -504,6 +504,8 @@ def lower_copy(em: Emitter, s):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    if em.partitions is not None and id(s) in em.partitions.tile_loads:
+        return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
     blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
     if ss == "global":
         if ds == "fragment":

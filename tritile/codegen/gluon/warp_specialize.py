@@ -30,11 +30,18 @@ Generated structure::
         hold a copy outside [0, n) (a deferred-accumulation group g holds iteration g - 1's
         V), each copy expects its own bytes, predicated on its iteration lying in [0, n),
         and a copy predicated off arrives instead, so every group still completes.
+
+Tile loads (``plan.tile_loads``, FlashAttention's Q): one slot per consumer partition with a
+"loaded" and a "free" mbarrier.  Per tile t, ahead of the loops' groups, the producer waits
+until the slot was freed in tile t - 1, expects the bytes and issues the TMA copy; the
+consumer waits ``wait(loaded[slot], t & 1)`` where the copy stood and arrives on
+``free[slot]`` after its last read of the buffer in the tile has retired (`_release_point`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
@@ -73,6 +80,10 @@ class Partitions:
     # the kernel's ConsumerPartitions (lowering/consumer_partitions.py), or None: one consumer
     # partition per warpgroup, all running the consumer function with their own `part`
     split: ir.ConsumerPartitions = None
+    # the consumers' tile loads (see the module docstring), id(copy) -> (loaded, free) barrier names
+    tile_loads: dict = field(default_factory=dict)
+    # id(statement) -> [(tile load, wait for every wgmma first)] to release after that statement
+    release_after: dict = field(default_factory=dict)
 
     @property
     def consumers(self) -> int:
@@ -100,6 +111,7 @@ def plan(em: Emitter, func: ir.PrimFunc):
             if isinstance(s, ir.Alloc):
                 hoisted.setdefault(id(s.buffer), s.buffer)
     parts = Partitions(ws, ring_list, list(hoisted.values()), split=split)
+    _plan_tile_loads(em, func, parts)
     for ring in ring_list:
         group_var = ir.Var("g")
         copies_of_group = _group_copies(ring, group_var)
@@ -120,6 +132,89 @@ def plan(em: Emitter, func: ir.PrimFunc):
     em.ring_before, em.ring_after = {}, {}
     em.hoisted = {id(b) for b in parts.hoisted}
     return parts
+
+
+def _plan_tile_loads(em: Emitter, func: ir.PrimFunc, parts: Partitions):
+    """The consumers' copies named in ``plan.tile_loads`` that the producer takes over: TMA
+    tiles of one slot per consumer partition (indexed by the partition variable when the
+    consumers are split), each with its release point in the consumers' tile."""
+    if not parts.plan.tile_loads:
+        return
+    tile_loop = next((n for n in walk(func.kernel.body) if isinstance(n, ir.For) and n.var is em.tile_loop_var), None)
+    scope = tile_loop.body if tile_loop is not None else (parts.split.body if parts.split else func.kernel.body)
+    top = top_level(scope)
+    for copy in top:
+        if not (isinstance(copy, ir.Copy) and copy.dst.buffer.name in parts.plan.tile_loads
+                and copy.src.buffer.scope == "global" and isel.uses_tma(copy, em.target)):
+            continue
+        if parts.split is not None and copy.dst.starts[0] is not parts.split.var:
+            continue  # a buffer all partitions share: each keeps loading it itself
+        buf = copy.dst.buffer
+        parts.tile_loads[id(copy)] = (em.fresh(f"{em.name(buf)}_loaded"), em.fresh(f"{em.name(buf)}_free"))
+        if not any(b is buf for b in parts.hoisted):
+            parts.hoisted.append(buf)
+        after, wait_first = _release_point(top, copy)
+        parts.release_after.setdefault(id(after), []).append((copy, wait_first))
+
+
+def _release_point(top: list, copy: ir.Copy) -> tuple:
+    """(statement, wait_first): the tile load's buffer is free after `statement` - the wait
+    that retires the last wgmma reading it, or the last statement reading it when no wgmma
+    does - or, when that cannot be told at the top level, after the tile's last statement
+    once every wgmma has been waited for."""
+    buf = copy.dst.buffer
+    reads = [i for i, s in enumerate(top) if s is not copy and any(getattr(n, "buffer", None) is buf for n in walk(s))]
+    if not reads:
+        return copy, False
+    last = top[reads[-1]]
+    async_gemms = [n for n in walk(last) if isinstance(n, ir.Gemm) and n.is_async]
+    if not async_gemms:
+        return last, False
+    if last is async_gemms[0]:  # one async gemm: retired by the first wait leaving fewer in flight than issued since
+        issued_after = 0
+        for s in top[reads[-1] + 1:]:
+            if isinstance(s, ir.WaitMMA) and issued_after >= s.pending:
+                return s, False
+            if isinstance(s, ir.Gemm):
+                issued_after += s.is_async
+            elif any(isinstance(n, (ir.Gemm, ir.WaitMMA)) for n in walk(s)):
+                break
+    return top[-1], True
+
+
+def emit_tile_load_wait(em: Emitter, copy: ir.Copy):
+    """The consumer's side of a tile load: wait until the producer's copy for this tile landed."""
+    loaded, _ = em.partitions.tile_loads[id(copy)]
+    phase = f"{em.name(em.tile_loop_var)} & 1" if em.tile_loop_var is not None else "0"
+    em.emit(f"mbarrier.wait({loaded}.index({_slot(em, copy)}), {phase})")
+
+
+def emit_tile_load_releases(em: Emitter, stmt):
+    """After `stmt`: free the slots of the tile loads whose last read it retires."""
+    for copy, wait_first in em.partitions.release_after.get(id(stmt), ()):
+        if wait_first and (em.inflight or em.tokens):
+            em.wait_mma(0, sorted(em.inflight | em.tokens, key=em.name))
+        _, free = em.partitions.tile_loads[id(copy)]
+        em.emit(f"mbarrier.arrive({free}.index({_slot(em, copy)}))")
+
+
+def _slot(em: Emitter, copy: ir.Copy) -> str:
+    return em.expr(copy.dst.starts[0]).text if em.partitions.split is not None else "0"
+
+
+def _emit_producer_tile_load(em: Emitter, copy: ir.Copy, parts: Partitions, tile_var):
+    """Per tile, the producer's copy into each consumer partition's slot, once the slot is free."""
+    loaded, free = parts.tile_loads[id(copy)]
+    em.emit(f"# producer of the per-tile load of {em.name(copy.dst.buffer)}")
+    for slot in range(parts.consumers):
+        c = substitute_vars(copy, {parts.split.var: ir.Const(slot)}) if parts.split is not None else copy
+        if tile_var is not None:  # the slot's previous contents (tile t - 1) were read
+            t = em.name(tile_var)
+            em.emit(f"mbarrier.wait({free}.index({slot}), ({t} & 1) ^ 1, pred={t} > 0)")
+        em.emit(f"mbarrier.expect({loaded}.index({slot}), {rings.tile_bytes(c)})")
+        desc, coords = em.descriptor(c.src, em.buffer_layout(c.dst.buffer))
+        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {loaded}.index({slot}), "
+                f"{em.shared_view(c.dst, c.loc)})")
 
 
 def _used_before(em: Emitter, ring, top: list) -> bool:
@@ -206,6 +301,8 @@ def emit_producer(em: Emitter, func: ir.PrimFunc, parts: Partitions) -> list:
         scope = tile_loop.body
     for s in _needed_lets(scope, parts):
         em.emit(f"{em.name(s.var)} = {em.expr(s.value).text}")
+    for copy in _tile_load_copies(scope, parts):
+        _emit_producer_tile_load(em, copy, parts, tile_loop.var if tile_loop is not None else None)
     for ring in parts.rings:
         _emit_producer_loop(em, ring, parts, seen.get(id(ring)))
         if tile_loop is not None:
@@ -272,12 +369,18 @@ def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
         exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
                                     for e in (*c.src.starts, c.iteration)]
         wanted |= {id(v) for e in exprs if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
+    for copy in _tile_load_copies(scope, parts):
+        wanted |= {id(v) for e in copy.src.starts if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
     out = []
     for s in reversed(lets):
         if id(s.var) in wanted:
             out.append(s)
             wanted |= {id(v) for v in walk(s.value) if isinstance(v, ir.Var)}
     return list(reversed(out))
+
+
+def _tile_load_copies(scope: ir.Seq, parts: Partitions) -> list:
+    return [s for s in top_level(scope) if id(s) in parts.tile_loads]
 
 
 def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args: list):
@@ -292,6 +395,11 @@ def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args
         em.emit(f"for _stage in gl.static_range({ring.stages}):")
         em.emit(f"    mbarrier.init({ring.name}.index(_stage), count={count})")
         em.emit(f"    mbarrier.init({empty_name(ring)}.index(_stage), count={parts.consumers})")
+    for loaded, free in parts.tile_loads.values():
+        for name in (loaded, free):
+            em.emit(f"{name} = gl.allocate_shared_memory(gl.int64, [{parts.consumers}, 1], mbarrier.MBarrierLayout())")
+            em.emit(f"for _slot in gl.static_range({parts.consumers}):")
+            em.emit(f"    mbarrier.init({name}.index(_slot), count=1)")
     arg_text = ", ".join(args)
     consumers = [f"({consumer}, ({arg_text}{'' if parts.split is None else f', {p}'},))" for p in range(parts.consumers)]
     # the first consumer is the default partition (the kernel's num_warps); the others
@@ -308,6 +416,8 @@ def partition_args(em: Emitter, func: ir.PrimFunc, parts: Partitions, kernel_arg
     names += [em.name(b) for b in parts.hoisted]
     for ring in parts.rings:
         names += [ring.name, empty_name(ring)]
+    for loaded, free in parts.tile_loads.values():
+        names += [loaded, free]
     return names
 
 
