@@ -560,6 +560,25 @@ def test_sm90_shared_tile_written_elementwise_is_stored_without_tma():
     assert "async_copy_shared_to_global" not in src and "gl.store(C + " in src
 
 
+@pytest.mark.parametrize("rows, start, ok", [
+    (1024, lambda bx, part: add(mul(bx, 128), mul(part, 64)), True),   # the split 128-row tile
+    (1024, lambda bx, part: add(mul(bx, 192), mul(part, 64)), False),  # 1024 % 192: the last block runs into the next head
+    (1152, lambda bx, part: add(mul(bx, 192), mul(part, 64)), True),
+    (1024, lambda bx, part: c(960), True),
+    (1024, lambda bx, part: add(mul(bx, 128), c(64)), True),
+    (1024, lambda bx, part: add(mul(bx, 128), c(128)), False),         # past the 128-row block it offsets
+])
+def test_rows_view_tiles_never_reach_into_the_next_head(rows, start, ok):
+    """A [B, H, S, D] tile through the [B*H*S, D] view is clipped only at the view's end, so a
+    row block must stay inside its own head's S rows for every block index."""
+    from tritile.codegen.gluon import instructions as isel
+
+    q = ir.Buffer("Q", (2, 4, rows, 64), dt.float16, "global")
+    bx, part, by = ir.Var("bx"), ir.Var("part"), ir.Var("by")
+    tile = region(q, (c(0), by, start(bx, part), c(0)), (1, 1, 64, 64))
+    assert isel.tma_rows_view(tile) is ok
+
+
 def test_tile_config_by_shape():
     from examples.gemm import tile_config
 

@@ -146,6 +146,18 @@ def test_example_flash_attention_several_tiles_per_program(causal):
     close(tritile_attention(q, k, v, causal), ref_program(q, k, v, causal), 1e-2)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_three_consumers_on_a_ragged_row_count(causal):
+    """192-row tiles split over three consumer warpgroups, S = 1024 (not a multiple of 192):
+    the last row block of a head lies partly past S, so Q and O must not go through the
+    [B*H*S, D] TMA view, whose clipping would let that block read and write the next head."""
+    from examples.flash_attention import flashattn, ref_program
+
+    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    kernel = flashattn(2, 4, 1024, 1024, 64, causal, block_M=192, block_N=128, num_stages=2, threads=384)
+    close(kernel(q, k, v), ref_program(q, k, v, causal), 1e-2)
+
+
 def test_persistent_shared_epilogue_gemm_forced(monkeypatch):
     """TileLang's quickstart epilogue (C through C_shared) on persistent tiles, 4 x 3 tiles on
     5 programs of a ragged shape: the TMA store from C_shared drains under the next tile."""

@@ -94,20 +94,47 @@ def _multiple_of(e, n: int) -> bool:
     return False
 
 
+def _linear_terms(e):
+    """(coefficients, constant) of an integer expression read as sum(c_i * t_i) + k, where a
+    term t_i is anything but a sum, a difference or a product with a constant (a Var, a
+    ``T.max(...)``, a ``%``): ``bx * 192 + part * 64`` -> ({192, 64}, 0)."""
+    if isinstance(e, int):
+        return set(), e
+    if isinstance(e, ir.Const) and isinstance(e.value, int):
+        return set(), e.value
+    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
+        (lhs, lk), (rhs, rk) = _linear_terms(e.lhs), _linear_terms(e.rhs)
+        return lhs | rhs, lk + rk if e.op == "+" else lk - rk
+    if isinstance(e, ir.BinOp) and e.op == "*":
+        for factor, other in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            scale = _static(factor)
+            if isinstance(scale, int):
+                coefficients, k = _linear_terms(other)
+                return {c * scale for c in coefficients}, k * scale
+    return {1}, 0
+
+
 def tma_rows_view(region) -> bool:
     """A tile of a rank-3+ tensor served by a 2-D descriptor over its contiguous
     ``[prod(shape[:-1]), shape[-1]]`` view: unit extents on the leading dims, whole static
-    last dim, and a row block that can never straddle two leading indices (the row dim is
-    a static multiple of the block and the block starts at a multiple of it).  Like every
-    TMA tile, the leading indices must lie inside the tensor."""
+    last dim, and a row block that can never straddle two leading indices.  The hardware
+    clips only at the view's end, so a block must never reach past its own leading index's
+    rows: the row dim is a static multiple of the block and of every coefficient of the
+    block's start (``bx * 192 + part * 64`` needs rows % 192 == 0: otherwise the last row
+    block of a head runs into the next head's rows), and a constant offset stays inside the
+    smallest of them.  Like every TMA tile, the leading indices must lie inside the tensor."""
     buf = region.buffer
     if len(buf.shape) < 3 or any(e != 1 for e in region.extents[:-2]):
         return False
     rows, inner = buf.shape[-2], buf.shape[-1]
     block_rows = region.extents[-2]
-    return (isinstance(rows, int) and isinstance(inner, int) and region.extents[-1] == inner
+    if not (isinstance(rows, int) and isinstance(inner, int) and region.extents[-1] == inner
             and _static(region.starts[-1]) == 0 and rows % block_rows == 0
-            and _multiple_of(region.starts[-2], block_rows))
+            and _multiple_of(region.starts[-2], block_rows)):
+        return False
+    coefficients, offset = _linear_terms(region.starts[-2])
+    return (all(rows % c == 0 for c in coefficients)
+            and offset + block_rows <= min(coefficients | {rows}))
 
 
 def _tma_tile_ok(region, box) -> bool:
