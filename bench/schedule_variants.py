@@ -11,7 +11,7 @@ Triton caches, so nothing compiled by one variant serves another:
                warp (GEMMs too, whose consumers stay whole) and so is persistent as well.
 `EXTRA_VARIANTS='{"name": {"SWITCH": "value"}}'` adds variants (JSON; a `SOURCE_PATCHES` entry
 applies what-if edits of the generated source, bench/source_patches.py), `VARIANTS=a,b` picks
-some of them, `CASES=gemm` (or `attn`, or `d128`: head dim 128 attention) some of the cases; `ROUNDS` rounds (odd ones in reverse
+some of them, `CASES=gemm` (or `attn`, or `d128` / `d64`: attention of that head dim) some of the cases; `ROUNDS` rounds (odd ones in reverse
 order) while fewer than `ROUND_SECONDS` (60) have passed.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
 the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
@@ -44,10 +44,10 @@ if os.environ.get("VARIANTS"):
     VARIANTS = {name: VARIANTS[name] for name in os.environ["VARIANTS"].split(",")}
 if os.environ.get("CASES") == "gemm":
     ATTN = []
-elif os.environ.get("CASES") in ("attn", "d128"):
+elif os.environ.get("CASES") in ("attn", "d128", "d64"):
     GEMM = []
-    if os.environ["CASES"] == "d128":
-        ATTN = [case for case in ATTN if case[3] == 128]
+    if os.environ["CASES"] != "attn":
+        ATTN = [case for case in ATTN if f"d{case[3]}" == os.environ["CASES"]]
 CANDIDATE, REFERENCE = list(VARIANTS)[-1], list(VARIANTS)[0]
 
 

@@ -26,7 +26,13 @@ def no_output_store(source: str) -> str:
     return re.sub(r"^\s*gl\.store\(Output \+ .*\n", "", source, flags=re.M)
 
 
-PATCHES = {f.__name__: f for f in (q_first_tile_only, no_output_store)}
+def no_q_load(source: str) -> str:
+    """A one-tile-per-CTA attention kernel never loads its Q tile: the most loading Q through
+    TMA (or ahead of time) could save there."""
+    return re.sub(r"^(\s*)Q_shared\.store\(gl\.load\(.*\n", "", source, flags=re.M)
+
+
+PATCHES = {f.__name__: f for f in (q_first_tile_only, no_output_store, no_q_load)}
 
 
 def install(names: str) -> None:

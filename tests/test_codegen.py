@@ -579,6 +579,25 @@ def test_rows_view_tiles_never_reach_into_the_next_head(rows, start, ok):
     assert isel.tma_rows_view(tile) is ok
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_tile_kernel_loads_q_with_tma_waited_at_first_use(causal, monkeypatch):
+    """The head-dim-64 attention kernel (one CTA per tile, no producer): Q is one TMA copy on
+    its own mbarrier, issued where the copy stands and waited for only before the first
+    QK^T, after the K/V loop's first copies were issued - not a masked load every thread
+    waits for before anything else starts (early_loads.py)."""
+    from examples.flash_attention import flashattn, tile_config
+    from tritile.runtime.kernel import JITKernel
+
+    for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_PERSISTENT", "TRITILE_CONSUMER_PARTITIONS"):
+        monkeypatch.delenv(switch, raising=False)
+    src = JITKernel(flashattn.fn(16, 16, 1024, 1024, 64, causal, **tile_config("cuda", 64)), target=H100).get_source("gluon")
+    issue = src.index("tma.async_copy_global_to_shared(Q_desc, ")
+    wait = src.index("mbarrier.wait(Q_shared_loaded.index(0), 0)")
+    assert "gl.load(Q" not in src and "mbarrier.init(Q_shared_loaded.index(0), count=1)" in src
+    assert issue < src.index("tma.async_copy_global_to_shared(K_desc, ") < wait < src.index("warpgroup_mma(Q_shared")
+    assert src.index("mbarrier.invalidate(Q_shared_loaded.index(0))", wait) < src.index("warpgroup_mma(Q_shared")
+
+
 def test_tile_config_by_shape():
     from examples.gemm import tile_config
 

@@ -193,6 +193,8 @@ class Emitter:
         self.deferred_tma_stores = False  # a TMA store is still reading its staging tile
         # ids of shared buffers TMA-stored straight to global memory: their writers wait first
         self.tma_store_sources = isel.tma_store_sources(func, target)
+        self.early_loads = {}  # id(top-level copy) -> its mbarrier (early_loads.py)
+        self.early_load_waits = {}  # id(statement) -> [early loads to wait for before it]
         # warp specialization (warp_specialize.py): the partition plan, and the shared buffers
         # allocated before the fork (their Alloc statements emit nothing in the consumer)
         self.partitions = None
@@ -368,7 +370,7 @@ class Emitter:
         return lower_expr(self, e)
 
     def body(self, seq):
-        from tritile.codegen.gluon import rings, warp_specialize
+        from tritile.codegen.gluon import early_loads, rings, warp_specialize
         from tritile.codegen.gluon.rules import lower_stmt
 
         stmts = seq.stmts if isinstance(seq, ir.Seq) else [seq]
@@ -376,6 +378,8 @@ class Emitter:
         for s in stmts:
             for ring in self.ring_before.get(id(s), ()):
                 rings.emit_alloc(self, ring)
+            if id(s) in self.early_load_waits:
+                early_loads.emit_waits(self, s)
             lower_stmt(self, s)
             for ring in self.ring_advance.get(id(s), ()):
                 rings.emit_advance(self, ring)

@@ -9,7 +9,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 from __future__ import annotations
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import rings, warp_specialize
+from tritile.codegen.gluon import early_loads, rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
                                            is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
@@ -506,6 +506,8 @@ def lower_copy(em: Emitter, s):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
     if em.partitions is not None and id(s) in em.partitions.tile_loads:
         return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
+    if id(s) in em.early_loads:
+        return early_loads.emit_issue(em, s)  # waited for before the buffer's first use
     blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
     if ss == "global":
         if ds == "fragment":
