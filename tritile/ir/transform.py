@@ -1,6 +1,7 @@
 """Generic traversal of the tile IR.
 
-`walk` yields every node below a root; `written_buffer` names the buffer a statement writes;
+`walk` yields every node below a root; `written_buffer` names the buffer a statement writes,
+`touches` tells whether a subtree names a buffer;
 `Transformer` rebuilds a tree bottom-up, calling
 `visit_<ClassName>` where a subclass defines one.  Both treat `Buffer` and `Var` as leaves
 (they are identities, not children), so a pass that rewrites buffers does it with
@@ -122,6 +123,11 @@ def written_buffer(node):
         return None
     target = getattr(node, field)
     return target if isinstance(target, ir.Buffer) else target.buffer
+
+
+def touches(node, buffer: ir.Buffer) -> bool:
+    """Does any region, load or store below `node` name `buffer`?"""
+    return any(getattr(n, "buffer", None) is buffer for n in walk(node))
 
 
 def top_level(seq: ir.Seq) -> list:

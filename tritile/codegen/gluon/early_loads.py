@@ -21,7 +21,7 @@ from __future__ import annotations
 from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon import rings
 from tritile.ir import nodes as ir
-from tritile.ir.transform import top_level, walk
+from tritile.ir.transform import top_level, touches
 
 
 def plan(em, func: ir.PrimFunc):
@@ -35,17 +35,13 @@ def plan(em, func: ir.PrimFunc):
                 and copy.dst.buffer.scope == "shared" and isel.uses_tma(copy, em.target)):
             continue
         buf = copy.dst.buffer
-        if any(_touches(s, buf) for s in top[:at] if not isinstance(s, ir.Alloc)):
+        if any(touches(s, buf) for s in top[:at] if not isinstance(s, ir.Alloc)):
             continue
-        first_use = next((s for s in top[at + 1:] if _touches(s, buf)), None)
+        first_use = next((s for s in top[at + 1:] if touches(s, buf)), None)
         if first_use is None:
             continue
         em.early_loads[id(copy)] = em.fresh(f"{em.name(buf)}_loaded")
         em.early_load_waits.setdefault(id(first_use), []).append(copy)
-
-
-def _touches(stmt, buf) -> bool:
-    return any(getattr(n, "buffer", None) is buf for n in walk(stmt))
 
 
 def emit_issue(em, copy: ir.Copy):

@@ -45,7 +45,7 @@ from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
-from tritile.ir.transform import substitute_vars, top_level, walk
+from tritile.ir.transform import substitute_vars, top_level, touches, walk
 from tritile.lowering.consumer_partitions import WARPGROUP_THREADS
 
 
@@ -163,7 +163,7 @@ def _release_point(top: list, copy: ir.Copy) -> tuple:
     does - or, when that cannot be told at the top level, after the tile's last statement
     once every wgmma has been waited for."""
     buf = copy.dst.buffer
-    reads = [i for i, s in enumerate(top) if s is not copy and any(getattr(n, "buffer", None) is buf for n in walk(s))]
+    reads = [i for i, s in enumerate(top) if s is not copy and touches(s, buf)]
     if not reads:
         return copy, False
     last = top[reads[-1]]
