@@ -598,34 +598,6 @@ def test_one_tile_kernel_loads_q_with_tma_waited_at_first_use(causal, monkeypatc
     assert src.index("mbarrier.invalidate(Q_shared_loaded.index(0))", wait) < src.index("warpgroup_mma(Q_shared")
 
 
-def test_a_ring_whose_copies_would_take_two_paths_takes_none(monkeypatch):
-    """Causal attention's epilogue copies start at ``(T.max(n, 2) - 1) * 128``.  When TMA
-    refused those (a too strict check once did) but served their steady-state instances,
-    the ring's last groups had no TMA copy and their barrier waits never returned: the GPU
-    suite hung (bench/NOTES.md, session 12; the host replay does not see this one).  Such a
-    ring now takes the cp.async path for every copy."""
-    import torch
-
-    from examples.flash_attention import flashattn
-    from pipeline_programs import mbarrier_problems
-    from tritile.codegen.gluon import instructions as isel
-    from tritile.codegen.gluon.kernel_module import emit_module
-
-    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "0")
-    uses_tma = isel.uses_tma
-
-    def refuses_epilogue_copies(copy, target):
-        starts = [n for e in copy.src.starts for n in walk(e)]
-        return uses_tma(copy, target) and not any(isinstance(n, ir.BinOp) and n.op == "max" for n in starts)
-
-    monkeypatch.setattr(isel, "uses_tma", refuses_epilogue_copies)
-    func = lowered(flashattn.fn(1, 2, 512, 512, 128, True, block_M=128, block_N=128, num_stages=2, threads=256), H100)
-    source = emit_module(func, H100).source
-    assert "cp.async_copy_global_to_shared(K_shared" in source and "(K_desc" not in source
-    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in func.params]
-    assert mbarrier_problems(source, args) == []
-
-
 def test_tile_config_by_shape():
     from examples.gemm import tile_config
 

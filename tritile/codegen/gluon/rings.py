@@ -125,19 +125,6 @@ def _seqs_of(seq: ir.Seq) -> list:
     return out
 
 
-def _tma_uniform(em: Emitter, members) -> bool:
-    """Do all instances of each of the loop's copies (prologue, steady state, epilogue: the
-    same source and destination buffers) take the same path?  A TMA ring waits on every
-    group's barrier, so a group whose copies all took another path would never complete:
-    the GPU hangs (seen when an epilogue copy's start, with its ``T.max`` of the trip
-    count, was refused TMA while its steady-state instance was not)."""
-    paths = {}
-    for m in members:
-        if isinstance(m, ir.AsyncCopy):
-            paths.setdefault((id(m.src.buffer), id(m.dst.buffer)), set()).add(isel.uses_tma(m, em.target))
-    return all(len(taken) == 1 for taken in paths.values())
-
-
 def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     loop = stmts[at]
     sections = [_members(stmts[lo:at]), _members(loop.body.stmts), _members(stmts[at + 1:hi])]
@@ -150,7 +137,7 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     em.ring_owner[id(loop)] = ring
     one_group_per_step = sum(isinstance(m, ir.CommitGroup) for m in sections[1]) == 1
     unguarded = all(not isinstance(s, ir.If) for s in loop.body.stmts if _members([s]))
-    ring.has_tma = one_group_per_step and unguarded and _tma_uniform(em, members) and any(
+    ring.has_tma = one_group_per_step and unguarded and any(
         isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
     span = _group_span(loop, sections[1])
     ring.has_tma = ring.has_tma and span is not None
