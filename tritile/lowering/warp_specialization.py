@@ -20,17 +20,18 @@ until the consumers released its slot (an "empty" mbarrier per slot), then issue
 expect and the TMA copies on the slot's "full" mbarrier.  The rest of the kernel runs in the
 default partition (the user's warps), where each group's copies become the release of the
 slot the group refills, at the point pipeline injection placed them (after every gemm
-reading the slot retired), and the waits stay as they are.
+reading the slot retired), and the waits stay as they are.  The consumers therefore never
+issue TMA copies or expects, and Triton's barrier analysis no longer puts CTA barriers
+between the producer's and the consumers' barrier operations.
 
 The producer also takes the kernel's *tile loads* (``WarpSpecialization.tile_loads``):
 synchronous global -> shared copies at the top level of the kernel body, before its first
 pipelined loop, that TMA can serve, whose coordinates the producer can recompute and whose
-buffer no other statement writes (FlashAttention's Q tile).  The producer issues them once
-per tile ahead of the loops' groups; the consumers wait for them where the copy stood and
-release the buffer right after its last read of the tile retired, so that under persistent
-tiles the next tile's load runs under this tile's last iterations and epilogue.  The consumers therefore never
-issue TMA copies or expects, and Triton's barrier analysis no longer puts CTA barriers
-between the producer's and the consumers' barrier operations.
+buffer no other statement writes and no TMA store reads (its release would not wait for the
+store; FlashAttention's Q tile qualifies).  The producer issues them once per tile ahead of
+the loops' groups; the consumers wait for them where the copy stood and release the buffer
+right after its last read of the tile retired, so that under persistent tiles the next
+tile's load runs under this tile's last iterations and epilogue.
 
 A kernel qualifies when
 * the target has TMA and tensor-core wgmma (sm_90) and it has at least one pipelined loop;
@@ -95,6 +96,7 @@ def tile_loads(func: ir.PrimFunc, target) -> list:
         written = written_buffer(node)
         if written is not None:
             writers[id(written)] = writers.get(id(written), 0) + 1
+    stored_by_tma = isel.tma_store_sources(func, target)
     known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.dynamic_vars}
     out = []
     for s in top:
@@ -103,7 +105,7 @@ def tile_loads(func: ir.PrimFunc, target) -> list:
         if isinstance(s, ir.Let) and _free_vars(s.value) <= known:
             known.add(id(s.var))
         if (isinstance(s, ir.Copy) and isel.uses_tma(s, target) and writers[id(s.dst.buffer)] == 1
-                and all(_free_vars(e) <= known for e in s.src.starts)):
+                and id(s.dst.buffer) not in stored_by_tma and all(_free_vars(e) <= known for e in s.src.starts)):
             out.append(s)
     return out
 

@@ -85,13 +85,8 @@ def _static(x):
 
 def _multiple_of(e, n: int) -> bool:
     """Is the integer expression `e` provably a multiple of n (e.g. ``k * 128`` for 128)?"""
-    if isinstance(e, ir.Const):
-        return isinstance(e.value, int) and e.value % n == 0
-    if isinstance(e, ir.BinOp) and e.op == "*":
-        return _multiple_of(e.lhs, n) or _multiple_of(e.rhs, n)
-    if isinstance(e, ir.BinOp) and e.op in ("+", "-"):
-        return _multiple_of(e.lhs, n) and _multiple_of(e.rhs, n)
-    return False
+    coefficients, constant = _linear_terms(e)
+    return constant % n == 0 and all(c % n == 0 for c in coefficients)
 
 
 def _linear_terms(e):

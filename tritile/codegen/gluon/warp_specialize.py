@@ -149,8 +149,6 @@ def _plan_tile_loads(em: Emitter, func: ir.PrimFunc, parts: Partitions):
             continue
         if parts.split is not None and copy.dst.starts[0] is not parts.split.var:
             continue  # a buffer all partitions share: each keeps loading it itself
-        if id(copy.dst.buffer) in em.tma_store_sources:
-            continue  # its release would not wait for the TMA store reading it
         buf = copy.dst.buffer
         parts.tile_loads[id(copy)] = (em.fresh(f"{em.name(buf)}_loaded"), em.fresh(f"{em.name(buf)}_free"))
         if not any(b is buf for b in parts.hoisted):
