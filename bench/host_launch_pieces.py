@@ -4,9 +4,10 @@ CPU-side pieces without a GPU; this one times the real launch path, piece by pie
 For the 128^3 fp16 GEMM of examples/gemm.py (the kernel bench_h100.py's launch overhead uses),
 µs per call, best of 5 x N calls, each piece with everything before it already done:
 * the whole call `kernel(a, b)`;
-* `GluonKernel.launch` (its checks, the generated `tritile_launch`: host TensorDescriptors and
-  `compiled[grid](...)`);
-* `compiled[grid](...)` with the descriptors built once;
+* `GluonKernel.launch_bound` (alignment check, the generated `tritile_launch`, the launcher);
+* tritile's `DirectLaunch` alone (Triton's C launcher, descriptors remembered);
+* tritile's `TritonLaunch` (`compiled[grid](...)` with host TensorDescriptors built per call:
+  the path every call took before the direct one);
 * Triton's `CudaLauncher` (`compiled.run`) with the stream and metadata looked up once;
 * one `fill_tma_descriptor` (the cuTensorMapEncodeTiled call Triton makes per descriptor per
   launch).
@@ -41,40 +42,41 @@ def main():
     import triton
     from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
 
+    from tritile.runtime.launcher import DirectLaunch, TritonLaunch, host_descriptor
+
     kernel = build_matmul_kernel(128, 128, 128)
     a, b = (torch.randn(128, 128, device="cuda", dtype=torch.float16) for _ in range(2))
     kernel(a, b)
     gluon = kernel._device_kernel
     tensors, dims = kernel._bind((a, b))
+    captured = []
+    gluon._host_launch(lambda *launch: captured.append(launch), *tensors)
+    grid, kernel_tensors, tma_operands, dim_args = captured[0]
     compiled = gluon.compiled
-    captured = {}
-
-    class Capture:  # records what tritile_launch passes to compiled[grid](...)
-        def __getitem__(self, grid):
-            def launch(*args):
-                captured["grid"], captured["args"] = grid, args
-            return launch
-
-    gluon._host_launch(Capture(), *tensors)
-    grid, args = captured["grid"], captured["args"]
+    triton_launch = TritonLaunch(compiled, gluon.descriptors)
     device = triton.runtime.driver.active.get_current_device()
     stream = triton.runtime.driver.active.get_current_stream(device)
-    compiled._init_handles()
-    meta = compiled.metadata.tensordesc_meta[0] if getattr(compiled.metadata, "tensordesc_meta", None) else None
-    desc = next(x for x in args if hasattr(x, "block_shape"))
+    host_descriptors = [host_descriptor(op, spec) for op, spec in zip(tma_operands, gluon.descriptors)]
     rows = {
         "kernel(a, b)": lambda: kernel(a, b),
-        "GluonKernel.launch (checks, descriptors, launch)": lambda: gluon.launch(tensors, dims),
-        "compiled[grid](...), descriptors prebuilt": lambda: compiled[grid](*args),
-        "compiled.run(...), stream and metadata prebuilt": lambda: compiled.run(
-            grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, None, None, None, *args),
+        "GluonKernel.launch_bound (alignment, tritile_launch, launcher)": lambda: gluon.launch_bound(tensors, dims),
+        f"launcher alone ({type(gluon._launcher).__name__})":
+            lambda: gluon._launcher(grid, kernel_tensors, tma_operands, dim_args),
+        "TritonLaunch: compiled[grid](...), host descriptors built per call":
+            lambda: triton_launch(grid, kernel_tensors, tma_operands, dim_args),
+        "compiled.run(...), stream, metadata and host descriptors prebuilt": lambda: compiled.run(
+            grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+            *kernel_tensors, *host_descriptors, *dim_args),
     }
+    meta = compiled.metadata.tensordesc_meta[0] if getattr(compiled.metadata, "tensordesc_meta", None) else None
     if meta is not None:
+        desc = host_descriptors[0]
         rows["one fill_tma_descriptor"] = lambda: triton.runtime.driver.active.utils.fill_tma_descriptor(
             desc.base.data_ptr(), meta["swizzle"], meta["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
             meta["block_size"], desc.shape, desc.strides, 0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
-          f"µs per call, 128^3 fp16 GEMM, {sum(hasattr(x, 'block_shape') for x in args)} TMA descriptors")
+          f"µs per call, 128^3 fp16 GEMM, {len(tma_operands)} TMA descriptors, "
+          f"direct path: {isinstance(gluon._launcher, DirectLaunch)}")
     for label, fn in rows.items():
         print(f"{per_call_us(fn):8.2f}  {label}", flush=True)
 

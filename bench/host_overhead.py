@@ -28,17 +28,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tritile.language as T  # noqa: E402
 from examples.gemm import matmul, tile_config  # noqa: E402
 from tritile.runtime.kernel import JITKernel  # noqa: E402
+from tritile.runtime.launcher import DirectLaunch  # noqa: E402
 
 
-class _NoLaunch:
-    """Stands in for Triton's `CompiledKernel`: `compiled[grid](*args)` does nothing."""
+class _NotLaunched:
+    """Stands in for Triton's `CompiledKernel` (what `DirectLaunch` reads of it)."""
 
-    def __getitem__(self, grid):
-        return self._launch
+    function = 0
+    packed_metadata = (4, 1, 0)
+    metadata = None
 
-    @staticmethod
-    def _launch(*args):
-        return None
+
+def _direct_launch_without_gpu(gluon):
+    """`DirectLaunch` with the C launch a no-op and descriptors "encoded" without the driver."""
+    return DirectLaunch(_NotLaunched(), gluon.descriptors, c_launch=lambda *args: None,
+                        encode=lambda operand, index: [object(), *operand[1], *operand[2]],
+                        current_stream=lambda: 0, fallback=None)
 
 
 def per_call_us(fn, iters: int) -> float:
@@ -51,6 +56,14 @@ def per_call_us(fn, iters: int) -> float:
             fn()
         best = min(best, (time.perf_counter() - start) / iters * 1e6)
     return best
+
+
+def _captured_launch(gluon, tensors, dims):
+    """The (grid, tensors, TMA operands, dims) the generated `tritile_launch` passes on."""
+    captured = []
+    gluon._host_launch(lambda *launch_args: captured.append(launch_args), *tensors,
+                       *[dims[v] for v in gluon.func.dynamic_vars])
+    return captured[0]
 
 
 def main():
@@ -66,30 +79,24 @@ def main():
 
     kernel = matmul.compile(M=n, N=n, K=n, dtype=T.float16, **config)
     gluon = kernel._codegen(kernel._device_target())  # compiles for sm_90 (no GPU needed)
-    gluon.compiled = _NoLaunch()
+    launch = gluon._launcher = _direct_launch_without_gpu(gluon)
     a = torch.randn(n, n, dtype=torch.float16)
     b = torch.randn(n, n, dtype=torch.float16)
 
     tensors, dims = kernel._bind((a, b))
-    host_launch = gluon._host_launch
+    grid, kernel_tensors, operands, dim_args = _captured_launch(gluon, tensors, dims)
     rows = [
         ("kernel(a, b)  [compiled JITKernel, total]", lambda: kernel(a, b)),
         ("matmul(a, b, **cfg)  [eager jit, total]", lambda: matmul(a, b, dtype=T.float16, **config)),
         ("  argument checks + output allocation (warm: remembered kind)", lambda: kernel._bind((a, b))),
         ("  argument checks + output allocation (first call of a kind)", lambda: kernel._bind._bind_checked((a, b))),
         ("  output allocation alone (torch.empty)", lambda: torch.empty((n, n), dtype=torch.float16)),
-        ("  Gluon launcher checks (launch, no descriptors)", None),
-        ("  host TensorDescriptors + grid (tritile_launch)", lambda: host_launch(gluon.compiled, *tensors, *[
-            dims[v] for v in gluon.func.dynamic_vars])),
+        ("  GluonKernel.launch_bound (alignment, grid, TMA operands, launcher)",
+         lambda: gluon.launch_bound(tensors, dims)),
+        (f"  DirectLaunch alone ({len(operands)} remembered descriptors, C launch a no-op)",
+         lambda: launch(grid, kernel_tensors, operands, dim_args)),
     ]
-    results = {}
-    for label, fn in rows:
-        if fn is None:
-            gluon._host_launch = _NoLaunch._launch
-            results[label] = per_call_us(lambda: gluon.launch(tensors, dims), opts.iters)
-            gluon._host_launch = host_launch
-        else:
-            results[label] = per_call_us(fn, opts.iters)
+    results = {label: per_call_us(fn, opts.iters) for label, fn in rows}
     total_kernel = results[rows[0][0]]
     results["  jit layer (eager total - kernel total): signature, T.const key, cache"] = (
         results[rows[1][0]] - total_kernel)

@@ -463,8 +463,19 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     for node in tree.body:  # the kernel is the last @gluon.jit function before the launcher
         if isinstance(node, _ast.FunctionDef) and node.name not in ("tritile_launch", "_add_combine"):
             kernel = ns[node.name]
-    launch(Compiled(), *args, *dims)
+    launch(_launcher(ns, Compiled()), *args, *dims)
     return problems
+
+
+def _launcher(ns, compiled):
+    """The generated `tritile_launch`'s `launch(grid, tensors, tma_operands, dims)` (the protocol
+    of `tritile.runtime.launcher`) over a replay's `compiled[grid](*kernel_args)`, with the
+    module's own (stand-in) TensorDescriptor."""
+    def launch(grid, tensors, tma_operands, dims):
+        descriptors = [ns["TensorDescriptor"](tensor, shape, strides, block, layout)
+                       for (tensor, shape, strides), (block, layout) in zip(tma_operands, ns["TMA_DESCRIPTORS"])]
+        compiled[grid](*tensors, *descriptors, *dims)
+    return launch
 
 
 # ---------------------------------------------------------------- warp-specialized replay
@@ -957,7 +968,7 @@ def _replay_partitions(tree, args, dims, schedules) -> list:
                             problems.setdefault(message, f"block {pid}, {schedule} schedule: {message}")
                 return run
 
-        launch(Compiled(), *args, *dims)
+        launch(_launcher(ns, Compiled()), *args, *dims)
     return list(problems.values())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 import tritile.language as T
 from tritile.errors import CompileError
@@ -185,7 +186,7 @@ def test_sm90_dynamic_m_transposed_b_compiles():
     k = compile_for(pipelined_gemm(S=2, BN=64, transpose_b=True, dynamic_m=True), H100)
     assert "wgmma.mma_async" in k.asm["ptx"]
     assert ".permute((1, 0))" in k.source
-    assert "def tritile_launch(compiled, A, B, C, M):" in k.source
+    assert "def tritile_launch(launch, A, B, C, M):" in k.source
 
 
 def test_elementwise_and_reductions_compile():
@@ -362,7 +363,14 @@ def test_sm90_attention_loads_k_v_with_tma_over_rows_view():
     func = flashattn.fn(2, 2, 256, 256, 64, True, **tile_config("cuda"))
     k = compile_for(func, H100)
     assert k.asm["ptx"].count(TMA_LOAD) >= 2
-    assert "[K.numel() // K.shape[-1], K.shape[-1]]" in k.source
+    # the generated launcher addresses K and V through their [B*H*S, D] rows view
+    q, key, v, out = (torch.randn(2, 2, 256, 64, dtype=torch.float16) for _ in range(4))
+    launches = []
+    k._host_launch(lambda *launch: launches.append(launch), q, key, v, out)
+    grid, tensors, tma_operands, dims = launches[0]
+    assert tensors == (q, key, v, out) and dims == ()
+    rows_views = [(shape, strides) for tensor, shape, strides in tma_operands if tensor is key or tensor is v]
+    assert rows_views and all(view == ((2 * 2 * 256, 64), (64, 1)) for view in rows_views)
 
 
 def test_sm90_attention_overlaps_pv_wgmma_with_the_softmax(monkeypatch):

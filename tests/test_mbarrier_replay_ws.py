@@ -197,9 +197,11 @@ def kernel(X, X_desc, n):
     gl.warp_specialize([(consumer, (bufs, full, empty, n)), (producer, (X_desc, bufs, full, empty, n))], [1], [24])
 
 
-def tritile_launch(compiled, X, n):
-    X_desc = TensorDescriptor(X, list(X.shape), list(X.stride()), [8, 8], None)
-    compiled[(1, 1, 1)](X, X_desc, n)
+TMA_DESCRIPTORS = (((8, 8), None), )
+
+
+def tritile_launch(launch, X, n):
+    launch((1, 1, 1), (X, ), ((X, X.shape, X.stride()), ), (n, ))
 '''
 
 

@@ -99,8 +99,8 @@ class ArgumentBinder:
 
     def __call__(self, args):
         try:
-            key = tuple((type(t), t.dtype, t.shape, t.device) for t in args)
-            contiguous = all(t.is_contiguous() for t in args)
+            key = tuple([(type(t), t.dtype, t.shape, t.device) for t in args])
+            contiguous = all([t.is_contiguous() for t in args])
         except AttributeError:  # a non-tensor: the full path names it
             key, contiguous = None, False
         known = self._memo.get(key)

@@ -12,7 +12,8 @@ the device is sm_80) are re-inferred for `target` first.
 
 `GluonKernel.launch(args, dim_values)` takes CUDA tensors in `func.params` order (outputs
 pre-allocated) and the runtime dims; everything not depending on the tensors (host
-launcher, argument checks, dynamic-dim order) is prepared at compile time.
+launcher, argument checks, dynamic-dim order) is prepared at compile time, and the launch
+itself goes through `tritile.runtime.launcher`.
 Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
 """
 from __future__ import annotations
@@ -33,23 +34,26 @@ class GluonKernel:
     """A compiled kernel: `.source` (generated Gluon), `.asm` ({"ttgir", "ptx", ...}),
     `.metadata` (Triton's, e.g. `.shared`), `.compiled` (triton CompiledKernel)."""
 
-    def __init__(self, func: ir.PrimFunc, source: str, compiled, host_launch):
+    def __init__(self, func: ir.PrimFunc, source: str, compiled, host_launch, descriptors):
         self.func = func
         self.name = func.name
         self.source = source
         self.compiled = compiled
         self.asm = compiled.asm
         self.metadata = compiled.metadata
+        self.descriptors = descriptors  # [DescriptorSpec] of the kernel's TMA descriptor arguments
         self._host_launch = host_launch
+        self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
         self._dynamic_vars = list(func.dynamic_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
         runtime dims are looked up by `func`'s Vars, in the same order."""
-        return GluonKernel(func, self.source, self.compiled, self._host_launch)
+        return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors)
 
     def launch(self, args, dim_values=None):
+        """Launch on CUDA tensors `args` (params order, outputs allocated), checking them first."""
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
         for t, (name, dtype) in zip(args, self._checks):
@@ -59,10 +63,20 @@ class GluonKernel:
                 raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
             if not t.is_contiguous():
                 raise ValueError(f"argument {name} must be contiguous")
+        self.launch_bound(args, dim_values)
+
+    def launch_bound(self, args, dim_values=None):
+        """Launch on arguments an `ArgumentBinder` already checked (count, dtypes, one device
+        kind, contiguity); only the alignment the kernel was compiled for is checked here."""
+        for t, (name, _) in zip(args, self._checks):
             if t.data_ptr() % 16:
                 raise ValueError(f"argument {name} must be 16-byte aligned")
         dims = [int(dim_values[v]) for v in self._dynamic_vars] if self._dynamic_vars else []
-        self._host_launch(self.compiled, *args, *dims)
+        if self._launcher is None:
+            from tritile.runtime.launcher import kernel_launcher
+
+            self._launcher = kernel_launcher(self.compiled, self.descriptors)
+        self._host_launch(self._launcher, *args, *dims)
 
 
 def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
@@ -92,7 +106,10 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     path = cache.write_source(key, gen.source)
     module = _load_module(f"tritile_gluon_k_{key}", path)
     compiled = _triton_compile(func, target, gen, module)
-    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch))
+    from tritile.runtime.launcher import DescriptorSpec
+
+    descriptors = [DescriptorSpec(block, layout) for block, layout in module.TMA_DESCRIPTORS]
+    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors))
 
 
 def _specialization(func) -> tuple:

@@ -57,7 +57,7 @@ class JITKernel:
         else:
             if self._device_kernel is None:
                 self._device_kernel = self._codegen(self._device_target())
-            self._device_kernel.launch(tensors, dim_values)
+            self._device_kernel.launch_bound(tensors, dim_values)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None

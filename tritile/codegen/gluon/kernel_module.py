@@ -52,6 +52,8 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out = [HEADER.format(name=func.name, target=target)]
     for d in descs:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
+    blocks = "".join(f"({tuple(d.block_shape)}, {_host_layout(d)}), " for d in descs)
+    out.append(f"TMA_DESCRIPTORS = ({blocks})  # (block shape, shared layout) per descriptor argument\n")
     for name, args, lines in partitions:
         out.append("\n@gluon.jit\n")
         out.append(f"def {name}({', '.join(args)}):\n")
@@ -72,16 +74,19 @@ def _host_layout(d) -> str:
 
 
 def _host_launcher(func, em, params, descs, dims) -> str:
+    """`tritile_launch(launch, <tensors>, <dims>)`: the grid and the TMA operands for
+    `tritile.runtime.launcher` (descriptor objects are built there, once per geometry)."""
     grid = [_host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
-    lines = [f"def tritile_launch(compiled, {', '.join(params + dims)}):"]
+    operands = []
     for d in descs:
         t = params[d.param_index]
-        shape, strides = f"list({t}.shape)", f"list({t}.stride())"
         if d.rows_view:  # contiguous (checked at launch): the [prod(shape[:-1]), shape[-1]] view
-            shape, strides = f"[{t}.numel() // {t}.shape[-1], {t}.shape[-1]]", f"[{t}.shape[-1], 1]"
-        lines.append(f"    {d.name} = TensorDescriptor({t}, {shape}, {strides}, "
-                     f"{list(d.block_shape)}, {_host_layout(d)}, padding=\"zero\")")
-    lines.append(f"    compiled[({', '.join(grid)})]({', '.join(params + [d.name for d in descs] + dims)})")
+            operands.append(f"({t}, ({t}.numel() // {t}.shape[-1], {t}.shape[-1]), ({t}.shape[-1], 1))")
+        else:
+            operands.append(f"({t}, {t}.shape, {t}.stride())")
+    lines = [f"def tritile_launch(launch, {', '.join(params + dims)}):",
+             f"    launch(({', '.join(grid)}), ({''.join(p + ', ' for p in params)}), "
+             f"({''.join(o + ', ' for o in operands)}), ({''.join(d + ', ' for d in dims)}))"]
     return "\n".join(lines) + "\n"
 
 
