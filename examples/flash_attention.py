@@ -105,22 +105,24 @@ def ref_program(Q, K, V, is_causal):
     return torch.einsum("bhqk,bhkd->bhqd", F.softmax(scores, dim=-1), V.float()).to(Q.dtype)
 
 
-def tile_config(device_type: str, dim: int = 128) -> dict:
+def tile_config(device_type: str, dim: int = 128, is_causal: bool = False) -> dict:
     """On CUDA: TileLang's tuned Hopper config (128x128 tiles, two warpgroups) for head dim 128;
-    for head dim <= 64, 64x64 tiles on one warpgroup, small enough (96 KB of shared memory) for
-    two CTAs per SM, whose warpgroups then overlap each other's softmax (H100, 16x16x1024x64:
-    390 vs 288 TFLOP/s, bench/NOTES.md 2026-11-22).  Small tiles for the CPU interpreter."""
+    for head dim <= 64, one warpgroup on 64-row tiles, small enough for several CTAs an SM to
+    overlap each other's softmax: 64x128 (three CTAs, 72 KB of shared memory once the
+    epilogue reuses Q's bytes), or 64x64 when causal, whose short diagonal rows favour the
+    smaller tile (H100, 16x16x1024x64: 424 and 327 TFLOP/s against 400 and 318 the other
+    way round, bench/results/d64_smem_whatif_h100.txt).  Small tiles for the CPU interpreter."""
     if device_type != "cuda":
         return dict(block_M=64, block_N=64, num_stages=1, threads=128)
     if dim <= 64:
-        return dict(block_M=64, block_N=64, num_stages=2, threads=128)
+        return dict(block_M=64, block_N=64 if is_causal else 128, num_stages=2, threads=128)
     return dict(block_M=128, block_N=128, num_stages=2, threads=256)
 
 
 def tritile_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v for fp16 [batch, heads, seq, dim] tensors (used by the benchmarks)."""
     batch, heads, seq_q, dim = q.shape
-    kernel = flashattn(batch, heads, seq_q, k.shape[2], dim, is_causal, **tile_config(q.device.type, dim))
+    kernel = flashattn(batch, heads, seq_q, k.shape[2], dim, is_causal, **tile_config(q.device.type, dim, is_causal))
     return kernel(q, k, v)
 
 

@@ -195,6 +195,9 @@ class Emitter:
         self.tma_store_sources = isel.tma_store_sources(func, target)
         self.early_loads = {}  # id(top-level copy) -> its mbarrier (early_loads.py)
         self.early_load_waits = {}  # id(statement) -> [early loads to wait for before it]
+        # shared buffers allocated at their first use (shared_lifetimes.py)
+        self.deferred_allocs = {}  # id(statement) -> [buffers to allocate before it]
+        self.deferred_buffers = set()  # ids of those buffers
         # warp specialization (warp_specialize.py): the partition plan, and the shared buffers
         # allocated before the fork (their Alloc statements emit nothing in the consumer)
         self.partitions = None
@@ -370,12 +373,14 @@ class Emitter:
         return lower_expr(self, e)
 
     def body(self, seq):
-        from tritile.codegen.gluon import early_loads, rings, warp_specialize
+        from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
         from tritile.codegen.gluon.rules import lower_stmt
 
         stmts = seq.stmts if isinstance(seq, ir.Seq) else [seq]
         start = len(self.lines)
         for s in stmts:
+            if id(s) in self.deferred_allocs:
+                shared_lifetimes.emit_before(self, s)
             for ring in self.ring_before.get(id(s), ()):
                 rings.emit_alloc(self, ring)
             if id(s) in self.early_load_waits:

@@ -6,7 +6,7 @@ nothing is imported from Triton here, so it also runs where Triton is absent.
 """
 from __future__ import annotations
 
-from tritile.codegen.gluon import block_order, early_loads, rings, warp_specialize
+from tritile.codegen.gluon import block_order, early_loads, rings, shared_lifetimes, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, POINTER_TYPES, Emitter, GeneratedKernel
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -26,6 +26,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     rings.plan(em, k.body)
     parts = em.partitions = warp_specialize.plan(em, func)
     early_loads.plan(em, func)
+    shared_lifetimes.plan(em, func)
     block_order.emit_block_ids(em, k)
     if parts is None:
         em.body(k.body)

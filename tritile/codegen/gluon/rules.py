@@ -181,6 +181,12 @@ def lower_seq(em: Emitter, s: ir.Seq):
     em.body(s)
 
 
+def emit_shared_alloc(em: Emitter, buf: ir.Buffer):
+    name = em.name(buf)
+    layout = em.layout_name(em.buffer_layout(buf), name)
+    em.emit(f"{name} = gl.allocate_shared_memory({GL_DTYPES[buf.dtype.name]}, {list(buf.shape)}, {layout})")
+
+
 def lower_alloc(em: Emitter, s: ir.Alloc):
     buf = s.buffer
     name = em.name(buf)
@@ -191,9 +197,8 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
     elif buf.scope == "shared":
         if id(buf) in em.hoisted:
             em.emit(f"# {name}: allocated before the warp-specialized fork")
-            return
-        layout = em.layout_name(em.buffer_layout(buf), name)
-        em.emit(f"{name} = gl.allocate_shared_memory({dt}, {list(buf.shape)}, {layout})")
+        elif id(buf) not in em.deferred_buffers:  # else allocated at its first use (shared_lifetimes.py)
+            emit_shared_alloc(em, buf)
     elif buf.scope == "fragment":
         for d in buf.shape:
             if not is_pow2(d):
