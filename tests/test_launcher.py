@@ -114,3 +114,38 @@ def test_compiled_kernels_carry_their_descriptor_specs():
     assert len(tma_operands) == len(gluon.descriptors)
     for (tensor, shape, _), spec in zip(tma_operands, gluon.descriptors):
         assert shape[-1] == tensor.shape[-1] and spec.block_shape[-1] <= shape[-1]
+
+
+@pytest.mark.gpu
+def test_a_launch_goes_to_the_current_stream_and_into_cuda_graphs():
+    """The direct path reads the current stream at every call: a side stream's work orders
+    after it, and a graph capture records the launch (a launch on another stream would fail
+    the capture), with its TMA descriptors passed by value."""
+    from examples.gemm import build_matmul_kernel
+    from tritile.runtime.launcher import DirectLaunch
+
+    kernel = build_matmul_kernel(256, 256, 256)
+    a, b = (torch.randn(256, 256, device="cuda", dtype=torch.float16) for _ in range(2))
+    kernel(a, b)
+    assert isinstance(kernel._device_kernel._launcher, DirectLaunch)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = kernel(a, b)
+    side.synchronize()
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1)
+
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.Stream()
+    capture.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture):
+        kernel(a, b)  # warm on the capture stream
+        with torch.cuda.graph(graph, stream=capture):
+            captured = kernel(a, b)
+    torch.cuda.current_stream().wait_stream(capture)
+    for _ in range(2):  # fresh inputs in the captured buffers
+        a.copy_(torch.randn_like(a))
+        b.copy_(torch.randn_like(b))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(captured.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1)
