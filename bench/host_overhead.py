@@ -6,11 +6,12 @@ Times, with `time.perf_counter` over many iterations, the host path of a small f
 * `matmul(a, b, ...)`   - the eager `@tritile.jit` call (specialisation key + cache lookup first);
 and a breakdown of the pieces: argument checks + output allocation (`ArgumentBinder`: the
 remembered path a warm call takes, and the full checks of a first call of a kind), the output
-allocation alone, the Gluon launcher's own checks, and the host `TensorDescriptor`s built by the
-generated `tritile_launch`.
+allocation alone, `GluonKernel.launch_bound` (alignment check, the generated `tritile_launch`,
+the launcher) and the launcher alone (`tritile.runtime.launcher.DirectLaunch` with its
+descriptors remembered).
 
-Only the final `compiled[grid](...)` (Triton's C launcher, which needs a GPU) is replaced by a
-no-op; CPU tensors stand in for CUDA ones (`Tensor.is_cuda` is patched to True and the
+Only Triton's C launch (which needs a GPU) is a no-op, and descriptors are "encoded" without
+the driver; CPU tensors stand in for CUDA ones (`Tensor.is_cuda` is patched to True and the
 interpreter dispatch is turned off), everything else is the code a GPU call runs.
 Run: ``python bench/host_overhead.py [--iters N]``.
 """
