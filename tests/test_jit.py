@@ -40,6 +40,22 @@ def test_lazy_kernel_cached_per_arguments(assert_close):
     assert_close(k1(x), x * 3.0)
 
 
+def test_lazy_kernel_key_ignores_keyword_order_but_not_types(assert_close):
+    k1 = scale_lazy(64, 32, 3.0, block=16, dtype="float32")
+    assert scale_lazy(64, 32, 3.0, dtype="float32", block=16) is k1
+    assert scale_lazy(64, 32, True, block=16) is not scale_lazy(64, 32, 1, block=16)
+    x = torch.randn(64, 32)
+    assert_close(k1(x), x * 3.0)
+
+
+def test_lazy_kernel_keys_of_unhashable_constants():
+    from tritile.runtime.jit import _constants_key
+
+    assert _constants_key(([64, 32], 3.0), {"shape": [1, 2]}) == _constants_key(([64, 32], 3.0), {"shape": [1, 2]})
+    assert _constants_key(([64, 32],), {}) != _constants_key(((64, 32),), {})  # a list is not a tuple
+    assert _constants_key((1,), {}) != _constants_key((1.0,), {})
+
+
 def test_eager_call_specialises_on_const_dims(assert_close):
     x = torch.randn(64, 32)
     assert_close(scale_eager(x), x * 2.0)

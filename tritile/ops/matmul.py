@@ -22,7 +22,7 @@ SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.
 
 @tritile.jit
 def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
-           threads: int = 128, dtype=T.float16, accum_dtype=T.float32):
+           threads: int = 128, dtype=T.float16, accum_dtype=T.float32, panel_size: int = 10):
     M, N, K = T.const("M, N, K")
     A: T.Tensor[[M, K], dtype]
     B: T.Tensor[[K, N], dtype]
@@ -33,7 +33,7 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
         B_shared = T.alloc_shared((block_K, block_N), dtype)
         C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
-        T.use_swizzle(panel_size=10)  # launch order in panels, for L2 reuse of A and B tiles
+        T.use_swizzle(panel_size=panel_size)  # launch order in panels, for L2 reuse of A and B tiles
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
             T.copy(A[by * block_M, k * block_K], A_shared)

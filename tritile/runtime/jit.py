@@ -77,6 +77,18 @@ def _freeze(value):
         return (type(value).__name__, repr(value))
 
 
+def _constants_key(args: tuple, kwargs: dict):
+    """The cache key of a lazy-style call: each value with its type (3, 3.0 and True are other
+    constants), keywords in name order.  Calls whose values all hash (scalars, strings, dtypes)
+    build it directly; the rest go through `_freeze` (lists, dicts, unhashable values)."""
+    key = (tuple([(type(a), a) for a in args]), tuple(sorted([(k, type(v), v) for k, v in kwargs.items()])))
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        return ("frozen", _freeze(args), _freeze(kwargs))
+
+
 class _JITBase:
     def __init__(self, fn, options: dict):
         self.fn = fn
@@ -115,7 +127,7 @@ class LazyJIT(_JITBase):
     """`f(*consts)` -> the function's `@T.prim_func`, compiled and cached."""
 
     def __call__(self, *args, **kwargs) -> JITKernel:
-        return self._cached((_freeze(args), _freeze(kwargs)), lambda: self._build(*args, **kwargs))
+        return self._cached(_constants_key(args, kwargs), lambda: self._build(*args, **kwargs))
 
     def _build(self, *args, **kwargs) -> JITKernel:
         func = self.fn(*args, **kwargs)
