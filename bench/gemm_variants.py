@@ -48,6 +48,7 @@ def variants(M):
                 ("64x64x64 s4 w4", cfg(64, 64, 64, 4, 4), "auto"), ("128x256x64 s3 w8 (old)", WIDE, "0")]
     if M <= 256:
         return [("128x64x64 s6 w4", cfg(128, 64, 64, 6, 4), "auto"), ("64x64x64 s8 w4", cfg(64, 64, 64, 8, 4), "auto"),
+                ("64x64x128 s4 w4", cfg(64, 64, 128, 4, 4), "auto"), ("64x128x128 s3 w4", cfg(64, 128, 128, 3, 4), "auto"),
                 ("128x128x64 s4 w4", cfg(128, 128, 64, 4, 4), "auto"), ("128x256x64 s3 w8 (old)", WIDE, "0")]
     if M > 1024:
         return [("128x256x64 s3 w8 NP", WIDE, "0")]

@@ -68,6 +68,15 @@ def main():
             grid[0], grid[1], grid[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
             *kernel_tensors, *host_descriptors, *dim_args),
     }
+    launcher = gluon._launcher
+    if isinstance(launcher, DirectLaunch):  # Triton's C launcher alone, two ways of passing tensors
+        expanded = [x for index, op in enumerate(tma_operands) for x in launcher._encode(op, index)]
+        head = (grid[0], grid[1], grid[2], stream, compiled.function, *launcher._flags, None, None,
+                compiled.packed_metadata, None, None, None)
+        pointers = [t.data_ptr() for t in kernel_tensors]
+        rows["C launcher, tensors as objects (a cuPointerGetAttribute each)"] = lambda: launcher._c_launch(
+            *head, *kernel_tensors, *expanded, *dim_args)
+        rows["C launcher, raw addresses"] = lambda: launcher._c_launch(*head, *pointers, *expanded, *dim_args)
     meta = compiled.metadata.tensordesc_meta[0] if getattr(compiled.metadata, "tensordesc_meta", None) else None
     if meta is not None:
         desc = host_descriptors[0]

@@ -57,7 +57,7 @@ def test_direct_launch_passes_tritons_c_launcher_arguments_in_order():
     a, c = torch.randn(64, 96), torch.randn(2, 64, 128)
     launch((3, 2, 1), (a, c), operands(a, c), (17,))
     assert calls == [(3, 2, 1, 0x57, 0xF00, False, True, None, None, (8, 1, 1024), None, None, None,
-                      a, c, ("map", 0), 64, 96, 96, 1, ("map", 1), 128, 128, 128, 1, 17)]
+                      a.data_ptr(), c.data_ptr(), ("map", 0), 64, 96, 96, 1, ("map", 1), 128, 128, 128, 1, 17)]
 
 
 def test_a_descriptor_is_encoded_once_per_address_and_geometry():

@@ -106,7 +106,7 @@ class ArgumentBinder:
         known = self._memo.get(key)
         if known is not None and contiguous:
             dim_values, out_shapes = known
-            return self._with_outputs(list(args), out_shapes), dict(dim_values)
+            return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}
         tensors, dim_values = self._bind_checked(args)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:

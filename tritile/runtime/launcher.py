@@ -3,7 +3,7 @@
 Contract: `kernel_launcher(compiled, descriptors)` returns `launch(grid, tensors, tma_operands,
 dims)`, which runs Triton `CompiledKernel` `compiled` on the current CUDA stream of the current
 device, exactly as `compiled[grid](*tensors, *host_descriptors, *dims)` would:
-* `tensors` are the kernel's global tensors in parameter order;
+* `tensors` are the kernel's global tensors in parameter order, all CUDA tensors;
 * `tma_operands` holds, per TMA descriptor argument in the kernel's order, `(tensor, shape,
   strides)` of the (possibly rows-view) tensor it addresses; `descriptors` holds each
   one's `DescriptorSpec` (its block shape and shared layout);
@@ -93,8 +93,11 @@ class DirectLaunch:
                 arguments = memo[key] = self._encode(operand, index)
             expanded += arguments
         compiled = self.compiled
+        # raw addresses: Triton's launcher then skips a cuPointerGetAttribute per tensor, a
+        # check that the caller's (CUDA tensors only) already makes
+        pointers = [t.data_ptr() for t in tensors]
         self._c_launch(grid[0], grid[1], grid[2], self._current_stream(), compiled.function, *self._flags,
-                       None, None, compiled.packed_metadata, None, None, None, *tensors, *expanded, *dims)
+                       None, None, compiled.packed_metadata, None, None, None, *pointers, *expanded, *dims)
 
 
 def _launch_hooks_installed() -> bool:
