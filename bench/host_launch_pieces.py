@@ -53,7 +53,7 @@ def main():
     gluon._host_launch(lambda *launch: captured.append(launch), *tensors)
     grid, kernel_tensors, tma_operands, dim_args = captured[0]
     compiled = gluon.compiled
-    triton_launch = TritonLaunch(compiled, gluon.descriptors)
+    triton_launch = TritonLaunch(compiled, gluon.descriptors, gluon._launcher.names)
     device = triton.runtime.driver.active.get_current_device()
     stream = triton.runtime.driver.active.get_current_stream(device)
     host_descriptors = [host_descriptor(op, spec) for op, spec in zip(tma_operands, gluon.descriptors)]

@@ -42,7 +42,8 @@ class _NotLaunched:
 
 def _direct_launch_without_gpu(gluon):
     """`DirectLaunch` with the C launch a no-op and descriptors "encoded" without the driver."""
-    return DirectLaunch(_NotLaunched(), gluon.descriptors, c_launch=lambda *args: None,
+    return DirectLaunch(_NotLaunched(), gluon.descriptors, [p.name for p in gluon.func.params],
+                        c_launch=lambda *args: None,
                         encode=lambda operand, index: [object(), *operand[1], *operand[2]],
                         current_stream=lambda: 0, fallback=None)
 

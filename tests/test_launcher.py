@@ -18,6 +18,7 @@ from tritile.runtime.target import Target
 
 LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
 SPECS = [DescriptorSpec((64, 64), LAYOUT), DescriptorSpec((64, 128), LAYOUT)]
+NAMES = ["A", "C"]
 
 
 class FakeCompiled:
@@ -43,8 +44,8 @@ def direct(compiled=None):
         encoded.append((operand[0].data_ptr(), index))
         return [("map", index), *operand[1], *operand[2]]
 
-    launch = DirectLaunch(compiled, SPECS, c_launch=lambda *args: calls.append(args), encode=encode,
-                          current_stream=lambda: 0x57, fallback=TritonLaunch(compiled, SPECS))
+    launch = DirectLaunch(compiled, SPECS, NAMES, c_launch=lambda *args: calls.append(args), encode=encode,
+                          current_stream=lambda: 0x57, fallback=TritonLaunch(compiled, SPECS, NAMES))
     return launch, calls, encoded, compiled
 
 
@@ -74,6 +75,16 @@ def test_a_descriptor_is_encoded_once_per_address_and_geometry():
     assert encoded[3:] == [(a.data_ptr(), 0)] and calls[-1][15:19] == (("map", 0), 32, 96, 96)
 
 
+def test_a_misaligned_tensor_is_named_before_any_launch():
+    launch, calls, _, compiled = direct()
+    storage = torch.randn(64 * 96 + 1)
+    a, c = storage[1:].view(64, 96), torch.randn(2, 64, 128)  # 4 bytes past an aligned start
+    for path in (launch, launch._fallback):
+        with pytest.raises(ValueError, match="argument A must be 16-byte aligned"):
+            path((1, 1, 1), (a, c), operands(a, c), ())
+    assert calls == [] and compiled.launched == []
+
+
 def test_launch_hooks_send_the_call_through_tritons_path():
     launch, calls, _, compiled = direct()
     a, c = torch.randn(64, 96), torch.randn(2, 64, 128)
@@ -97,7 +108,7 @@ def test_launch_hooks_send_the_call_through_tritons_path():
 def test_kernels_the_direct_path_cannot_run_take_tritons(metadata):
     compiled = FakeCompiled(**{"global_scratch_size": 0, "profile_scratch_size": 0, "tensordesc_meta": [{}, {}],
                                **metadata})
-    assert isinstance(kernel_launcher(compiled, SPECS), TritonLaunch)
+    assert isinstance(kernel_launcher(compiled, SPECS, NAMES), TritonLaunch)
 
 
 def test_compiled_kernels_carry_their_descriptor_specs():

@@ -1,9 +1,11 @@
 """Launching a compiled Gluon kernel from its host arguments.
 
-Contract: `kernel_launcher(compiled, descriptors)` returns `launch(grid, tensors, tma_operands,
-dims)`, which runs Triton `CompiledKernel` `compiled` on the current CUDA stream of the current
-device, exactly as `compiled[grid](*tensors, *host_descriptors, *dims)` would:
-* `tensors` are the kernel's global tensors in parameter order, all CUDA tensors;
+Contract: `kernel_launcher(compiled, descriptors, names)` returns `launch(grid, tensors,
+tma_operands, dims)`, which runs Triton `CompiledKernel` `compiled` on the current CUDA stream
+of the current device, exactly as `compiled[grid](*tensors, *host_descriptors, *dims)` would:
+* `tensors` are the kernel's global tensors in parameter order (`names`), all CUDA tensors;
+  one that is not 16-byte aligned, as the kernel was compiled to assume, raises ValueError
+  naming it, before anything is launched;
 * `tma_operands` holds, per TMA descriptor argument in the kernel's order, `(tensor, shape,
   strides)` of the (possibly rows-view) tensor it addresses; `descriptors` holds each
   one's `DescriptorSpec` (its block shape and shared layout);
@@ -46,14 +48,25 @@ def host_descriptor(operand, spec: DescriptorSpec):
                             padding="zero")
 
 
+def addresses(tensors, names) -> list:
+    """The tensors' device addresses, each checked 16-byte aligned."""
+    pointers = [t.data_ptr() for t in tensors]
+    for pointer, name in zip(pointers, names):
+        if pointer % 16:
+            raise ValueError(f"argument {name} must be 16-byte aligned")
+    return pointers
+
+
 class TritonLaunch:
     """`compiled[grid](...)` with freshly built host descriptors: Triton's complete path."""
 
-    def __init__(self, compiled, descriptors):
+    def __init__(self, compiled, descriptors, names):
         self.compiled = compiled
         self.descriptors = list(descriptors)
+        self.names = list(names)
 
     def __call__(self, grid, tensors, tma_operands, dims):
+        addresses(tensors, self.names)
         descriptors = [host_descriptor(op, spec) for op, spec in zip(tma_operands, self.descriptors)]
         self.compiled[grid](*tensors, *descriptors, *dims)
 
@@ -67,8 +80,9 @@ class DirectLaunch:
     `[tensor_map, *shape, *strides]` and `current_stream()` the raw stream handle; tests pass
     stand-ins for all three."""
 
-    def __init__(self, compiled, descriptors, c_launch, encode, current_stream, fallback):
+    def __init__(self, compiled, descriptors, names, c_launch, encode, current_stream, fallback):
         self.compiled = compiled
+        self.names = list(names)
         self._c_launch = c_launch
         self._encode = encode
         self._current_stream = current_stream
@@ -81,6 +95,9 @@ class DirectLaunch:
     def __call__(self, grid, tensors, tma_operands, dims):
         if _launch_hooks_installed():
             return self._fallback(grid, tensors, tma_operands, dims)
+        # raw addresses: Triton's launcher then skips a cuPointerGetAttribute per tensor, a
+        # check that the caller's (CUDA tensors only) already makes
+        pointers = addresses(tensors, self.names)
         expanded = []
         for index, operand in enumerate(tma_operands):
             tensor, shape, strides = operand
@@ -93,9 +110,6 @@ class DirectLaunch:
                 arguments = memo[key] = self._encode(operand, index)
             expanded += arguments
         compiled = self.compiled
-        # raw addresses: Triton's launcher then skips a cuPointerGetAttribute per tensor, a
-        # check that the caller's (CUDA tensors only) already makes
-        pointers = [t.data_ptr() for t in tensors]
         self._c_launch(grid[0], grid[1], grid[2], self._current_stream(), compiled.function, *self._flags,
                        None, None, compiled.packed_metadata, None, None, None, *pointers, *expanded, *dims)
 
@@ -107,10 +121,10 @@ def _launch_hooks_installed() -> bool:
     return False
 
 
-def kernel_launcher(compiled, descriptors):
+def kernel_launcher(compiled, descriptors, names):
     """The launch function for `compiled` (loads it on the current device first)."""
     descriptors = list(descriptors)
-    fallback = TritonLaunch(compiled, descriptors)
+    fallback = TritonLaunch(compiled, descriptors, names)
     compiled._init_handles()
     metadata = compiled.metadata
     tensor_map_meta = getattr(metadata, "tensordesc_meta", None)
@@ -126,7 +140,7 @@ def kernel_launcher(compiled, descriptors):
     def encode(operand, index):
         return make_tensordesc_arg(host_descriptor(operand, descriptors[index]), tensor_map_meta[index])
 
-    return DirectLaunch(compiled, descriptors, c_launch, encode, lambda: stream_of(device_of()), fallback)
+    return DirectLaunch(compiled, descriptors, names, c_launch, encode, lambda: stream_of(device_of()), fallback)
 
 
 def _triton_c_launcher(compiled):
