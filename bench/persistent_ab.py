@@ -1,8 +1,10 @@
 """A/B of persistent scheduling for the split attention kernel, in one process: the same
-lowered kernel launched one CTA per tile ("split"), persistent with every round dealt in
-the same direction ("cyclic"), and persistent with rounds alternating direction ("snake",
-the default).  Variants are timed interleaved, `ROUNDS` times, each result checked against
-torch first.  Run: PYTHONPATH=$PWD python bench/persistent_ab.py  (writes $OUT/persistent_ab.json)."""
+lowered kernel launched one CTA per tile ("split"), persistent with rounds alternating
+direction ("snake"), and persistent with tiles of different costs dealt from a schedule
+table where that evens the programs' work out ("table", the default; for non-causal tiles,
+all equal, it is the snake).  Variants are timed interleaved, `ROUNDS` times, each result
+checked against torch first.  VARIANTS (default all) picks variants by name.
+Run: PYTHONPATH=$PWD python bench/persistent_ab.py  (writes $OUT/persistent_ab.json)."""
 import json
 import os
 import sys
@@ -20,7 +22,7 @@ from tritile.lowering.persistent_tiles import num_sms, persist  # noqa: E402
 from tritile.runtime.target import Target  # noqa: E402
 
 H100 = Target("cuda", 90)
-CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True)]
+CASES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 2048, 128, True), (1, 32, 8192, 128, True)]
 
 
 def main():
@@ -28,9 +30,10 @@ def main():
     results = {}
     for B, H, S, D, causal in CASES:
         lowered = run_passes(flashattn(B, H, S, S, D, causal, **tile_config("cuda", D)).stages[0][1], H100)[-1][1]
-        kernels = {"split": compile_kernel(lowered, H100),
-                   "cyclic": compile_kernel(persist(lowered, sms, alternate=False), H100),
-                   "snake": compile_kernel(persist(lowered, sms), H100)}
+        variants = {"split": lambda: lowered, "snake": lambda: persist(lowered, sms, balance=False),
+                    "table": lambda: persist(lowered, sms)}
+        chosen = os.environ.get("VARIANTS", ",".join(variants)).split(",")
+        kernels = {name: compile_kernel(variants[name](), H100) for name in chosen}
         torch.manual_seed(0)
         q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
         ref = ref_program(q, k, v, causal).float()

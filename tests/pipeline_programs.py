@@ -420,11 +420,19 @@ class _CSemantics(_ast.NodeTransformer):
         return _ast.copy_location(_ast.Call(_ast.Name(fn, _ast.Load()), [node.left, node.right], []), node)
 
 
-def _stand_in_args(names, kernel_args) -> list:
-    """The generated kernel's arguments on the host: the tensor named `mask` is read (its
-    values guard copies), other tensors are opaque, scalars and descriptors stay."""
-    return [_MaskPtr(a.flatten().tolist()) if n == "mask" else (_OPAQUE if hasattr(a, "element_size") else a)
+def _stand_in_args(names, kernel_args, ns) -> list:
+    """The generated kernel's arguments on the host: the tensor named `mask` and the module's
+    constant tables are read (mask values guard copies, a persistent tile schedule deals the
+    tiles), other tensors are opaque, scalars and descriptors stay."""
+    read = {"mask"} | {name for name, _ in ns.get("CONSTANT_TABLES", ())}
+    return [_MaskPtr(a.flatten().tolist()) if n in read else (_OPAQUE if hasattr(a, "element_size") else a)
             for n, a in zip(list(names) + [None] * len(kernel_args), kernel_args)]
+
+
+def _launch_args(ns, args, dims) -> list:
+    """`tritile_launch`'s arguments after `launch`: the tensors, the module's constant tables
+    (as the runtime passes them) and the dims."""
+    return [*args, *(torch.tensor(values, dtype=torch.int32) for _, values in ns.get("CONSTANT_TABLES", ())), *dims]
 
 
 def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
@@ -448,7 +456,7 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     class Compiled:
         def __getitem__(self, grid):
             def run(*kernel_args):
-                kernel_args = _stand_in_args(names, kernel_args)
+                kernel_args = _stand_in_args(names, kernel_args, ns)
                 for z in range(grid[2]):
                     for y in range(grid[1]):
                         for x in range(grid[0]):
@@ -463,7 +471,7 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     for node in tree.body:  # the kernel is the last @gluon.jit function before the launcher
         if isinstance(node, _ast.FunctionDef) and node.name not in ("tritile_launch", "_add_combine"):
             kernel = ns[node.name]
-    launch(_launcher(ns, Compiled()), *args, *dims)
+    launch(_launcher(ns, Compiled()), *_launch_args(ns, args, dims))
     return problems
 
 
@@ -954,7 +962,7 @@ def _replay_partitions(tree, args, dims, schedules) -> list:
         class Compiled:
             def __getitem__(self, grid):
                 def run(*kernel_args):
-                    kernel_args = _stand_in_args(names, kernel_args)
+                    kernel_args = _stand_in_args(names, kernel_args, ns)
                     for pid in [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]:
                         state = holder["state"] = _WSState(schedule, pid)
                         try:
@@ -968,7 +976,7 @@ def _replay_partitions(tree, args, dims, schedules) -> list:
                             problems.setdefault(message, f"block {pid}, {schedule} schedule: {message}")
                 return run
 
-        launch(_launcher(ns, Compiled()), *args, *dims)
+        launch(_launcher(ns, Compiled()), *_launch_args(ns, args, dims))
     return list(problems.values())
 
 

@@ -9,8 +9,8 @@ the shared slots, so it finds on CPU what would hang or corrupt on the GPU:
 
 * the generated modules - split attention (causal or not) and the GEMM with a producer warp,
   each as a plain launch, with the default persistent tile loop (one tile per program at these
-  sizes) and persistent on 3 programs (several tiles per program: the ring phases continue
-  across tiles) - replay without a problem;
+  sizes) and persistent on 3 or 5 programs (several tiles per program: the ring phases continue
+  across tiles; causal tiles there dealt from a schedule table) - replay without a problem;
 * planted protocol bugs in those modules are reported: a dropped release or an empty barrier
   counting one consumer too many hang (deadlock); a slot refilled before its release, a copy
   into another slot than the one handed over, or a release before the wgmma reading the slot
@@ -41,7 +41,9 @@ from tritile.lowering.persistent_tiles import persist  # noqa: E402
 from tritile.runtime.target import Target  # noqa: E402
 
 H100 = Target("cuda", 90)
-LAYOUTS = ["plain", "persistent", "3-programs"]  # launch: one tile per program / default tile loop / 3 programs
+# launch: one tile per program / the default tile loop / persistent on 3 or 5 programs (causal
+# attention's tiles then come from a schedule table)
+LAYOUTS = ["plain", "persistent", "3-programs", "5-programs"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,8 +60,8 @@ def _module(kind: str, layout: str, monkeypatch):
     else:
         monkeypatch.setenv("TRITILE_PERSISTENT", "0")
     final = run_passes(_frontend(kind), H100)[-1][1]
-    if layout == "3-programs":
-        final = persist(final, 3)
+    if layout.endswith("-programs"):
+        final = persist(final, int(layout.split("-")[0]))
     source = emit_module(final, H100).source
     assert "gl.warp_specialize(" in source
     assert ("tile_iter" in source) == (layout != "plain")
@@ -77,6 +79,7 @@ def test_split_attention_replays_clean(kind, layout, monkeypatch):
     under every schedule and in every program (causal: each tile runs its own trip count)."""
     source, args = _module(kind, layout, monkeypatch)
     assert source.count("_consumer, (") == 2
+    assert ("gl.load(tile_schedule + pid)" in source) == (kind == "causal" and layout.endswith("-programs"))
     assert mbarrier_problems(source, args) == []
 
 

@@ -19,6 +19,7 @@ import torch
 
 from tritile.interpreter import execute
 from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
 from tritile.lowering import run_passes
 from tritile.lowering.persistent_tiles import applicable, persist
 from tritile.runtime.target import Target
@@ -32,7 +33,7 @@ H100 = Target("cuda", 90)
 
 def split_attention(causal, seq, batch=1, heads=2, programs=None, monkeypatch=None):
     """The example's attention lowered for sm_90 with the split, then made persistent on
-    `programs` programs (None: the pass list's own choice)."""
+    `programs` programs (None: the pass list's own choice: 132 on a CPU machine)."""
     from examples.flash_attention import flashattn, tile_config
 
     monkeypatch.setenv("TRITILE_PERSISTENT", "0" if programs else "auto")
@@ -97,11 +98,50 @@ def test_interpreter_runs_every_tile_once(causal, programs, monkeypatch):
     """2 heads x 4 row blocks on fewer programs: each program runs 2-3 tiles, causal ones of
     1 to 4 key blocks; every output row is written (the output starts as NaN)."""
     func = split_attention(causal, 512, programs=programs, monkeypatch=monkeypatch)
+    # causal tiles on 5 programs are dealt from a schedule table (on 3 the rounds do as well)
+    assert bool(_schedule_table(func)) == (causal and programs == 5)
     torch.manual_seed(programs)
     q, k, v = (torch.randn(1, 2, 512, 128, dtype=torch.float16) for _ in range(3))
     out = torch.full_like(q, float("nan"))
     execute(func, [q, k, v, out], {})
     torch.testing.assert_close(out.float(), reference(q, k, v, causal).float(), rtol=1e-2, atol=1e-2)
+
+
+def _schedule_table(func) -> tuple:
+    """The values of the tile schedule `func` deals its tiles from, or ()."""
+    return next((n.table.values for n in walk(func.kernel.body) if isinstance(n, ir.TableRead)), ())
+
+
+def _dealt(table: tuple, programs: int) -> list:
+    """Each program's tiles, in the order it runs them, from a schedule table's values."""
+    stride = (len(table) - programs) // programs
+    return [list(table[programs + p * stride:programs + p * stride + table[p]]) for p in range(programs)]
+
+
+def test_causal_tiles_are_dealt_evenly_from_a_schedule_table(monkeypatch):
+    """The benchmark's causal shape on 132 programs: every tile is dealt once; the busiest
+    program gets the mean work (key blocks, bx + 1 per tile, plus one per tile for its
+    boundaries), where the alternating rounds give it 1.031x; each program takes its tiles
+    window by window (4 heads of 32 row blocks), so the programs work on neighbouring heads
+    at any time."""
+    func = split_attention(True, 4096, batch=4, heads=32, monkeypatch=monkeypatch)
+    assert func.attrs["persistent_programs"] == 132
+    dealt = _dealt(_schedule_table(func), 132)
+    assert sorted(t for tiles in dealt for t in tiles) == list(range(4 * 32 * 32))
+    loads = [sum(t % 32 + 2 for t in tiles) for tiles in dealt]
+    assert max(loads) <= 1.005 * sum(loads) / 132
+    rounds = [0] * 132
+    for t in range(4 * 32 * 32):
+        round_, place = divmod(t, 132)
+        rounds[131 - place if round_ % 2 else place] += t % 32 + 2
+    assert max(rounds) >= 1.03 * sum(rounds) / 132
+    assert all(tiles == sorted(tiles, key=lambda t: t // 128) for tiles in dealt)
+
+
+def test_equal_tiles_keep_the_rounds(monkeypatch):
+    """Non-causal tiles all cost the same: no table, the rounds' formula stays."""
+    func = split_attention(False, 4096, batch=4, heads=32, monkeypatch=monkeypatch)
+    assert func.attrs["persistent_programs"] == 132 and _schedule_table(func) == ()
 
 
 def test_generated_partitions_continue_the_ring_across_tiles(monkeypatch):
@@ -133,20 +173,29 @@ def test_generated_partitions_continue_the_ring_across_tiles(monkeypatch):
     assert "K_shared.index((g % 2))" in producer and "V_shared.index(((g - 1) % 2))" in producer
     assert "k_t_bars_groups_seen = gl.maximum(k_t_bars_groups_seen, (loop_range + 1))" in producer
     assert "min(((8 * 2) * 1), 5)" in source  # 16 tiles on 5 programs
+    # ... dealt from a schedule table, which both partitions read; the runtime passes it
+    for part in (consumer, producer):
+        assert "for tile_iter in range(0, gl.load(tile_schedule + pid)):" in part
+        assert "tile = gl.load(tile_schedule + ((5 + (pid * " in part
+    assert "CONSTANT_TABLES = (('tile_schedule', (" in source and kernel.tables[0][0] == "tile_schedule"
     assert "wgmma.mma_async" in kernel.asm["ptx"]
 
 
 # ------------------------------------------------------------------ GPU
 
 
-@pytest.mark.parametrize("causal, programs", [(False, 5), (True, 5), (True, 132)])
+@pytest.mark.parametrize("causal, programs, heads, seq", [(False, 5, 2, 1024), (True, 5, 2, 1024),
+                                                          (True, 132, 2, 1024), (True, 132, 16, 4096)])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_persistent_split_attention_on_gpu(causal, programs, monkeypatch):
+def test_persistent_split_attention_on_gpu(causal, programs, heads, seq, monkeypatch):
+    """Causal tiles on 5 programs, and 2x16x32 on 132, are dealt from a schedule table."""
     from tritile.codegen.gluon import compile_kernel
 
-    kernel = compile_kernel(split_attention(causal, 1024, batch=2, programs=programs, monkeypatch=monkeypatch), H100)
-    q, k, v = (torch.randn(2, 2, 1024, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    func = split_attention(causal, seq, batch=2, heads=heads, programs=programs, monkeypatch=monkeypatch)
+    assert bool(_schedule_table(func)) == (causal and (programs == 5 or heads == 16))
+    kernel = compile_kernel(func, H100)
+    q, k, v = (torch.randn(2, heads, seq, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     out = torch.full_like(q, float("nan"))
     kernel.launch([q, k, v, out], {})
     ref = reference(q, k, v, causal).float()

@@ -239,5 +239,11 @@ class Evaluator:
         indices = [self.eval(i) for i in e.indices]
         return self.memory.load(e.buffer, indices, self.mask, self.stmt)
 
+    def _table_read(self, e: ir.TableRead):
+        index = self.scalar(e.index)
+        if not 0 <= index < len(e.table.values):
+            raise self.error(f"{format_node(e).strip()}: index {index} outside a table of {len(e.table.values)}")
+        return e.table.values[index]
+
     _EXPRS = {ir.Var: _var, ir.Const: _const, ir.BinOp: _binop, ir.UnaryOp: _unaryop, ir.Call: _call,
-              ir.Cast: _cast, ir.Load: _load}
+              ir.Cast: _cast, ir.Load: _load, ir.TableRead: _table_read}

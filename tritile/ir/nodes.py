@@ -142,6 +142,32 @@ class Load(Expr):
     dtype: DType = float32
 
 
+@dataclass(frozen=True, eq=False)
+class ConstTable:
+    """A table of int32 values fixed at compile time that a kernel reads at run time (the
+    persistent tile schedule of lowering/persistent_tiles.py).  Backends pass it to the
+    kernel as one more global tensor, which the runtime fills once per device; `digest`
+    names the contents, so two programs print alike only if their tables are equal."""
+
+    name: str
+    values: tuple
+
+    @property
+    def digest(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(repr(self.values).encode()).hexdigest()[:12]
+
+
+@dataclass
+class TableRead(Expr):
+    """``table[index]``: one entry of a `ConstTable` (the index is a scalar in range)."""
+
+    table: ConstTable
+    index: Expr
+    dtype: DType = int32
+
+
 # --------------------------------------------------------------------------------------
 # buffers and regions
 # --------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ def expr_str(e, parent_prec: int = 0) -> str:
         return f"T.cast({expr_str(e.value)}, {e.dtype})"
     if isinstance(e, ir.Load):
         return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, ir.TableRead):
+        return f"{e.table.name}@{e.table.digest}[{expr_str(e.index)}]"
     return repr(e)
 
 

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from tritile.ir import nodes as ir
 
-_LEAVES = (ir.Buffer, ir.Var, ir.Const, ir.SourceLoc, ir.PipelineSchedule, str, int, float, bool, type(None))
+_LEAVES = (ir.Buffer, ir.Var, ir.Const, ir.ConstTable, ir.SourceLoc, ir.PipelineSchedule, str, int, float, bool, type(None))
 
 
 def _child_values(node):

@@ -39,6 +39,7 @@ Applicable: see `applicable`.  `persist(func, num_programs)` applies it uncondit
 from __future__ import annotations
 
 import dataclasses
+import heapq
 
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk
@@ -98,9 +99,11 @@ def _ring_used_before(body: ir.Seq) -> bool:
     return False
 
 
-def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True) -> ir.PrimFunc:
+def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True, balance: bool = True) -> ir.PrimFunc:
     """`func` on `num_programs` programs; `alternate`: rounds alternate direction (else
-    every round deals tile pid + round * P to program pid)."""
+    every round deals tile pid + round * P to program pid); `balance`: deal tiles of
+    different costs from a schedule table where it evens the programs' work out better
+    (see `balanced_schedule`)."""
     if "persistent_tile_loop" in func.attrs:
         raise ValueError(f"kernel {func.name!r} already walks its tiles on "
                          f"{func.attrs['persistent_programs']} programs")
@@ -122,14 +125,19 @@ def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True) -> ir.
         return ir.BinOp("+", pid, ir.BinOp("*", ir.BinOp("%", round_, c(2)), ir.BinOp("-", c(num_programs - 1),
                                                                                      ir.BinOp("*", c(2), pid))))
 
-    body = [ir.Let(tile, ir.BinOp("+", ir.BinOp("*", tile_iter, P), snake(tile_iter)), loc=k.loc)]
-    if k.swizzle is not None:
-        body += _rasterize(tile, k.block_vars, k.grid, k.swizzle, k.loc)
+    decode = (_rasterize(tile, k.block_vars, k.grid, k.swizzle, k.loc) if k.swizzle is not None
+              else _launch_order(tile, k.block_vars, k.grid, k.loc))
+    table = balanced_schedule(k, tile, decode, rest, num_programs, alternate) if balance else None
+    if table is not None:  # counts[P], then each program's tiles in a row of `stride`
+        stride = (len(table.values) - num_programs) // num_programs
+        trips = ir.TableRead(table, pid)
+        dealt = ir.TableRead(table, ir.BinOp("+", ir.BinOp("+", P, ir.BinOp("*", pid, c(stride))), tile_iter))
     else:
-        body += _launch_order(tile, k.block_vars, k.grid, k.loc)
-    rounds = ir.BinOp("//", tiles, P)  # full rounds; the last, partial one has tiles % P tiles
-    in_last = ir.BinOp("min", ir.BinOp("max", ir.BinOp("-", ir.BinOp("%", tiles, P), snake(rounds)), c(0)), c(1))
-    trips = ir.BinOp("+", rounds, in_last)
+        dealt = ir.BinOp("+", ir.BinOp("*", tile_iter, P), snake(tile_iter))
+        rounds = ir.BinOp("//", tiles, P)  # full rounds; the last, partial one has tiles % P tiles
+        in_last = ir.BinOp("min", ir.BinOp("max", ir.BinOp("-", ir.BinOp("%", tiles, P), snake(rounds)), c(0)), c(1))
+        trips = ir.BinOp("+", rounds, in_last)
+    body = [ir.Let(tile, dealt, loc=k.loc)] + decode
     split = rest[0] if len(rest) == 1 and isinstance(rest[0], ir.ConsumerPartitions) else None
     if split is not None:  # each consumer partition walks the tiles (the split stays top level)
         loop = ir.For(tile_iter, ir.Const(0), trips, ir.Seq(body + split.body.stmts), loc=k.loc)
@@ -140,6 +148,94 @@ def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True) -> ir.
                                  body=ir.Seq(hoisted + [top]), swizzle=None)
     attrs = dict(func.attrs, persistent_tile_loop=tile_iter, persistent_programs=num_programs)
     return dataclasses.replace(func, kernel=kernel, attrs=attrs)
+
+
+def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_programs: int, alternate: bool):
+    """A `ConstTable` dealing the tiles of kernel `k` to `num_programs` programs, or None
+    where the rounds of `persist` do as well.
+
+    A tile's cost is the trip counts of its pipelined loops, plus one for its prologue and
+    epilogue, from the Lets of `body` and the block vars `decode` binds from linear tile
+    index `tile` (the partition
+    whose loops run longest, in a split kernel); it must be computable at compile time
+    (static grid, no runtime dims or memory reads), else None.  Tiles are listed in
+    windows of whole rows of the first grid dim, about one per program, longest first
+    within a window, and each goes to the program with the least work so far: programs
+    still work on neighbouring tiles at any time (shared K/V or operand panels stay in
+    L2), and each window's short tiles fill in behind its long ones, where equal rounds
+    leave a long tail (causal attention: 1.031x the mean for the busiest program of
+    4x32x32 tiles on 132, 1.000x this way; bench/tile_balance.py).  The table is used only
+    if its busiest program has less work than the rounds' busiest.
+
+    Layout: ``counts[P]`` (tiles per program), then program p's tiles at
+    ``P + p * stride + i`` (``stride`` = the most tiles a program gets)."""
+    costs = _tile_costs(k, tile, decode, body)
+    if costs is None or len(costs) <= num_programs or len(set(costs)) == 1:
+        return None
+    row = _static(k.grid[0]) if k.swizzle is None else 1
+    window = row * max(1, round(num_programs / row))
+    order = []
+    for start in range(0, len(costs), window):
+        order += sorted(range(start, min(start + window, len(costs))), key=lambda t: -costs[t])
+    loads = [(0, p) for p in range(num_programs)]
+    dealt = [[] for _ in range(num_programs)]
+    for t in order:
+        load, p = heapq.heappop(loads)
+        dealt[p].append(t)
+        heapq.heappush(loads, (load + costs[t], p))
+    rounds = [0] * num_programs
+    for t, cost in enumerate(costs):
+        round_, place = divmod(t, num_programs)
+        rounds[num_programs - 1 - place if alternate and round_ % 2 else place] += cost
+    if max(load for load, _ in loads) >= max(rounds):
+        return None
+    stride = max(len(tiles) for tiles in dealt)
+    values = [len(tiles) for tiles in dealt]
+    for tiles in dealt:
+        values += tiles + [0] * (stride - len(tiles))
+    return ir.ConstTable("tile_schedule", tuple(values))
+
+
+def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
+    """Each tile's cost (see `balanced_schedule`), in launch order, or None."""
+    from tritile.errors import CompileError
+    from tritile.interpreter.expressions import Evaluator
+
+    grid = [_static(e) for e in k.grid]
+    loops = [n for n in walk(body) if isinstance(n, ir.For) and n.pipelined_from > 0]
+    if None in grid or not loops:
+        return None
+    import torch
+
+    tiles = 1
+    for extent in grid:
+        tiles *= extent
+    split = next((s for s in body if isinstance(s, ir.ConsumerPartitions)), None)
+    lets = [s for s in top_level(ir.Seq(decode + list(body))) if isinstance(s, ir.Let)]
+    costs = None
+    for part in range(split.count if split is not None else 1):
+        env = {tile: torch.arange(tiles, dtype=torch.int64)}
+        if split is not None:
+            env[split.var] = part
+        evaluator = Evaluator(env, None)
+        for let in lets:  # Lets that read memory or unknown vars stay unbound
+            try:
+                env[let.var] = evaluator.eval(let.value)
+            except (CompileError, AttributeError, TypeError):
+                continue
+        try:
+            trips = sum(torch.as_tensor(evaluator.eval(_trip_count(n))).clamp(min=0) for n in loops) + 1
+        except (CompileError, AttributeError, TypeError):
+            return None
+        trips = torch.broadcast_to(trips, (tiles,))
+        costs = trips if costs is None else torch.maximum(costs, trips)
+    return [int(c) for c in costs]
+
+
+def _trip_count(loop: ir.For) -> ir.Expr:
+    """The iterations of the loop a steady-state loop of pipeline_injection came from: its
+    time steps run 0 .. n - 1 (the first D unrolled before it), so n is its `stop`."""
+    return loop.stop
 
 
 def _launch_order(tile: ir.Var, block_vars, grid, loc) -> list:

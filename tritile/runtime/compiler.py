@@ -13,7 +13,8 @@ the device is sm_80) are re-inferred for `target` first.
 `GluonKernel.launch(args, dim_values)` takes CUDA tensors in `func.params` order (outputs
 pre-allocated) and the runtime dims; everything not depending on the tensors (host
 launcher, argument checks, dynamic-dim order) is prepared at compile time, and the launch
-itself goes through `tritile.runtime.launcher`.
+itself goes through `tritile.runtime.launcher`.  The kernel's constant tables (the
+persistent tile schedule) are copied to each device once and passed after the tensors.
 Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ class GluonKernel:
     """A compiled kernel: `.source` (generated Gluon), `.asm` ({"ttgir", "ptx", ...}),
     `.metadata` (Triton's, e.g. `.shared`), `.compiled` (triton CompiledKernel)."""
 
-    def __init__(self, func: ir.PrimFunc, source: str, compiled, host_launch, descriptors):
+    def __init__(self, func: ir.PrimFunc, source: str, compiled, host_launch, descriptors, tables=()):
         self.func = func
         self.name = func.name
         self.source = source
@@ -46,11 +47,13 @@ class GluonKernel:
         self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
         self._dynamic_vars = list(func.dynamic_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
+        self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
+        self._table_tensors = {}  # device index -> the tables as int32 tensors there
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
         runtime dims are looked up by `func`'s Vars, in the same order."""
-        return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors)
+        return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors, self.tables)
 
     def launch(self, args, dim_values=None):
         """Launch on CUDA tensors `args` (params order, outputs allocated), checking them first."""
@@ -72,8 +75,20 @@ class GluonKernel:
         if self._launcher is None:
             from tritile.runtime.launcher import kernel_launcher
 
-            self._launcher = kernel_launcher(self.compiled, self.descriptors, [name for name, _ in self._checks])
+            names = [name for name, _ in self._checks] + [name for name, _ in self.tables]
+            self._launcher = kernel_launcher(self.compiled, self.descriptors, names)
+        if self.tables:
+            args = [*args, *self._tables_on(args[0].device if args else torch.device("cuda"))]
         self._host_launch(self._launcher, *args, *dims)
+
+    def _tables_on(self, device) -> list:
+        """The constant tables as int32 tensors on `device`, made there once."""
+        key = device.index if device.index is not None else torch.cuda.current_device()
+        tensors = self._table_tensors.get(key)
+        if tensors is None:
+            tensors = self._table_tensors[key] = [
+                torch.tensor(values, dtype=torch.int32, device=torch.device("cuda", key)) for _, values in self.tables]
+        return tensors
 
 
 def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
@@ -106,7 +121,8 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     from tritile.runtime.launcher import DescriptorSpec
 
     descriptors = [DescriptorSpec(block, layout) for block, layout in module.TMA_DESCRIPTORS]
-    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors))
+    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors,
+                                           module.CONSTANT_TABLES))
 
 
 def _specialization(func) -> tuple:

@@ -5,10 +5,12 @@ Input: a `PrimFunc` after all lowering passes, with `Buffer.layout` set by layou
 Output (`emit_module`): a `GeneratedKernel` whose `source` is a complete Python module with
 
 * one ``@gluon.jit`` kernel named after the PrimFunc, whose arguments are the global
-  tensors (pointers, in `func.params` order), then the TMA descriptors the kernel uses,
-  then the runtime dims (`T.dynamic`, i32);
-* a host function ``tritile_launch(compiled, <tensors...>, <dims...>)`` that computes the
-  grid, builds the TMA descriptors for this call and launches `compiled`.
+  tensors (pointers, in `func.params` order), then the constant tables it reads
+  (`ir.ConstTable`, int32 pointers), then the TMA descriptors the kernel uses, then the
+  runtime dims (`T.dynamic`, i32);
+* ``CONSTANT_TABLES``: the tables' values, ``((name, values), ...)`` in argument order;
+* a host function ``tritile_launch(launch, <tensors...>, <tables...>, <dims...>)`` that
+  computes the grid and the TMA operands and calls `launch` (tritile.runtime.launcher).
 
 Conventions of the generated code: names come from the user's program (buffers, loop and
 block vars; clashes get a numeric suffix, internal temporaries start with ``_``); every
@@ -184,6 +186,11 @@ class Emitter:
         self.wait_iteration = {}  # id(WaitGroup) -> iteration Expr its TMA wait covers, or None
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}
+        # the ConstTables the kernel reads, each one more pointer argument after the tensors
+        self.tables = {}  # id(ConstTable) -> (argument name, ConstTable)
+        for node in walk(func.kernel.body):
+            if isinstance(node, ir.TableRead) and id(node.table) not in self.tables:
+                self.tables[id(node.table)] = (self.fresh(node.table.name), node.table)
         self.defined = set()  # ids of Vars bound so far (dims, block ids, loop vars, lets)
         # persistent tile loop (lowering/persistent_tiles.py): its var, its indent depth and,
         # while it is emitted, the staging tiles allocated once before it (id(store) -> (name, line))

@@ -38,7 +38,8 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
         em.lines = kernel_lines
 
     descs = list(em.descriptors.values())
-    arg_names = params + [d.name for d in descs] + dims
+    tables = [name for name, _ in em.tables.values()]
+    arg_names = params + tables + [d.name for d in descs] + dims
     partitions = []
     if parts is not None:
         consumer, producer = em.fresh(f"{kernel_name}_consumer"), em.fresh(f"{kernel_name}_producer")
@@ -47,6 +48,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
         partitions = [(consumer, warp_specialize.consumer_args(em, parts, args), consumer_lines),
                       (producer, args, producer_lines)]
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
+    signature.update({n: "*i32" for n in tables})
     signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
     signature.update({n: "i32" for n in dims})
 
@@ -55,6 +57,8 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
     blocks = "".join(f"({tuple(d.block_shape)}, {_host_layout(d)}), " for d in descs)
     out.append(f"TMA_DESCRIPTORS = ({blocks})  # (block shape, shared layout) per descriptor argument\n")
+    values = "".join(f"({name!r}, {table.values!r}), " for name, table in em.tables.values())
+    out.append(f"CONSTANT_TABLES = ({values})  # (name, int32 values) per table argument\n")
     for name, args, lines in partitions:
         out.append("\n@gluon.jit\n")
         out.append(f"def {name}({', '.join(args)}):\n")
@@ -66,7 +70,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out.extend(line + "\n" for line in em.layout_lines)
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
-    out.append(_host_launcher(func, em, params, descs, dims))
+    out.append(_host_launcher(func, em, params + tables, descs, dims))
     return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
 
 
@@ -75,8 +79,9 @@ def _host_layout(d) -> str:
 
 
 def _host_launcher(func, em, params, descs, dims) -> str:
-    """`tritile_launch(launch, <tensors>, <dims>)`: the grid and the TMA operands for
-    `tritile.runtime.launcher` (descriptor objects are built there, once per geometry)."""
+    """`tritile_launch(launch, <tensors>, <dims>)` (`params`: the global tensors, then the
+    constant tables): the grid and the TMA operands for `tritile.runtime.launcher`
+    (descriptor objects are built there, once per geometry)."""
     grid = [_host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
     operands = []
     for d in descs:

@@ -141,12 +141,20 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
 
 
+def _e_table_read(em: Emitter, e: ir.TableRead) -> Val:
+    index = em.expr(e.index)
+    if index.dims:
+        raise unsupported("a constant-table read indexed by a T.Parallel loop variable", None)
+    return Val(f"gl.load({em.tables[id(e.table)][0]} + {index.text})")
+
+
 def _convert(em, text, have, want, want_name) -> str:
     return text if str(have) == str(want) else f"gl.convert_layout({text}, {want_name})"
 
 
 EXPR_RULES = {ir.Var: _e_var, ir.Const: _e_const, ir.BinOp: _e_binop, ir.UnaryOp: _e_unary,
-              ir.Call: _e_call, ir.Cast: _e_cast, ir.Load: _e_load}
+              ir.Call: _e_call, ir.Cast: _e_cast, ir.Load: _e_load,
+              ir.TableRead: _e_table_read}
 
 
 def lower_expr(em: Emitter, e) -> Val:
