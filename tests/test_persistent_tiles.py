@@ -184,16 +184,17 @@ def test_generated_partitions_continue_the_ring_across_tiles(monkeypatch):
 # ------------------------------------------------------------------ GPU
 
 
-@pytest.mark.parametrize("causal, programs, heads, seq", [(False, 5, 2, 1024), (True, 5, 2, 1024),
-                                                          (True, 132, 2, 1024), (True, 132, 16, 4096)])
+@pytest.mark.parametrize("causal, programs, heads, seq, table", [
+    (False, 5, 2, 1024, False), (True, 5, 2, 1024, False), (True, 3, 2, 1024, True), (True, 132, 2, 1024, False),
+    (True, 132, 16, 4096, True)])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_persistent_split_attention_on_gpu(causal, programs, heads, seq, monkeypatch):
-    """Causal tiles on 5 programs, and 2x16x32 on 132, are dealt from a schedule table."""
+def test_persistent_split_attention_on_gpu(causal, programs, heads, seq, table, monkeypatch):
+    """`table`: the tiles are dealt from a schedule table (else by alternating rounds)."""
     from tritile.codegen.gluon import compile_kernel
 
     func = split_attention(causal, seq, batch=2, heads=heads, programs=programs, monkeypatch=monkeypatch)
-    assert bool(_schedule_table(func)) == (causal and (programs == 5 or heads == 16))
+    assert bool(_schedule_table(func)) == table
     kernel = compile_kernel(func, H100)
     q, k, v = (torch.randn(2, heads, seq, 128, device="cuda", dtype=torch.float16) for _ in range(3))
     out = torch.full_like(q, float("nan"))
