@@ -633,3 +633,22 @@ def test_codegen_switch_is_part_of_the_compile_cache_key(monkeypatch):
     monkeypatch.setenv("TRITILE_TMA_LANES", "1")
     lanes = compile_kernel(func, H100)
     assert lanes is not plain and lanes.source != plain.source
+
+
+def test_staging_tiles_past_the_shared_memory_limit_are_a_compile_error():
+    """128x256x64 tiles in 4 stages fit sm_90's 227 KB as buffers (192 KB), but the
+    epilogue's TMA-store staging tile takes 64 KB more: the compiled kernel is refused with
+    the user's kernel line, not at its first launch inside Triton."""
+    import tritile.language as T
+    from examples.gemm import matmul
+    from tritile.codegen.gluon import compile_kernel
+    from tritile.errors import CompileError
+    from tritile.frontend import parse_kernel
+
+    func = parse_kernel(matmul.fn, dict(M=1024, N=1024, K=1024, dtype=T.float16, block_M=128, block_N=256,
+                                        block_K=64, num_stages=4, threads=256))
+    final = lowered(func, H100)
+    assert final.attrs["shared_bytes"] <= H100.shared_memory_limit
+    with pytest.raises(CompileError, match=r"matmul\.py:\d+: kernel matmul needs \d+ bytes of shared memory on cuda:90 "
+                                           r"\(196\d+ B of buffers, the rest staging tiles"):
+        compile_kernel(final, H100)

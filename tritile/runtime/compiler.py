@@ -118,11 +118,26 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     path = cache.write_source(key, gen.source)
     module = _load_module(f"tritile_gluon_k_{key}", path)
     compiled = _triton_compile(func, target, gen, module)
+    _check_shared_memory(func, target, compiled)
     from tritile.runtime.launcher import DescriptorSpec
 
     descriptors = [DescriptorSpec(block, layout) for block, layout in module.TMA_DESCRIPTORS]
     return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors,
                                            module.CONSTANT_TABLES))
+
+
+def _check_shared_memory(func, target, compiled):
+    """lowering/shared_memory_budget.py counts the program's buffers; the code generator adds
+    its own (TMA-store staging tiles, barriers): a kernel that outgrows the SM would otherwise
+    fail at its first launch, inside Triton."""
+    used, limit = compiled.metadata.shared, target.shared_memory_limit
+    if used > limit:
+        planned = func.attrs.get("shared_bytes")
+        raise CompileError(f"kernel {func.name} needs {used} bytes of shared memory on {target}"
+                           + (f" ({planned} B of buffers, the rest staging tiles and barriers of the generated code)"
+                              if planned is not None else "")
+                           + f", more than the {limit} bytes available; use smaller tiles or fewer num_stages",
+                           func.kernel.loc or func.loc)
 
 
 def _specialization(func) -> tuple:
