@@ -130,3 +130,36 @@ def test_a_staircase_gets_a_table_and_its_kernel_compiles(monkeypatch):
     kernel = compile_kernel(persistent, H100)
     assert kernel.source.count("range(0, gl.load(tile_schedule + pid))") == 2  # consumer and producer
     assert kernel.tables[0][0] == "tile_schedule" and "wgmma.mma_async" in kernel.asm["ptx"]
+
+
+def test_trip_counts_read_from_memory_keep_the_rounds(monkeypatch):
+    """A K loop whose trip count the kernel reads from a tensor has no compile-time cost: the
+    tiles are dealt in rounds, and the values still match torch."""
+    grid_n, k_blocks = 6, 4
+    N, K = grid_n * BN, k_blocks * BK
+
+    @T.prim_func
+    def ragged(A: T.Tensor((BM, K), "float16"), B: T.Tensor((K, N), "float16"), Lens: T.Tensor((grid_n,), "int32"),
+               C: T.Tensor((BM, N), "float32")):
+        with T.Kernel(grid_n, threads=128) as bx:
+            A_shared = T.alloc_shared((BM, BK), "float16")
+            B_shared = T.alloc_shared((BK, BN), "float16")
+            C_local = T.alloc_fragment((BM, BN), "float32")
+            T.clear(C_local)
+            for k in T.Pipelined(Lens[bx], num_stages=2):
+                T.copy(A[0, k * BK], A_shared)
+                T.copy(B[k * BK, bx * BN], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[0, bx * BN])
+
+    monkeypatch.setenv("TRITILE_PERSISTENT", "0")
+    persistent = persist(run_passes(ragged, H100)[-1][1], 4)
+    assert persistent.attrs["persistent_programs"] == 4 and schedule_table(persistent) == ()
+    torch.manual_seed(0)
+    A, B = torch.randn(BM, K, dtype=torch.float16), torch.randn(K, N, dtype=torch.float16)
+    lens = torch.tensor([1, 4, 2, 3, 4, 1], dtype=torch.int32)
+    C = torch.full((BM, N), float("nan"))
+    execute(persistent, [A, B, lens, C], {})
+    for bx, n in enumerate(lens.tolist()):
+        ref = A[:, :n * BK].float() @ B[:n * BK, bx * BN:(bx + 1) * BN].float()
+        torch.testing.assert_close(C[:, bx * BN:(bx + 1) * BN], ref, rtol=1e-3, atol=1e-3)

@@ -17,10 +17,24 @@ by TileLang's panel rasterisation (codegen/gluon/block_order.py's mapping), so t
 flight share operands as in a plain launch.  Rounds alternate direction (pid, then P - 1 -
 pid): when a tile's cost grows along the launch order (causal attention's row blocks), each
 program's rounds then alternate cheap and dear tiles - for 4x32x32 causal tiles on 132
-programs the dearest program's share drops from 1.117x to 1.031x the mean.  Every tile is
-computed exactly once, by the same body, so values are unchanged (the interpreter runs the
-result as is).  A warp-specialized kernel split into `ConsumerPartitions` keeps the split at
-the top: the tile loop goes inside it, each consumer partition walking the same tiles.
+programs the dearest program's share drops from 1.117x to 1.031x the mean.
+
+Tiles of different costs (a pipelined loop whose trip count depends on the block vars,
+computable at compile time) are dealt from a schedule table instead, where that evens the
+programs' work out better (`balanced_schedule`: longest first within windows of whole rows,
+each tile to the least-loaded program; 1.000x the mean for those causal tiles):
+
+        for tile_iter in range(tile_schedule[pid]):
+            tile = tile_schedule[P + pid * stride + tile_iter]
+
+`tile_schedule` is an `ir.ConstTable` (int32 values fixed at compile time, read through
+`ir.TableRead`); the Gluon backend passes it as one more kernel argument, which the runtime
+copies to each device once.
+
+Every tile is computed exactly once, by the same body, so values are unchanged (the
+interpreter runs the result as is).  A warp-specialized kernel split into
+`ConsumerPartitions` keeps the split at the top: the tile loop goes inside it, each consumer
+partition walking the same tiles.
 
 The tile loop's var is recorded as ``func.attrs["persistent_tile_loop"]``; the Gluon backend
 then allocates each pipelined loop's mbarrier ring once, before the tile loop, and continues
@@ -156,9 +170,9 @@ def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_
 
     A tile's cost is the trip counts of its pipelined loops, plus one for its prologue and
     epilogue, from the Lets of `body` and the block vars `decode` binds from linear tile
-    index `tile` (the partition
-    whose loops run longest, in a split kernel); it must be computable at compile time
-    (static grid, no runtime dims or memory reads), else None.  Tiles are listed in
+    index `tile` (in a split kernel, of the partition whose loops run longest); it must be
+    computable at compile time (static grid, no runtime dims or memory reads), else None.
+    Tiles are listed in
     windows of whole rows of the first grid dim, about one per program, longest first
     within a window, and each goes to the program with the least work so far: programs
     still work on neighbouring tiles at any time (shared K/V or operand panels stay in
@@ -197,16 +211,17 @@ def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_
 
 
 def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
-    """Each tile's cost (see `balanced_schedule`), in launch order, or None."""
+    """Each tile's cost (see `balanced_schedule`), in launch order, or None.  All tiles at
+    once: the interpreter's evaluator (the IR's integer semantics) on a tensor of tile ids."""
+    import torch
+
     from tritile.errors import CompileError
     from tritile.interpreter.expressions import Evaluator
 
     grid = [_static(e) for e in k.grid]
     loops = [n for n in walk(body) if isinstance(n, ir.For) and n.pipelined_from > 0]
-    if None in grid or not loops:
+    if None in grid or not loops or any(isinstance(n, ir.Load) for loop in loops for n in walk(loop.stop)):
         return None
-    import torch
-
     tiles = 1
     for extent in grid:
         tiles *= extent
@@ -218,14 +233,16 @@ def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
         if split is not None:
             env[split.var] = part
         evaluator = Evaluator(env, None)
-        for let in lets:  # Lets that read memory or unknown vars stay unbound
+        for let in lets:  # Lets that read memory, or use unbound vars, stay unbound
+            if any(isinstance(n, ir.Load) for n in walk(let.value)):
+                continue
             try:
                 env[let.var] = evaluator.eval(let.value)
-            except (CompileError, AttributeError, TypeError):
+            except CompileError:
                 continue
         try:
             trips = sum(torch.as_tensor(evaluator.eval(_trip_count(n))).clamp(min=0) for n in loops) + 1
-        except (CompileError, AttributeError, TypeError):
+        except CompileError:
             return None
         trips = torch.broadcast_to(trips, (tiles,))
         costs = trips if costs is None else torch.maximum(costs, trips)
