@@ -172,14 +172,8 @@ def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_
     epilogue, from the Lets of `body` and the block vars `decode` binds from linear tile
     index `tile` (in a split kernel, of the partition whose loops run longest); it must be
     computable at compile time (static grid, no runtime dims or memory reads), else None.
-    Tiles are listed in
-    windows of whole rows of the first grid dim, about one per program, longest first
-    within a window, and each goes to the program with the least work so far: programs
-    still work on neighbouring tiles at any time (shared K/V or operand panels stay in
-    L2), and each window's short tiles fill in behind its long ones, where equal rounds
-    leave a long tail (causal attention: 1.031x the mean for the busiest program of
-    4x32x32 tiles on 132, 1.000x this way; bench/tile_balance.py).  The table is used only
-    if its busiest program has less work than the rounds' busiest.
+    The tiles are dealt by `deal_longest_first`; the table is used only if its busiest
+    program has less work than the busiest of the rounds (`round_loads`).
 
     Layout: ``counts[P]`` (tiles per program), then program p's tiles at
     ``P + p * stride + i`` (``stride`` = the most tiles a program gets)."""
@@ -187,6 +181,25 @@ def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_
     if costs is None or len(costs) <= num_programs or len(set(costs)) == 1:
         return None
     row = _static(k.grid[0]) if k.swizzle is None else 1
+    dealt = deal_longest_first(costs, num_programs, row)
+    busiest = max(sum(costs[t] for t in tiles) for tiles in dealt)
+    if busiest >= max(round_loads(costs, num_programs, alternate)):
+        return None
+    stride = max(len(tiles) for tiles in dealt)
+    values = [len(tiles) for tiles in dealt]
+    for tiles in dealt:
+        values += tiles + [0] * (stride - len(tiles))
+    return ir.ConstTable("tile_schedule", tuple(values))
+
+
+def deal_longest_first(costs: list, num_programs: int, row: int) -> list:
+    """Each program's tiles (indices into `costs`, in the order it runs them).  Tiles are
+    listed in windows of whole rows of `row` tiles, about one tile per program, longest
+    first within a window, and each goes to the program with the least work so far:
+    programs still work on neighbouring tiles at any time (shared K/V or operand panels
+    stay in L2), and each window's short tiles fill in behind its long ones, where equal
+    rounds leave a long tail (causal attention: 1.031x the mean for the busiest program of
+    4x32x32 tiles on 132, 1.000x this way; bench/tile_balance.py)."""
     window = row * max(1, round(num_programs / row))
     order = []
     for start in range(0, len(costs), window):
@@ -197,17 +210,17 @@ def balanced_schedule(k: ir.Kernel, tile: ir.Var, decode: list, body: list, num_
         load, p = heapq.heappop(loads)
         dealt[p].append(t)
         heapq.heappush(loads, (load + costs[t], p))
-    rounds = [0] * num_programs
+    return dealt
+
+
+def round_loads(costs: list, num_programs: int, alternate: bool = True) -> list:
+    """Each program's work when `persist`'s rounds deal the tiles (tile = round * P + pid,
+    or P - 1 - pid in odd rounds when `alternate`)."""
+    loads = [0] * num_programs
     for t, cost in enumerate(costs):
         round_, place = divmod(t, num_programs)
-        rounds[num_programs - 1 - place if alternate and round_ % 2 else place] += cost
-    if max(load for load, _ in loads) >= max(rounds):
-        return None
-    stride = max(len(tiles) for tiles in dealt)
-    values = [len(tiles) for tiles in dealt]
-    for tiles in dealt:
-        values += tiles + [0] * (stride - len(tiles))
-    return ir.ConstTable("tile_schedule", tuple(values))
+        loads[num_programs - 1 - place if alternate and round_ % 2 else place] += cost
+    return loads
 
 
 def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
