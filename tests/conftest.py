@@ -11,17 +11,37 @@ creates its inputs on `device` and computes its torch reference on the same devi
 The `assert_close` fixture compares a kernel's result with a torch reference at the tolerance of
 the result's dtype (fp16/bf16 1e-2, fp32 1e-4, relative and absolute).
 """
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
 
 def pytest_collection_modifyitems(config, items):
+    _scale_hypothesis_examples(items)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is false)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _scale_hypothesis_examples(items):
+    """`TRITILE_HYPOTHESIS_SCALE=k` multiplies every hypothesis test's `max_examples` by k (a
+    thorough local or GPU run; CI keeps 1).  Each test pins its own count with `@settings`,
+    which a hypothesis profile cannot override, so the count is scaled on the collected test:
+    `given` reads `_hypothesis_internal_use_settings` when the test runs."""
+    scale = float(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1"))
+    if scale == 1:
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        current = getattr(test, "_hypothesis_internal_use_settings", None)
+        if current is not None and getattr(test, "is_hypothesis_test", False):
+            test._hypothesis_internal_use_settings = settings(
+                current, max_examples=max(1, round(current.max_examples * scale)))
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
