@@ -226,7 +226,8 @@ def _reduce(kind):
             raise CompileError(f"{name}: output {dst.buffer.name} has shape {list(dst.tile_shape)}, expected "
                                f"{list(expected)} (the input {list(src.tile_shape)} without dim {dim})", loc)
         clear_flag = _bool(a.get("clear", True), "clear", loc)
-        p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc))
+        nan_propagate = _bool(a.get("nan_propagate", False), "nan_propagate", loc)
+        p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc, nan_propagate=nan_propagate))
 
     return handler
 

@@ -13,6 +13,7 @@ import operator
 from typing import Optional
 
 from tritile.errors import CompileError
+from tritile.interpreter.values import round_scalar
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import DType, as_dtype, bool_, float32, int32
 from tritile.ir.printer import expr_str
@@ -67,8 +68,8 @@ def cast(value, dtype, loc=None):
         raise CompileError(f"cannot cast {value!r} to {dtype}", loc)
     if value.dtype == dtype:
         return value
-    if isinstance(value, ir.Const):
-        return make_const(value.value, dtype)
+    if isinstance(value, ir.Const):  # folded: the constant as its own type holds it first
+        return make_const(round_scalar(value.value, value.dtype), dtype)
     return ir.Cast(value, dtype)
 
 

@@ -5,10 +5,12 @@ Contract
 `Evaluator.eval(expr)` returns a Python scalar when every input is a scalar and a torch
 tensor when a `T.Parallel` lane variable (bound to an index tensor) or a lane-dependent
 value takes part; the two paths share the operator tables below, so one `BinOp` has one
-meaning.  Semantics (TileLang's): ``//`` and ``%`` are floor division / floor modulo;
-``/`` on an integer result type truncates toward zero; floats compute in float32 (float64
-for float64; scalar results are rounded to float32 so both paths agree bit for bit);
-`Cast` rounds to its type.  The evaluator reads `env` (Var -> value),
+meaning.  Semantics: docs/semantics.md (TileLang's).  ``//`` and ``%`` are floor division /
+floor modulo (floats: ``floor(a / b)`` and ``a - floor(a / b) * b``); ``/`` on integers
+truncates toward zero; T.max / T.min of floats ignore NaN.  Every operation's result is
+rounded to its dtype: integers wrap at their width, floats narrower than 32 bits round
+(they compute in float32, float64 for float64; scalar results are rounded to float32 so
+both paths agree bit for bit).  `Cast` rounds to its type.  The evaluator reads `env` (Var -> value),
 `memory` (for `Load`), `mask` (active lanes) and `stmt` (the statement being executed,
 for error locations), which the executor keeps current.
 """
@@ -38,11 +40,19 @@ def _scalar_div(a, b, dtype):
 
 
 def _scalar_floordiv(a, b, dtype):
-    return math.floor(_scalar_div(a, b, dtype)) if dtype.is_float else a // b
+    return _tensor_floordiv(a, b, dtype).item() if dtype.is_float else a // b
 
 
 def _scalar_mod(a, b, dtype):
-    return math.nan if dtype.is_float and b == 0 else a % b
+    return _tensor_mod(a, b, dtype).item() if dtype.is_float else a % b
+
+
+def _fmax(a, b, d):  # fmaxf: a NaN operand is ignored
+    return b if a != a else a if b != b else max(a, b)
+
+
+def _fmin(a, b, d):
+    return b if a != a else a if b != b else min(a, b)
 
 
 def _logical_or_bitwise(logical, bitwise):
@@ -70,30 +80,68 @@ _SCALAR_BINOPS = {
     "^": _logical_or_bitwise(lambda a, b: a != b, lambda a, b: a ^ b),
     "<<": lambda a, b, d: a << b,
     ">>": lambda a, b, d: a >> b,
-    "max": lambda a, b, d: max(a, b),
-    "min": lambda a, b, d: min(a, b),
+    "max": _fmax,
+    "min": _fmin,
 }
 
 # ---------------------------------------------------------------------------- tensor ops
 T = V.as_tensor
 
 
-def _nonzero_divisor(b):
-    """Integer division of masked-out lanes must not fail: give them divisor 1."""
-    b = T(b)
-    return torch.where(b == 0, torch.ones((), dtype=b.dtype), b) if not b.is_floating_point() else b
+def _int_division(a, b, rounding_mode):
+    """(quotient, floor remainder) of integer lanes.  A lane dividing by 0 (its value is
+    unspecified: lanes a select discards compute it too) gets a, 0; by -1 it gets -a, 0
+    without the CPU's trap on INT64_MIN / -1."""
+    a, b = T(a), T(b)
+    special = (b == 0) | (b == -1)
+    safe = torch.where(special, torch.ones((), dtype=b.dtype), b)
+    quotient = torch.div(a, safe, rounding_mode=rounding_mode)
+    quotient = torch.where(b == -1, -a, quotient)
+    remainder = torch.where(special, torch.zeros((), dtype=b.dtype), torch.remainder(a, safe))
+    return quotient, remainder
 
 
 def _tensor_div(a, b, dtype):
     if dtype.is_float:
         return torch.true_divide(T(a), T(b))
-    return torch.div(T(a), _nonzero_divisor(b), rounding_mode="trunc")
+    return _int_division(a, b, "trunc")[0]
+
+
+def _float_operands(a, b, dtype):
+    compute = V.compute_dtype(dtype)
+    return T(a, compute), T(b, compute)
 
 
 def _tensor_floordiv(a, b, dtype):
     if dtype.is_float:
-        return torch.floor(torch.true_divide(T(a), T(b)))
-    return torch.div(T(a), _nonzero_divisor(b), rounding_mode="floor")
+        a, b = _float_operands(a, b, dtype)
+        return torch.floor(torch.true_divide(a, b))
+    return _int_division(a, b, "floor")[0]
+
+
+def _tensor_mod(a, b, dtype):
+    if dtype.is_float:  # TileLang's a - floor(a / b) * b, the product rounded (no fma)
+        a, b = _float_operands(a, b, dtype)
+        product = torch.floor(torch.true_divide(a, b)) * b
+        return a - product
+    return _int_division(a, b, "floor")[1]
+
+
+def normalize(value, dtype):
+    """An operation's result rounded to its dtype: integers wrap in two's complement at the
+    dtype's width, floats narrower than 32 bits round to nearest even (kept in the compute
+    dtype).  Scalars stay Python scalars."""
+    if dtype.kind == "bool" or dtype.bits == 64 or (dtype.is_float and dtype.bits == 32):
+        return value
+    if not V.is_tensor(value):
+        if dtype.is_int:
+            return V.wrap_int(int(value), dtype.bits, dtype.kind == "int")
+        return V.round_scalar(value, dtype)
+    if dtype.is_int:
+        if dtype.kind == "uint" or dtype.bits not in (8, 16, 32):
+            return value & ((1 << dtype.bits) - 1)
+        return value.to(dtype.torch).to(torch.int64)
+    return value.to(dtype.torch).to(torch.float32)
 
 
 def _tensor_bitwise(fn):
@@ -106,7 +154,7 @@ _TENSOR_BINOPS = {
     "*": lambda a, b, d: a * b,
     "/": _tensor_div,
     "//": _tensor_floordiv,
-    "%": lambda a, b, d: torch.remainder(T(a), b if d.is_float else _nonzero_divisor(b)),
+    "%": _tensor_mod,
     "**": lambda a, b, d: torch.pow(T(a), b),
     "<": lambda a, b, d: a < b if V.is_tensor(a) else b > a,
     "<=": lambda a, b, d: a <= b if V.is_tensor(a) else b >= a,
@@ -121,8 +169,8 @@ _TENSOR_BINOPS = {
     "^": _tensor_bitwise(torch.bitwise_xor),
     "<<": _tensor_bitwise(torch.bitwise_left_shift),
     ">>": _tensor_bitwise(torch.bitwise_right_shift),
-    "max": _tensor_bitwise(torch.maximum),
-    "min": _tensor_bitwise(torch.minimum),
+    "max": lambda a, b, d: torch.fmax(T(a), T(b)) if d.is_float else torch.maximum(T(a), T(b)),
+    "min": lambda a, b, d: torch.fmin(T(a), T(b)) if d.is_float else torch.minimum(T(a), T(b)),
 }
 
 # Float intrinsics, applied to float tensors (scalars are wrapped in 0-d tensors).
@@ -185,27 +233,26 @@ class Evaluator:
             raise self.error(f"variable {e.name} is used before it is bound") from None
 
     def _const(self, e: ir.Const):
-        if e.dtype.is_float:
-            return float(e.value) if e.dtype.bits == 64 else V.to_float32(float(e.value))
-        if e.dtype.kind == "bool":
-            return bool(e.value)
-        return int(e.value)
+        """The constant rounded to its dtype (a folded cast may have left it outside)."""
+        return V.round_scalar(e.value, e.dtype)
 
     def _binop(self, e: ir.BinOp):
         return self._apply(e.op, self.eval(e.lhs), self.eval(e.rhs), e)
 
     def _apply(self, op: str, a, b, e: ir.Expr):
-        if V.is_tensor(a) or V.is_tensor(b):
-            return _TENSOR_BINOPS[op](a, b, e.dtype)
+        if V.is_tensor(a) or V.is_tensor(b):  # scalars join in the operands' compute dtype
+            compute = V.compute_dtype(e.lhs.dtype if isinstance(e, ir.BinOp) else e.args[0].dtype)
+            a, b = (x if V.is_tensor(x) else T(x, compute) for x in (a, b))
+            return normalize(_TENSOR_BINOPS[op](a, b, e.dtype), e.dtype)
         if op in ("/", "//", "%") and b == 0 and not e.dtype.is_float:
             raise self.error(f"integer division by zero in {format_node(e).strip()}")
         result = _SCALAR_BINOPS[op](a, b, e.dtype)
         if isinstance(result, float) and e.dtype.is_float and e.dtype.bits < 64:
-            return V.to_float32(result)
-        return result
+            result = V.to_float32(result)
+        return normalize(result, e.dtype)
 
     def _unaryop(self, e: ir.UnaryOp):
-        return _unary(e.op, self.eval(e.operand))
+        return normalize(_unary(e.op, self.eval(e.operand)), e.dtype)
 
     def _call(self, e: ir.Call):
         if e.fn == "infinity":
@@ -221,12 +268,12 @@ class Evaluator:
                 raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
             return self._apply(e.fn, args[0], args[1], e)
         if e.fn in ("floor", "ceil", "abs") and not e.dtype.is_float:
-            return abs(args[0]) if e.fn == "abs" else args[0]
+            return normalize(abs(args[0]), e.dtype) if e.fn == "abs" else args[0]
         fn = _FLOAT_CALLS.get(e.fn)
         if fn is None:
             raise self.error(f"unknown intrinsic T.{e.fn}")
         dtype = V.compute_dtype(e.dtype) if e.dtype.is_float else torch.float32
-        result = fn(*(T(a, dtype) for a in args))
+        result = normalize(fn(*(T(a, dtype) for a in args)), e.dtype)
         return result if any(V.is_tensor(a) for a in args) else result.item()
 
     def _cast(self, e: ir.Cast):

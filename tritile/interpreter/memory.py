@@ -127,7 +127,8 @@ class Memory:
                 value = V.from_storage(tensor[index], buffer.dtype).item() + value
             tensor[index] = V.storage_scalar(value, buffer.dtype)
             return
-        value = V.as_tensor(value)
+        if not V.is_tensor(value):  # a Python float would become float32, losing float64 digits
+            value = V.as_tensor(value, V.compute_dtype(buffer.dtype))
         box = None if self.tracker.busy(buffer) else _dense_box(indices, tensor.shape)
         if box is not None and _fits(value, box[2]) and (mask is None or _fits(mask, box[2])):
             self._store_box(tensor, buffer, box, value, mask, accumulate)

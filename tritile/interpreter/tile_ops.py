@@ -95,28 +95,47 @@ def fill(run, s: ir.Fill):
     _write(run, s.dst, torch.full(s.dst.extents, value, dtype=V.compute_dtype(s.dst.buffer.dtype)))
 
 
+def _ignoring_nan(extreme, fill):
+    """max / min of floats ignoring NaN (the GPU's maxnumf tree): NaN only where every value
+    along `dim` is NaN."""
+    def reducer(x, dim):
+        if not x.is_floating_point():
+            return extreme(x, dim)
+        nan = torch.isnan(x)
+        result = extreme(torch.where(nan, torch.full((), fill, dtype=x.dtype), x), dim)
+        return torch.where(nan.all(dim), torch.full((), float("nan"), dtype=x.dtype), result)
+    return reducer
+
+
+_max_ignoring_nan = _ignoring_nan(torch.amax, float("-inf"))
 _REDUCERS = {
-    "max": lambda x, dim: x.amax(dim),
-    "min": lambda x, dim: x.amin(dim),
+    "max": _max_ignoring_nan,
+    "min": _ignoring_nan(torch.amin, float("inf")),
     "sum": lambda x, dim: x.sum(dim),
     "abssum": lambda x, dim: x.abs().sum(dim),
-    "absmax": lambda x, dim: x.abs().amax(dim),
+    "absmax": lambda x, dim: _max_ignoring_nan(x.abs(), dim),
 }
-# how a reduction result combines with the old destination when clear=False
-_COMBINE = {"max": torch.maximum, "min": torch.minimum, "sum": torch.add, "abssum": torch.add,
-            "absmax": torch.maximum}
+# nan_propagate=True: torch's amax / amin propagate NaN
+_REDUCERS_PROPAGATING_NAN = {"max": lambda x, dim: x.amax(dim), "min": lambda x, dim: x.amin(dim),
+                             "absmax": lambda x, dim: x.abs().amax(dim)}
+# how a reduction result combines with the old destination when clear=False (fmax: NaN-ignoring)
+_COMBINE = {"max": torch.fmax, "min": torch.fmin, "sum": torch.add, "abssum": torch.add, "absmax": torch.fmax}
+_COMBINE_PROPAGATING_NAN = {"max": torch.maximum, "min": torch.minimum, "absmax": torch.maximum}
 
 
 def reduce(run, s: ir.Reduce):
     if s.kind not in _REDUCERS:
         raise run.error(f"unknown reduction {s.kind!r}")
     src = _read(run, s.src).reshape(s.src.tile_shape)
-    result = _REDUCERS[s.kind](src, _dim(run, s.src, s.dim))
+    propagate = s.nan_propagate and s.kind in _REDUCERS_PROPAGATING_NAN
+    reducer = (_REDUCERS_PROPAGATING_NAN if propagate else _REDUCERS)[s.kind]
+    result = reducer(src, _dim(run, s.src, s.dim))
     if result.numel() != _numel(s.dst.extents):
         raise run.error(f"T.reduce_{s.kind}: {region_str(s.dst)} has {_numel(s.dst.extents)} elements but "
                         f"reducing {region_str(s.src)} over dim {s.dim} gives shape {list(result.shape)}")
     if not s.clear:
-        result = _COMBINE[s.kind](_read(run, s.dst).reshape(result.shape), result)
+        combine = (_COMBINE_PROPAGATING_NAN if propagate else _COMBINE)[s.kind]
+        result = combine(_read(run, s.dst).reshape(result.shape), result)
     _write(run, s.dst, result)
 
 

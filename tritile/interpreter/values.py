@@ -101,8 +101,21 @@ def to_float32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
+def _float_to_int(value: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """Float lanes converted to integer `dtype` toward zero, saturating, NaN -> 0, as int64
+    (uint64 saturates at the int64 range, its storage)."""
+    info = torch.iinfo(dtype.torch if dtype.bits < 64 else torch.int64)
+    lo, hi = float(info.min), float(info.max)  # hi rounds up to 2**63 for 64-bit types
+    value = torch.nan_to_num(value.double(), nan=0.0)
+    out = value.clamp(lo, min(hi, 2.0 ** 63 - 1024)).trunc().to(torch.int64)
+    return torch.where(value >= hi, torch.tensor(info.max), out)
+
+
 def round_tensor(value: torch.Tensor, dtype: DType) -> torch.Tensor:
-    """`value` rounded to `dtype`, returned in `dtype`'s compute dtype."""
+    """`value` rounded to `dtype`, returned in `dtype`'s compute dtype (float -> int: toward
+    zero, saturating, NaN -> 0, as the GPU's cvt.rzi and `round_scalar`; torch differs)."""
+    if dtype.is_int and value.is_floating_point():
+        value = _float_to_int(value, dtype)
     if dtype.kind == "uint" and dtype.bits > 8:
         as_int = value.to(torch.int64)
         return as_int & ((1 << dtype.bits) - 1) if dtype.bits < 64 else as_int

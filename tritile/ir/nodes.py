@@ -349,7 +349,9 @@ REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
 
 @dataclass
 class Reduce(Stmt):
-    """``dst (op)= reduce_op(src, dim)``; with clear=False the old `dst` takes part."""
+    """``dst (op)= reduce_op(src, dim)``; with clear=False the old `dst` takes part.
+    `nan_propagate` (max/min/absmax of floats): a NaN makes the result NaN; without it NaNs
+    are ignored, the result is NaN only when every value is (docs/semantics.md)."""
 
     kind: str
     src: Region
@@ -357,6 +359,7 @@ class Reduce(Stmt):
     dim: int
     clear: bool = True
     loc: Optional[SourceLoc] = None
+    nan_propagate: bool = False
 
 
 @dataclass

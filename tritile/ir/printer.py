@@ -120,7 +120,8 @@ class _Printer:
         elif isinstance(s, ir.Fill):
             self.emit(d, f"T.fill({region_str(s.dst)}, {expr_str(s.value)})")
         elif isinstance(s, ir.Reduce):
-            self.emit(d, f"T.reduce_{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, clear={s.clear})")
+            nan = ", nan_propagate=True" if s.nan_propagate else ""
+            self.emit(d, f"T.reduce_{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, clear={s.clear}{nan})")
         elif isinstance(s, ir.Cumsum):
             self.emit(d, f"T.cumsum({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):

@@ -242,7 +242,7 @@ def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
 
 
 @_tile_op
-def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
     pass
 
 

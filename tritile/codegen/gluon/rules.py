@@ -9,10 +9,13 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 from __future__ import annotations
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import early_loads, rings, warp_specialize
+from tritile.codegen.gluon import early_loads, rings, signs, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
                                            is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
+from tritile.interpreter.expressions import Evaluator
+from tritile.interpreter.values import round_scalar
+from tritile.ir import dtypes as dt
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
@@ -35,6 +38,7 @@ def _e_const(em: Emitter, e: ir.Const) -> Val:
     v = e.value
     if isinstance(v, bool):
         return Val(str(v))
+    v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
     if e.dtype.is_float or isinstance(v, float):
         v = float(v)
         if v != v:
@@ -53,22 +57,50 @@ _PY_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%", "<": "<", "<=": "
 def _e_binop(em: Emitter, e: ir.BinOp) -> Val:
     a, b = em.expr(e.lhs), em.expr(e.rhs)
     dims = a.dims | b.dims
-    if e.op in ("max", "min"):
-        fn = "gl.maximum" if e.op == "max" else "gl.minimum"
-        return Val(f"{fn}({a.text}, {b.text})", dims)
-    if e.op == "/":
-        op = "//" if e.lhs.dtype.is_int and e.rhs.dtype.is_int else "/"  # C-style on ints (non-negative)
-    elif e.op in _PY_OPS:
-        op = _PY_OPS[e.op]
-    else:
-        raise unsupported(f"the operator {e.op!r}", None)
-    return Val(f"({a.text} {op} {b.text})", dims)
+    operand = e.lhs.dtype
+    if operand.is_float and (operand.bits == 8 or e.op in ("//", "%", "/") and operand.bits < 32):
+        # Triton has no fp8 arithmetic and divides fp16/bf16 in fp32: compute in fp32 and round
+        # the result to the operation's type, as the interpreter does after every operation
+        a, b = (_as_type(em, x, v, dt.float32) for x, v in ((e.lhs, a), (e.rhs, b)))
+        text = _binop_text(em, e.op, a, b, dt.float32, e)
+        return Val(text if e.dtype.kind == "bool" else f"{text}.to({GL_DTYPES[e.dtype.name]})", dims)
+    if operand.is_float and e.op in ("//", "%"):
+        a, b = (_as_type(em, x, v, operand) for x, v in ((e.lhs, a), (e.rhs, b)))
+    return Val(_binop_text(em, e.op, a, b, operand, e), dims)
+
+
+def _binop_text(em: Emitter, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
+    """``a op b`` on operands of type `operand` (docs/semantics.md)."""
+    if op in ("max", "min"):  # maxnumf / minnumf: NaN-ignoring, as TileLang's fmaxf
+        return f"{'gl.maximum' if op == 'max' else 'gl.minimum'}({a.text}, {b.text})"
+    if op in ("//", "%"):
+        if operand.is_float:
+            f64 = operand.bits == 64
+            return f"{'_floordiv_float' if op == '//' else '_floormod_float'}({a.text}, {b.text}, {f64})"
+        if not signs.of(em).proves(e.lhs) or not signs.of(em).proves(e.rhs):
+            return f"{'_floordiv' if op == '//' else '_floormod'}({a.text}, {b.text})"
+        return f"({a.text} {op} {b.text})"  # floor and truncation agree on non-negative operands
+    if op == "/":
+        return f"({a.text} {'//' if operand.is_int else '/'} {b.text})"  # C-style truncation on ints
+    if op not in _PY_OPS:
+        raise unsupported(f"the operator {op!r}", None)
+    return f"({a.text} {_PY_OPS[op]} {b.text})"
+
+
+def _as_type(em: Emitter, e, v: Val, dtype) -> Val:
+    """Operand `e` (emitted as `v`) as a tensor of float `dtype`; a constant becomes a typed
+    scalar (a bare literal would take the other operand's type, or fp32 in library calls)."""
+    if isinstance(e, ir.Const):
+        return Val(f"gl.full([], {v.text}, {GL_DTYPES[dtype.name]})", v.dims)
+    return v if e.dtype == dtype else Val(f"{v.text}.to({GL_DTYPES[dtype.name]})", v.dims)
 
 
 def _e_unary(em: Emitter, e: ir.UnaryOp) -> Val:
     a = em.expr(e.operand)
     if e.op == "not":
         return Val(f"({a.text} == 0)", a.dims)
+    if e.dtype.is_float and e.dtype.bits == 8:  # no fp8 arithmetic in Triton
+        return Val(f"({e.op}{a.text}.to(gl.float32)).to({GL_DTYPES[e.dtype.name]})", a.dims)
     return Val(f"({e.op}{a.text})", a.dims)
 
 
@@ -96,7 +128,11 @@ def _e_cast(em: Emitter, e: ir.Cast) -> Val:
     if isinstance(e.value, ir.Const):
         return _e_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
     v = em.expr(e.value)
-    return Val(f"{v.text}.to({GL_DTYPES[e.dtype.name]})", v.dims)
+    src, dst = e.value.dtype, e.dtype
+    fp8 = (src.is_float and src.bits == 8) or (dst.is_float and dst.bits == 8)
+    if fp8 and dt.float32 not in (src, dst):  # through float32, as torch converts (and exact from fp8)
+        return Val(f"{v.text}.to(gl.float32).to({GL_DTYPES[dst.name]})", v.dims)
+    return Val(f"{v.text}.to({GL_DTYPES[dst.name]})", v.dims)
 
 
 def _identity(indices, par) -> bool:
@@ -114,8 +150,8 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         dims = frozenset().union(*[i.dims for i in idx])
         if not dims:
             return Val(f"gl.load({em.name(buf)} + {offs})")
-        mask = " & ".join(f"({i.text} < {em.shape_text(d)})" for i, d in zip(idx, buf.shape))
-        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other=0)", dims)
+        mask = _bounds_mask(em, e.indices, idx, buf)
+        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={_zero(buf.dtype)})", dims)
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -141,11 +177,34 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
 
 
+def _zero(dtype) -> str:
+    """The `other` of a masked load: a float literal for float buffers (Triton cannot convert
+    an int constant to fp8)."""
+    return "0.0" if dtype.is_float else "0"
+
+
+def _bounds_mask(em: Emitter, indices, emitted, buf) -> str:
+    """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
+    dropped); the lower bound is tested only where an index is not provably >= 0."""
+    tests = []
+    for index, text, size in zip(indices, emitted, buf.shape):
+        if not signs.of(em).proves(index):
+            tests.append(f"({text.text} >= 0)")
+        tests.append(f"({text.text} < {em.shape_text(size)})")
+    return " & ".join(tests)
+
+
 def _e_table_read(em: Emitter, e: ir.TableRead) -> Val:
     index = em.expr(e.index)
     if index.dims:
         raise unsupported("a constant-table read indexed by a T.Parallel loop variable", None)
     return Val(f"gl.load({em.tables[id(e.table)][0]} + {index.text})")
+
+
+def _constant(e) -> bool:
+    """An expression of constants only (no variable, load or table read)."""
+    return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"
+                   for n in walk(e))
 
 
 def _convert(em, text, have, want, want_name) -> str:
@@ -160,6 +219,10 @@ EXPR_RULES = {ir.Var: _e_var, ir.Const: _e_const, ir.BinOp: _e_binop, ir.UnaryOp
 def lower_expr(em: Emitter, e) -> Val:
     if isinstance(e, (int, float, bool)):
         return Val(repr(e))
+    if isinstance(e, (ir.BinOp, ir.UnaryOp, ir.Call, ir.Cast)) and _constant(e):
+        # folded with the interpreter's meaning: Python would evaluate it at trace time with
+        # its own (unbounded ints, true division)
+        return _e_const(em, ir.Const(Evaluator({}, None).eval(e), e.dtype))
     rule = EXPR_RULES.get(type(e))
     if rule is None:
         raise unsupported(f"the expression {type(e).__name__}", None)
@@ -256,7 +319,7 @@ def lower_store(em: Emitter, s: ir.Store):
             em.emit(f"gl.store({em.name(buf)} + {offs}, {value})")
             return
         value = _full(em, v, s.value.dtype, buf.dtype, par)
-        mask = " & ".join(f"({i.text} < {em.shape_text(d)})" for i, d in zip(idx, buf.shape))
+        mask = _bounds_mask(em, s.indices, idx, buf)
         if par.cond:
             mask += f" & {par.cond}"
         em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
@@ -290,7 +353,8 @@ def _full(em, v: Val, src_dtype, dst_dtype, par) -> str:
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
         return v.text if src_dtype == dst_dtype else f"{v.text}.to({dt})"
-    zeros = f"gl.zeros({list(par.loop.extents)}, {dt}, layout={par.layout_name})"
+    wide = "gl.float32" if dst_dtype.is_float and dst_dtype.bits == 8 else dt  # no fp8 addition
+    zeros = f"gl.zeros({list(par.loop.extents)}, {wide}, layout={par.layout_name})"
     return f"({zeros} + {v.text}).to({dt})"
 
 
@@ -528,11 +592,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = gl.load({ptr}, mask={mask}, other=0){cast}")
+            em.emit(f"{em.name(dst.buffer)} = gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)}){cast}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = f"gl.load({ptr}, mask={mask}, other=0){cast}"
+        value = f"gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)}){cast}"
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
@@ -843,9 +907,18 @@ def lower_fill(em: Emitter, s: ir.Fill):
         raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
 
 
-_REDUCE = {"max": ("gl.max", "gl.maximum({old}, {new})"), "min": ("gl.min", "gl.minimum({old}, {new})"),
-           "sum": ("gl.sum", "{old} + {new}"), "abssum": ("gl.sum", "{old} + {new}"),
-           "absmax": ("gl.max", "gl.maximum({old}, {new})")}
+# kind -> (reduction of a tile along `axis`, combination with the old destination); gl.max /
+# gl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
+_REDUCE = {"max": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})"),
+           "min": ("gl.min({src}, axis={axis})", "gl.minimum({old}, {new})"),
+           "sum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
+           "abssum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
+           "absmax": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})")}
+# with nan_propagate: maximumf / minimumf, a NaN wins
+_REDUCE_PROPAGATING_NAN = {
+    "max": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
+    "min": ("gl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
+    "absmax": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
 
 
 def _register_tile(em, region, loc):
@@ -882,11 +955,14 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
     if rank != 2:
         raise unsupported(f"T.reduce_{s.kind} over a {rank}-D tile", s.loc)
-    fn, combine = _REDUCE[s.kind]
+    propagate = s.nan_propagate and s.src.buffer.dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
+    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
     if s.kind in ("abssum", "absmax"):
         src = f"gl.abs({src})"
+    if propagate and s.src.buffer.dtype.bits < 32:  # as gl.max does: Triton's combine wants fp32
+        src = f"{src}.to(gl.float32)"
     new = em.tmp("red")
-    em.emit(f"{new} = {fn}({src}, axis={s.dim})")
+    em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
     new_layout = lay.slice_of(layout, s.dim)
     if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank:
         if s.dst.buffer.shape[s.dim] != 1:

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import rings
+from tritile.codegen.gluon import rings, signs
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, top_level, touches, walk
@@ -319,6 +319,7 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
     loop, stages = ring.loop, ring.stages
     group_var = ir.Var("g")
     g = em.define(group_var)
+    signs.of(em).assume_nonnegative(group_var)  # counts 0 .. count - 1
     copies = _group_copies(ring, group_var)
     stop = em.expr(loop.stop).text
     count = f"{paren(stop)} + {ring.span}" if ring.span else stop
@@ -337,6 +338,7 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
     if parts.full_arrivals[id(ring)] == 1:  # every copy is real: one expect for the group
         em.emit(f"mbarrier.expect({bar}, {sum(rings.tile_bytes(c) for c in copies)})")
     for copy in copies:
+        signs.of(em).assume_nonnegative(copy.iteration)  # the copy runs only for iterations >= 0
         desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
         dst = em.shared_view(copy.dst, copy.loc)
         if parts.full_arrivals[id(ring)] == 1:

@@ -1,0 +1,219 @@
+"""docs/semantics.md on every path: generated expression and reduction kernels
+(`tests/expression_programs.py`) through the interpreter against torch, their generated code
+through Triton for sm_90, a fixed replay list on the GPU against the interpreter, and the
+cases that disagreed before (floor `//` / `%`, NaN in reductions, float `//`, fp8 loads)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import expression_programs as E
+import tritile
+import tritile.language as T
+from tritile.runtime.target import Target
+
+GPU_REPLAY = E.replay_programs(200)  # bench/semantics_replay.py runs the same list
+PTX_SUBSET = 10
+
+
+def _run_interpreter(program, seed):
+    kernel = E.build(program)
+    a, b = E.inputs(program, torch.Generator().manual_seed(seed))
+    return kernel(a, b), E.reference(program, a, b)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(E.programs(), st.integers(0, 2 ** 31 - 1))
+def test_interpreter_matches_torch(program, seed):
+    actual, expected = _run_interpreter(program, seed)
+    assert E.same(actual, expected, program), f"{program.source}\nactual   {actual}\nexpected {expected}"
+
+
+def test_replay_list_is_fixed_and_mixed():
+    again = E.replay_programs(len(GPU_REPLAY))
+    assert [p.source for p in again] == [p.source for p in GPU_REPLAY]
+    kinds = {(p.kind, p.out_dtype) for p in GPU_REPLAY}
+    assert {k for k, _ in kinds} == {"parallel", "reduce"}
+    assert {"float8_e4m3", "float8_e5m2", "int8", "int64", "bfloat16"} <= {d for _, d in kinds}
+    assert any(p.nan_propagate for p in GPU_REPLAY) and any(
+        p.kind == "reduce" and not p.nan_propagate and E.is_float(p.a_dtype) for p in GPU_REPLAY)
+
+
+@pytest.mark.parametrize("index", range(PTX_SUBSET))
+def test_generated_programs_compile_for_sm90(index):
+    program = GPU_REPLAY[index]
+    ptx = E.build(program).get_source("ptx")
+    assert ".target sm_90" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(GPU_REPLAY)))
+def test_replayed_programs_on_gpu(index):
+    program = GPU_REPLAY[index]
+    kernel = E.build(program)
+    a, b = E.inputs(program, torch.Generator().manual_seed(index))
+    interpreted = kernel(a, b)
+    on_gpu = kernel(a.cuda(), b.cuda()).cpu()
+    assert E.same(on_gpu, interpreted, program), f"{program.source}\ngpu         {on_gpu}\ninterpreter {interpreted}"
+
+
+# ---------------------------------------------------------------------------- fixed cases
+
+
+@tritile.jit(out_idx=[-1])
+def _elementwise(N, dtype, op):
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), C: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                if op == "//":
+                    C[i] = A[i] // B[i]
+                else:
+                    C[i] = A[i] % B[i]
+
+    return kernel
+
+
+def test_integer_floor_division_and_modulo():
+    a = torch.tensor([7, -7, 6, -1, 7, -7, -2 ** 31, 5], dtype=torch.int32)
+    b = torch.tensor([3, 3, 3, 3, -3, -3, -1, 7], dtype=torch.int32)
+    assert _elementwise(8, "int32", "//")(a, b).tolist() == [2, -3, 2, -1, -3, 2, -2 ** 31, 0]
+    assert _elementwise(8, "int32", "%")(a, b).tolist() == [1, 2, 0, 2, -2, -1, 0, 5]
+    for dtype in (torch.int8, torch.int16, torch.int64):  # fresh values against torch's floor ops
+        x = torch.randint(-100, 100, (16,), dtype=dtype)
+        y = torch.randint(1, 50, (16,), dtype=dtype) * (torch.randint(0, 2, (16,), dtype=dtype) * 2 - 1)
+        name = str(dtype).split(".")[1]
+        assert torch.equal(_elementwise(16, name, "//")(x, y), torch.div(x, y, rounding_mode="floor"))
+        assert torch.equal(_elementwise(16, name, "%")(x, y), torch.remainder(x, y))
+
+
+def test_float_floor_division_and_modulo():
+    a = torch.tensor([7.5, -7.5, 6.0, -1.0, 5.0, -0.0, 1.0, 0.0], dtype=torch.float32)
+    b = torch.tensor([2.0, 2.0, -4.0, 3.0, math.inf, 1.0, 0.0, 0.0], dtype=torch.float32)
+    div = _elementwise(8, "float32", "//")(a, b)
+    mod = _elementwise(8, "float32", "%")(a, b)
+    assert div[:6].tolist() == [3.0, -4.0, -2.0, -1.0, 0.0, -0.0] and math.copysign(1, div[5]) < 0
+    assert div[6] == math.inf and math.isnan(div[7])
+    assert mod[:4].tolist() == [1.5, 0.5, -2.0, 2.0] and math.isnan(mod[4]) and math.isnan(mod[6])
+    x, y = torch.randn(16) * 100, torch.randn(16) * 10
+    assert torch.equal(_elementwise(16, "float32", "//")(x, y), torch.floor(x / y))
+    assert torch.equal(_elementwise(16, "float32", "%")(x, y), x - torch.floor(x / y) * y)
+
+
+@tritile.jit(out_idx=[-1])
+def _row_max(M, N, dtype, kind, nan_propagate, clear):
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), dtype), B: T.Tensor((M,), dtype), C: T.Tensor((M,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            F = T.alloc_fragment((M, N), dtype)
+            R = T.alloc_fragment((M,), dtype)
+            T.copy(A, F)
+            T.copy(B, R)
+            if kind == "max":
+                T.reduce_max(F, R, dim=1, clear=clear, nan_propagate=nan_propagate)
+            elif kind == "min":
+                T.reduce_min(F, R, dim=1, clear=clear, nan_propagate=nan_propagate)
+            else:
+                T.reduce_absmax(F, R, dim=1, clear=clear, nan_propagate=nan_propagate)
+            T.copy(R, C)
+
+    return kernel
+
+
+@pytest.mark.parametrize("kind", ["max", "min", "absmax"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_reduce_nan_propagate(kind, dtype):
+    torch_dtype = getattr(torch, dtype)
+    a = torch.randn(4, 8, dtype=torch_dtype)
+    a[1, 3] = math.nan
+    a[2, :] = math.nan
+    b = torch.full((4,), -100.0, dtype=torch_dtype)
+    values = a.abs() if kind == "absmax" else a
+    fn = (lambda x: x.amin(1)) if kind == "min" else (lambda x: x.amax(1))
+    ignoring = _row_max(4, 8, dtype, kind, False, True)(a, b)
+    propagating = _row_max(4, 8, dtype, kind, True, True)(a, b)
+    nan_as = -math.inf if kind != "min" else math.inf
+    expected = fn(torch.where(values.isnan(), torch.tensor(nan_as, dtype=torch_dtype), values))
+    assert torch.equal(ignoring[[0, 1, 3]], expected[[0, 1, 3]]) and ignoring[2].isnan()
+    assert torch.equal(propagating[[0, 3]], fn(values)[[0, 3]]) and propagating[1:3].isnan().all()
+    old_nan = torch.full((4,), math.nan, dtype=torch_dtype)  # clear=False: the old value takes part
+    assert torch.equal(_row_max(4, 8, dtype, kind, False, False)(a, old_nan)[[0, 1, 3]], expected[[0, 1, 3]])
+    assert _row_max(4, 8, dtype, kind, True, False)(a, old_nan).isnan().all()
+    k = _row_max(4, 8, dtype, kind, True, True)
+    assert "nan_propagate=True" in k.get_source("tile")
+    assert "_propagate_nan)" in k.get_source("gluon")
+
+
+@tritile.jit(out_idx=[-1])
+def _fp8_scaled(N, dtype):
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), dtype), C: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                C[i] = T.float32(A[i]) * 2.0
+
+    return kernel
+
+
+@tritile.jit(out_idx=[-1])
+def _fp8_copy(N, dtype):
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), dtype), C: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                C[i] = A[i]
+
+    return kernel
+
+
+def _compile_for(kernel, target: Target) -> str:
+    from tritile.codegen.gluon import compile_kernel
+    from tritile.lowering import run_passes
+
+    return compile_kernel(run_passes(kernel.func, target)[-1][1], target).asm["ptx"]
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+def test_fp8_element_loads_compile(dtype):
+    kernel = _fp8_scaled(16, dtype)
+    a = torch.randn(16).to(E.TORCH[dtype])
+    assert torch.equal(kernel(a), a.float() * 2)
+    assert "other=0.0" in kernel.get_source("gluon")
+    assert ".target sm_90" in _compile_for(kernel, Target("cuda", 90))
+    copy = _fp8_copy(16, dtype)
+    assert torch.equal(copy(a).view(torch.uint8), a.view(torch.uint8))
+    if dtype == "float8_e5m2":  # sm_80: Triton 3.6 has no fp8e4nv, and converts fp8 with sm_89 cvts
+        assert ".target sm_80" in _compile_for(copy, Target("cuda", 80))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_float_floor_division_compiles(dtype):
+    for op in ("//", "%"):
+        kernel = _elementwise(16, dtype, op)
+        for arch in (90, 80):
+            ptx = _compile_for(kernel, Target("cuda", arch))
+            assert f".target sm_{arch}" in ptx and "cvt.rmi" in ptx  # floor
+
+
+def test_index_math_stays_plain():
+    """Non-negative index arithmetic keeps Triton's truncating ops: no correction helpers are
+    called in the GEMM / attention examples, and a signed // gets one."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import flash_attention as fa
+    from tritile.ops.matmul import matmul
+
+    sources = [matmul.compile(M=256, N=256, K=256).get_source("gluon")]
+    for dim, causal in ((64, False), (128, True)):
+        sources.append(fa.flashattn(1, 8, 1024, 1024, dim, causal, **fa.tile_config("cuda", dim, causal))
+                       .get_source("gluon"))
+    for src in sources:
+        kernel_code = src.split("def _min_propagate_nan")[1]  # after the helpers
+        assert "_floordiv(" not in kernel_code and "_floormod(" not in kernel_code
+    assert "_floordiv(" in _elementwise(16, "int32", "//").get_source("gluon").split("def _min_propagate_nan")[1]

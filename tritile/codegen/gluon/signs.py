@@ -1,0 +1,182 @@
+"""Which integer expressions of a kernel are provably non-negative.
+
+Contract
+--------
+`NonNegative(func)` bounds the Vars of `func`: block indices [0, grid - 1], `T.Parallel`
+lanes [0, extent - 1], consumer-partition numbers [0, count - 1], runtime dimensions >= 0,
+loop variables of loops counting up by a positive constant step [start, stop - 1], `Let`
+bindings by their value.  `proves(e)` is true only when `e` >= 0 on every run; False means
+"not proven", never "negative".
+
+Bounds of an expression: `%` by a positive constant c is in [0, c - 1] (floor modulo),
+`//`, min, max, `if_then_else`, casts and constant-table reads by interval arithmetic, and
+a sum of products of such terms (each product over disjoint terms: multilinear, like the
+persistent tile number ``it * P + pid + (it % 2) * (P - 1 - 2 * pid)``) by its smallest
+value over the corners of its terms' ranges, where a multilinear function takes its
+minimum.  Index arithmetic is assumed not to overflow.
+
+The Gluon backend emits integer `//` and `%` as Triton's truncating division when both
+operands are proven non-negative (floor and truncation agree there): index arithmetic -
+block and lane indices, loop counters, persistent tile numbers, buffer-version slots -
+takes the plain instructions.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from tritile.ir import nodes as ir
+from tritile.ir.printer import expr_str
+from tritile.ir.transform import walk
+
+_BIG = 1 << 40  # stands for an unbounded end when a multilinear form is evaluated at corners
+_MAX_TERMS = 8  # corners evaluated: 2 ** terms
+
+
+def of(em) -> "NonNegative":
+    """The analysis of the kernel `em` (a Gluon `Emitter`) is emitting, made once per kernel."""
+    cached = getattr(em, "_signs", None)
+    if cached is None or cached.func is not em.func:
+        cached = em._signs = NonNegative(em.func)
+    return cached
+
+
+class NonNegative:
+    def __init__(self, func: ir.PrimFunc):
+        self.func = func
+        self.assumed = set()  # keys of expressions code generation knows to be >= 0 where used
+        self.ranges = {}  # id(Var) -> (lo, hi), None = unbounded
+        for v in func.dynamic_vars:
+            self.ranges[id(v)] = (0, None)
+        for v, extent in zip(func.kernel.block_vars, func.kernel.grid):
+            hi = self.interval(extent)[1]
+            self.ranges[id(v)] = (0, None if hi is None else hi - 1)
+        for node in walk(func.kernel.body):  # pre-order: a binding is seen before its uses
+            if isinstance(node, ir.Parallel):
+                for v, extent in zip(node.vars, node.extents):
+                    self.ranges[id(v)] = (0, _static(extent) - 1 if _static(extent) else None)
+            elif isinstance(node, ir.ConsumerPartitions):
+                self.ranges[id(node.var)] = (0, node.count - 1)
+            elif isinstance(node, ir.For):
+                step = _static(node.step)
+                if step is not None and step > 0:
+                    lo, hi = self.interval(node.start)[0], self.interval(node.stop)[1]
+                    self.ranges[id(node.var)] = (lo, None if hi is None else hi - 1)
+            elif isinstance(node, ir.Let):
+                self.ranges[id(node.var)] = self.interval(node.value)
+
+    def assume_nonnegative(self, e):
+        """Record that `e` is >= 0 wherever the code being generated uses it (a Var of a loop
+        the backend itself emits, or an iteration whose copy is predicated on being >= 0)."""
+        self.assumed.add(_key(e))
+
+    def proves(self, e) -> bool:
+        """Whether `e` (an IR expression or a Python number) is >= 0 on every run."""
+        lo = self.interval(e)[0]
+        return lo is not None and lo >= 0
+
+    # ------------------------------------------------------------------ bounds
+    def interval(self, e) -> tuple:
+        """(lo, hi) with None for an unknown end."""
+        if isinstance(e, (bool, int)):
+            return int(e), int(e)
+        if not isinstance(e, ir.Expr) or not (e.dtype.is_int or e.dtype.kind == "bool"):
+            return None, None
+        lo, hi = self._interval(e)
+        if e.dtype.kind in ("uint", "bool"):
+            lo = 0 if lo is None else max(lo, 0)
+        return lo, hi
+
+    def _interval(self, e) -> tuple:
+        if self.assumed and _key(e) in self.assumed:
+            return 0, None
+        if isinstance(e, ir.Const):
+            return int(e.value), int(e.value)
+        if isinstance(e, ir.Var):
+            return self.ranges.get(id(e), (None, None))
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
+            return self._multilinear(e)
+        if isinstance(e, ir.BinOp) and e.op in ("%", "//"):
+            c = _static(e.rhs)
+            if c is None or c <= 0:
+                return None, None
+            lo, hi = self.interval(e.lhs)
+            if e.op == "%":  # floor modulo: in [0, c - 1] whatever the sign of the dividend
+                return 0, c - 1 if lo is None or lo < 0 or hi is None else min(c - 1, hi)
+            return (None if lo is None else lo // c), (None if hi is None else hi // c)
+        if isinstance(e, ir.BinOp) and e.op in ("max", "min") or isinstance(e, ir.Call) and e.fn in ("max", "min"):
+            args, name = ((e.lhs, e.rhs), e.op) if isinstance(e, ir.BinOp) else (e.args, e.fn)
+            (alo, ahi), (blo, bhi) = (self.interval(a) for a in args)
+            pick = max if name == "max" else min
+            return _join(pick, alo, blo, pick is min), _join(pick, ahi, bhi, pick is max)
+        if isinstance(e, ir.Call) and e.fn == "if_then_else":  # either branch
+            (alo, ahi), (blo, bhi) = self.interval(e.args[1]), self.interval(e.args[2])
+            return _join(min, alo, blo, True), _join(max, ahi, bhi, True)
+        if isinstance(e, ir.TableRead):
+            return min(e.table.values, default=0), max(e.table.values, default=0)
+        if isinstance(e, ir.Cast) and e.value.dtype.is_int and e.dtype.bits >= e.value.dtype.bits:
+            return self.interval(e.value)
+        return None, None
+
+    def _multilinear(self, e) -> tuple:
+        """Bounds of a sum of products of terms over their ranges' corners (see module doc)."""
+        terms = {}
+        form = self._form(e, terms)
+        if form is None or len(terms) > _MAX_TERMS or any(
+                lo is None for lo, _ in terms.values()):
+            return None, None
+        keys = list(terms)
+        values = []
+        for corner in itertools.product(*[(terms[k][0], _BIG if terms[k][1] is None else terms[k][1])
+                                          for k in keys]):
+            values.append(form(dict(zip(keys, corner))))
+        lo, hi = min(values), max(values)
+        return (lo if lo > -_BIG // 2 else None), (hi if hi < _BIG // 2 else None)
+
+    def _form(self, e, terms: dict):
+        """A function of the terms' values computing `e`, or None when `e` is not multilinear
+        in them; `terms` collects key -> (lo, hi)."""
+        if isinstance(e, ir.Const) and isinstance(e.value, int):
+            return lambda env, v=int(e.value): v
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*") and e.dtype.is_int:
+            left, right = {}, {}
+            a, b = self._form(e.lhs, left), self._form(e.rhs, right)
+            if a is None or b is None or e.op == "*" and set(left) & set(right):
+                return None
+            terms.update(left)
+            terms.update(right)
+            if e.op == "+":
+                return lambda env: a(env) + b(env)
+            if e.op == "-":
+                return lambda env: a(env) - b(env)
+            return lambda env: a(env) * b(env)
+        key = _key(e)
+        terms[key] = self.interval(e)
+        return lambda env: env[key]
+
+
+def _key(e):
+    """A structural key of an expression (Vars by identity, not by name)."""
+    if isinstance(e, ir.Var):
+        return ("var", e.uid)
+    if isinstance(e, ir.BinOp):
+        return (e.op, _key(e.lhs), _key(e.rhs))
+    return expr_str(e) if isinstance(e, ir.Expr) else repr(e)
+
+
+def _static(e) -> Optional[int]:
+    if isinstance(e, bool):
+        return None
+    if isinstance(e, int):
+        return e
+    if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    return None
+
+
+def _join(pick, a, b, unknown_wins: bool):
+    """`pick`(a, b) of two bounds where None is unknown: the unknown end wins when picking
+    toward it (min of lower bounds, max of upper bounds), else the known one does."""
+    if a is None or b is None:
+        return None if unknown_wins else (b if a is None else a)
+    return pick(a, b)
