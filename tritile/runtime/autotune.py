@@ -34,10 +34,13 @@ Contract:
   identity (module, qualname, hash of its source), the non-tuned arguments (tensors by shape
   and dtype), the configs, the jit target, the device name and the tritile version.
   `TRITILE_AUTOTUNE_DISABLE_CACHE=1` disables the disk cache; `f.clear_cache()` empties the
-  in-memory one.
+  in-memory one.  A damaged entry (unreadable, not JSON, not one of the configs) is removed with
+  a `CacheWarning` naming it, and the call tunes again; a result that cannot be written (the
+  directory is read-only, a file, ...) is kept in memory, with one `CacheWarning` per directory.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -45,7 +48,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -55,7 +57,7 @@ import torch
 
 import tritile
 from tritile.errors import CompileError
-from tritile.runtime.cache import cache_dir
+from tritile.runtime import cache
 from tritile.runtime.jit import EagerJIT, LazyJIT
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import parse_target
@@ -205,12 +207,18 @@ class AutoTunedKernel:
     def _load(self, key: str, configs, bound) -> Optional[AutotuneResult]:
         if _disk_cache_disabled():
             return None
+        path = _cache_path(key)
         try:
-            entry = json.loads(_cache_path(key).read_text())
+            entry = json.loads(path.read_bytes().decode())
             index, latency = int(entry["config_index"]), float(entry["latency_ms"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        if not 0 <= index < len(configs):
+            if not 0 <= index < len(configs):  # the key covers the configs: only damage gets here
+                raise ValueError(f"config_index {index} is not one of the {len(configs)} configs")
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # not tuned yet, or no usable cache directory (reported when storing)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            cache.warn(f"discarded tritile's autotune cache entry {path} ({type(err).__name__}: {err}); tuning again")
+            with contextlib.suppress(OSError):
+                path.unlink()
             return None
         config = configs[index]
         kernel = self._lazy_kernel(bound, config) if isinstance(self.jit, LazyJIT) else None
@@ -222,11 +230,10 @@ class AutoTunedKernel:
         entry = dict(description, config_index=configs.index(result.config),
                      config=_describe(result.config), latency_ms=result.latency)
         path = _cache_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)  # atomic: concurrent tuners never see a half-written entry
+        try:  # atomic: concurrent tuners never see a half-written entry
+            cache.write_atomic(path, json.dumps(entry, indent=1, sort_keys=True).encode())
+        except OSError as err:
+            cache.warn_unusable(path.parent, err, "tuning results are kept in memory only")
 
     # ---------------------------------------------------------------- tuning
     def _device(self, bound) -> torch.device:
@@ -465,7 +472,7 @@ def _disk_cache_disabled() -> bool:
 
 
 def _cache_path(key: str) -> Path:
-    return cache_dir() / "autotune" / f"{key}.json"
+    return cache.cache_dir() / "autotune" / f"{key}.json"
 
 
 class _Progress:

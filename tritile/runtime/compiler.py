@@ -2,10 +2,13 @@
 
 `compile_kernel(func, target)` (re-exported as `tritile.codegen.gluon.compile_kernel`):
 emits the Gluon module (`tritile.codegen.gluon.emit_module`), writes it to the tritile
-cache dir, imports it, and compiles the kernel with
+cache dir, executes it, and compiles the kernel with
 ``triton.compile(GluonASTSource(...), target=GPUTarget("cuda", arch, 32))`` - no driver or
 GPU needed, so CPU machines compile for sm_80 / sm_90.  Results are cached in memory and
-(sources) on disk, see `cache.py`.  Triton errors become `tritile.CompileError`.
+(sources) on disk, see `cache.py`.  Triton errors become `tritile.CompileError`; trouble with
+a cache (ours or Triton's) is a `cache.CacheWarning` and a recovery, never a `CompileError`.
+Compiles of one kernel are serialized across threads and processes (`cache.compile_lock`), so
+concurrent callers compile it once and the rest are served from the caches.
 
 Layouts chosen for another target (the pass list may have been planned for sm_90 while
 the device is sm_80) are re-inferred for `target` first.
@@ -20,8 +23,9 @@ Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import sys
+import types
 
 import torch
 
@@ -92,6 +96,9 @@ class GluonKernel:
 
 
 def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
+    """`func` (final tile IR) compiled for the CUDA `target`: from the memory cache, else compiled
+    once under the kernel's `cache.compile_lock` - concurrent callers of one kernel wait and share
+    the result."""
     if getattr(target, "kind", None) != "cuda":
         raise ValueError(f"target must be a CUDA target for the Gluon backend, got {target}")
     if func.attrs.get("layout_target") != str(target):
@@ -102,10 +109,16 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     ir_text = format_func(func)
     key = cache.cache_key(ir_text, _specialization(func), target)
     hit = cache.lookup(key)
-    if hit is not None:
-        # equal IR text, but the caller's runtime-dim Vars are other objects: bind them
-        same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
-        return hit if same_vars else hit.bound_to(func)
+    if hit is None:
+        with cache.compile_lock(key):
+            # another thread may have compiled it while this one waited for the lock
+            hit = cache.lookup(key) or cache.remember(key, _compile(func, target, key))
+    # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
+    same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
+    return hit if same_vars else hit.bound_to(func)
+
+
+def _compile(func: ir.PrimFunc, target, key: str) -> GluonKernel:
     from tritile.codegen.gluon.kernel_module import emit_module
 
     try:
@@ -115,15 +128,15 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
     except Exception as err:  # a backend bug: still report it against the user's kernel
         raise CompileError(f"the Gluon backend cannot lower kernel {func.name!r}: {type(err).__name__}: {err}",
                            func.loc) from err
-    path = cache.write_source(key, gen.source)
-    module = _load_module(f"tritile_gluon_k_{key}", path)
+    path = cache.store_module(key, gen.source)
+    module = _load_module(f"tritile_gluon_k_{key}", gen.source,
+                          str(path) if path is not None else f"<tritile gluon module k_{key}>")
     compiled = _triton_compile(func, target, gen, module)
     _check_shared_memory(func, target, compiled)
     from tritile.runtime.launcher import DescriptorSpec
 
     descriptors = [DescriptorSpec(block, layout) for block, layout in module.TMA_DESCRIPTORS]
-    return cache.remember(key, GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors,
-                                           module.CONSTANT_TABLES))
+    return GluonKernel(func, gen.source, compiled, module.tritile_launch, descriptors, module.CONSTANT_TABLES)
 
 
 def _check_shared_memory(func, target, compiled):
@@ -148,18 +161,25 @@ def _specialization(func) -> tuple:
     return ("ptr-align-16",) + codegen_options()
 
 
-def _load_module(name: str, path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def _load_module(name: str, source: str, filename: str):
+    """The generated module `name`, executed from `source` (not read back from the cache file,
+    which another process may be rewriting or removing) and published in `sys.modules` only
+    once it has finished executing: a thread that finds it there sees every name defined.
+    `filename` (the cache file, or a pseudo-name when the module lives in memory only) is
+    registered in `linecache` with `source`, where `@gluon.jit` reads the kernel's source
+    (`inspect.getsourcelines`) and tracebacks read their lines; an entry without an mtime is
+    never invalidated by `linecache.checkcache`."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return sys.modules.setdefault(name, module)
 
 
 def _triton_compile(func, target, gen, module):
-    import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -183,7 +203,9 @@ def _triton_compile(func, target, gen, module):
                 attrs[(i,)] = [["tt.divisibility", 16]]
     src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
-        return triton.compile(src, target=GPUTarget("cuda", target.arch, 32), options={"num_warps": gen.num_warps})
+        return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32), {"num_warps": gen.num_warps})
+    except OSError:
+        raise  # the environment (an unusable Triton cache directory, a missing ptxas), not the kernel
     except Exception as err:  # Triton's CompilationError / MLIR failures
         detail = str(err).strip().splitlines()
         summary = "\n".join(detail[-12:])
