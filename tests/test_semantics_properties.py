@@ -207,9 +207,11 @@ def test_index_math_stays_plain():
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import flash_attention as fa
-    from tritile.ops.matmul import matmul
+    from tritile.ops.matmul import matmul, tile_config
 
-    sources = [matmul.compile(M=256, N=256, K=256).get_source("gluon")]
+    sources = [matmul.compile(M=256, N=256, K=256).get_source("gluon"),
+               # persistent, warp specialized, swizzled panels: the tile decode divides by a panel width
+               matmul.compile(M=4096, N=4096, K=4096, **tile_config("cuda", 4096, 4096, 4096)).get_source("gluon")]
     for dim, causal in ((64, False), (128, True)):
         sources.append(fa.flashattn(1, 8, 1024, 1024, dim, causal, **fa.tile_config("cuda", dim, causal))
                        .get_source("gluon"))

@@ -97,13 +97,15 @@ class NonNegative:
         if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
             return self._multilinear(e)
         if isinstance(e, ir.BinOp) and e.op in ("%", "//"):
-            c = _static(e.rhs)
-            if c is None or c <= 0:
+            # a positive divisor [clo, chi] (a constant, `10 * 16`, or a panel width min(..., 10))
+            clo, chi = self.interval(e.rhs)
+            if clo is None or clo <= 0:
                 return None, None
             lo, hi = self.interval(e.lhs)
             if e.op == "%":  # floor modulo: in [0, c - 1] whatever the sign of the dividend
-                return 0, c - 1 if lo is None or lo < 0 or hi is None else min(c - 1, hi)
-            return (None if lo is None else lo // c), (None if hi is None else hi // c)
+                top = None if chi is None else chi - 1
+                return 0, top if lo is None or lo < 0 or hi is None else _join(min, top, hi, False)
+            return _floordiv_bound(lo, clo, chi, low=True), _floordiv_bound(hi, clo, chi, low=False)
         if isinstance(e, ir.BinOp) and e.op in ("max", "min") or isinstance(e, ir.Call) and e.fn in ("max", "min"):
             args, name = ((e.lhs, e.rhs), e.op) if isinstance(e, ir.BinOp) else (e.args, e.fn)
             (alo, ahi), (blo, bhi) = (self.interval(a) for a in args)
@@ -162,6 +164,18 @@ def _key(e):
     if isinstance(e, ir.BinOp):
         return (e.op, _key(e.lhs), _key(e.rhs))
     return expr_str(e) if isinstance(e, ir.Expr) else repr(e)
+
+
+def _floordiv_bound(n, clo: int, chi, low: bool):
+    """The lower (`low`) or upper bound of n // d for the bound `n` of the dividend (None:
+    unknown) and d in [clo, chi] (clo > 0, chi None: unbounded): a non-negative n is divided by
+    the largest d for the lower bound and the smallest for the upper, a negative one the other
+    way round (an unbounded d takes n // d to 0 or -1)."""
+    if n is None:
+        return None
+    if (n >= 0) == low:
+        return (0 if n >= 0 else -1) if chi is None else n // chi
+    return n // clo
 
 
 def _static(e) -> Optional[int]:
