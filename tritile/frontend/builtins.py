@@ -92,13 +92,33 @@ def kernel(p, a, loc):
     if not 1 <= len(blocks) <= 3:
         raise CompileError(f"T.Kernel takes 1 to 3 grid extents, got {len(blocks)}", loc)
     grid = tuple(exprs.cast(p.scalar(b, loc), "int32", loc) for b in blocks)
+    for axis, extent in enumerate(grid):
+        value = extent.value if isinstance(extent, ir.Const) else extent
+        if isinstance(value, int) and value <= 0:
+            raise CompileError(f"T.Kernel: grid extent {axis} is {value}, so the kernel would run no block; "
+                               f"every extent must be positive", loc)
     threads = a["threads"]
     if isinstance(threads, (tuple, list)):
         count = 1
         for t in threads:
             count *= _int(t, "T.Kernel threads", loc)
         threads = count
-    return KernelSpec(grid, _int(threads, "T.Kernel threads", loc))
+    return KernelSpec(grid, _threads(_int(threads, "T.Kernel threads", loc), loc))
+
+
+_MAX_THREADS = 1024  # CUDA's limit per block
+
+
+def _threads(threads: int, loc) -> int:
+    """A block's thread count as tritile can launch it: Gluon runs whole warps, so a count of
+    several warps must be a multiple of 32; fewer than 32 (TileLang's one-thread kernels) runs
+    as one warp, which computes the same tile program."""
+    if not 1 <= threads <= _MAX_THREADS:
+        raise CompileError(f"T.Kernel threads={threads}: a block has 1 to {_MAX_THREADS} threads", loc)
+    if threads > 32 and threads % 32:
+        raise CompileError(f"T.Kernel threads={threads} is not a multiple of 32: tritile launches whole warps "
+                           f"of 32 threads; use {threads // 32 * 32} or {(threads // 32 + 1) * 32}", loc)
+    return threads
 
 
 def const(p, a, loc):
@@ -287,6 +307,44 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def print_(p, a, loc):
+    """`T.print`: an `ir.Print` of a scalar, a whole on-chip buffer (or region), or `msg` alone;
+    the default message is TileLang's (`buffer<name, dtype>`, `expr<...>`)."""
+    p.require_kernel("T.print", loc)
+    if p.parallel_depth:
+        raise CompileError("T.print inside T.Parallel is not supported: print the buffer after the loop", loc)
+    obj, msg = a["obj"], a["msg"]
+    if not isinstance(msg, str) or not msg.isascii() or not msg.isprintable():
+        raise CompileError(f"T.print: msg must be a string of printable ASCII characters, got {msg!r}", loc)
+    for key in ("warp_group_id", "warp_id"):
+        if _int(a[key], f"T.print {key}", loc) < 0:
+            raise CompileError(f"T.print: {key} must be >= 0, got {a[key]}", loc)
+    if isinstance(obj, str):
+        raise CompileError("T.print(obj, msg=...): pass the message as msg=..., obj=None prints it alone", loc)
+    if obj is None:
+        if not msg:
+            raise CompileError("T.print() needs an object to print or a non-empty msg", loc)
+        p.emit(ir.Print(None, msg, loc=loc))
+        return
+    tile = isinstance(obj, acc.BufferAccess) and not obj.is_point or (
+        isinstance(obj, ir.Buffer) and obj.scope not in ("var", "local"))
+    if tile:
+        region = acc.region(obj, loc, "T.print obj")
+        if region.buffer.scope == "global":
+            raise CompileError(f"T.print of global tensor {region.buffer.name}: T.copy the tile to print into a "
+                               f"fragment or shared buffer and print that", loc)
+        p.emit(ir.Print(region, msg or f"buffer<{region.buffer.name}, {region.buffer.dtype}>", loc=loc))
+        return
+    if isinstance(obj, ir.Buffer) and obj.scope == "local":
+        if any(d != 1 for d in obj.shape):
+            raise CompileError(f"T.print of local buffer {obj.name}{list(obj.shape)}: print its elements", loc)
+        obj = acc.BufferAccess(obj, tuple(0 for _ in obj.shape), loc)
+    value = p.scalar(obj, loc)
+    if not isinstance(value, ir.Expr):
+        value = exprs.make_const(value, exprs.python_dtype(value))
+    p.emit(ir.Print(value, msg or f"expr<{exprs.expr_str(value)}>", loc=loc))
+
+
 # --------------------------------------------------------------------------------------
 # loops
 # --------------------------------------------------------------------------------------
@@ -312,8 +370,10 @@ def pipelined(p, a, loc):
     if (order is None) != (stage is None) or (order is not None and len(order) != len(stage)):
         raise CompileError("T.Pipelined: order and stage must be given together, with one entry per "
                            "statement", loc)
-    return LoopSpec("pipelined", start, stop, step, num_stages=_int(a["num_stages"], "num_stages", loc),
-                    order=order, stage=stage)
+    num_stages = _int(a["num_stages"], "num_stages", loc)
+    if num_stages < 0:
+        raise CompileError(f"T.Pipelined: num_stages={num_stages} must be 0 (no pipelining) or more", loc)
+    return LoopSpec("pipelined", start, stop, step, num_stages=num_stages, order=order, stage=stage)
 
 
 def serial(p, a, loc):
@@ -371,7 +431,7 @@ HANDLERS = {
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "atomic_add": atomic_add,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
-    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout,
+    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),

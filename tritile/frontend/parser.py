@@ -17,7 +17,11 @@ Evaluation model
   `Parallel`; iterating a Python list/tuple unrolls at compile time.  An `if` on a
   compile-time value keeps only the taken branch.
 * Every statement and error carries the user's `SourceLoc`; user mistakes are
-  `CompileError`s, never bare tracebacks.
+  `CompileError`s, never bare tracebacks.  Python's `print` is one: it would run once, at
+  trace time (`T.print` prints at run time).  `@T.macro`s inline at each call, nested at most
+  `MACRO_DEPTH` deep (a macro that calls itself without a compile-time end stops there).
+* The module globals the trace read (kernel and macros) are recorded with their values in
+  the returned `PrimFunc`'s ``attrs["globals_read"]`` (`source.GlobalReads.guards`).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
 from tritile.frontend import exprs
-from tritile.frontend.source import MISSING, FunctionSource
+from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import DType, as_dtype
 
@@ -41,6 +45,7 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
 _PY_COMPARE = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+MACRO_DEPTH = 32  # nested macro inlinings (about 17 Python frames each with a loop and an if)
 
 
 class _ProbeDone(Exception):
@@ -72,6 +77,8 @@ class Parser:
         self.swizzle = None
         self.name_hint = None
         self.buffer_names = set()
+        self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
+        self.global_reads = GlobalReads()
 
     # ---------------------------------------------------------------- helpers for handlers
     @property
@@ -130,7 +137,7 @@ class Parser:
 
     # ---------------------------------------------------------------- entry
     def parse(self, fn, caller_locals: dict = None) -> ir.PrimFunc:
-        src = FunctionSource(fn, caller_locals)
+        src = FunctionSource(fn, caller_locals, self.global_reads)
         self.sources.append(src)
         tree = src.tree
         self._bind_signature(fn, tree)
@@ -195,11 +202,12 @@ class Parser:
             out_idx = [out_start + self.outputs.index(b) for b in self.returned]
         else:
             out_idx = list(range(out_start, len(params)))
+        attrs = {"globals_read": self.global_reads.guards()}
         if self.probe:
-            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, loc=loc)
+            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
         if self.kernel is None:
             raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
-        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, loc=loc)
+        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc)
         _bind_dynamic_dims(func)
         return func
 
@@ -474,7 +482,11 @@ class Parser:
                 raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
                                    f"names", loc)
             loop_vars = tuple(ir.Var(n) for n in names)
-            body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
+            self.parallel_depth += 1
+            try:
+                body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
+            finally:
+                self.parallel_depth -= 1
             self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
             return
         if len(names) != 1:
@@ -696,6 +708,9 @@ class Parser:
             return _PY_SCALAR_BUILTINS[callee](self, args, kwargs, loc)
         if callee is py_builtins.range:
             raise CompileError("range(...) is only supported as a `for` iterator", loc)
+        if callee is py_builtins.print:
+            raise CompileError("print() in a kernel runs once, when tritile traces it, not when the kernel runs; "
+                               "use T.print(value, msg=...) to print at run time", loc)
         try:
             return callee(*args, **kwargs)
         except CompileError:
@@ -720,7 +735,12 @@ class Parser:
         return tile_ops.HANDLERS[name](self, dict(bound.arguments), loc)
 
     def _inline_macro(self, macro, args, kwargs, loc):
-        src = FunctionSource(macro.fn)
+        if len(self.sources) > MACRO_DEPTH:
+            chain = " -> ".join(s.name for s in self.sources[-3:])
+            raise CompileError(f"macro {macro.fn.__name__} is inlined {MACRO_DEPTH} levels deep ({chain} -> ...): "
+                               f"a macro that calls itself needs a compile-time condition that ends the "
+                               f"recursion", loc)
+        src = FunctionSource(macro.fn, reads=self.global_reads)
         try:
             bound = inspect.signature(macro.fn).bind(*args, **kwargs)
         except TypeError as exc:
@@ -734,6 +754,9 @@ class Parser:
                 if isinstance(stmt, ast.Return):
                     return None if stmt.value is None else self.eval(stmt.value)
                 self.statement(stmt)
+        except RecursionError:  # macros of deeply nested bodies exhaust Python's stack before MACRO_DEPTH
+            raise CompileError(f"macro {macro.fn.__name__}: inlining nests deeper than Python's recursion limit "
+                               f"({len(self.sources) - 1} macros deep)", loc) from None
         finally:
             self.sources.pop()
             self.frames = saved_frames

@@ -5,13 +5,22 @@ Assumes the function was defined in a file `inspect` can read.  Guarantees: `tre
 file, line, column and line text, and `lookup(name)` resolves a free name through the
 closure, the locals of the scope that applied the decorator (names the function's
 annotations use without capturing them), the module globals and the builtins.
+
+A kernel's meaning depends on the module globals it reads, which the user may rebind after
+compiling it.  `GlobalReads` records, while the frontend traces, each global a lookup
+resolved (modules excepted: rebinding `T` or `torch` is not a way to change a kernel) with
+the value it had; `globals_unchanged(guards)` tells whether they all still hold, which the
+JIT checks before serving a cached kernel (a changed global means a new specialisation).
 """
 from __future__ import annotations
 
 import ast
 import builtins
+import copy
+import dis
 import inspect
 import textwrap
+import types
 
 from tritile.errors import CompileError
 from tritile.ir.nodes import SourceLoc
@@ -19,10 +28,74 @@ from tritile.ir.nodes import SourceLoc
 _MISSING = object()
 
 
+# values that can change without being rebound: a guard keeps a copy to compare with
+_MUTABLE = (list, dict, set, bytearray)
+
+
+class GlobalReads:
+    """The module globals one trace read: {(id of the globals dict, name): guard}."""
+
+    def __init__(self):
+        self._guards = {}
+
+    def record(self, table: dict, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) or (id(table), name) in self._guards:
+            return
+        try:
+            snapshot = copy.deepcopy(value) if isinstance(value, _MUTABLE) else _MISSING
+        except Exception:  # noqa: BLE001 - an uncopyable container is then compared by identity only
+            snapshot = _MISSING
+        if snapshot is not _MISSING and not _equal(value, snapshot):
+            snapshot = _MISSING  # contents without a plain == (tensors): identity only, never "always changed"
+        self._guards[(id(table), name)] = (table, name, value, snapshot)
+
+    def record_code(self, fn) -> None:
+        """Record the globals that Python code `fn` (and the functions defined in it) loads:
+        what a lazy-style `@tritile.jit` function, which Python runs, may have read."""
+        table, stack = fn.__globals__, [fn.__code__]
+        while stack:
+            code = stack.pop()
+            stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+            for instruction in dis.get_instructions(code):
+                if instruction.opname == "LOAD_GLOBAL" and instruction.argval in table:
+                    self.record(table, instruction.argval, table[instruction.argval])
+
+    def add(self, guards) -> None:
+        """Add the guards of another trace (`guards()` of another recorder)."""
+        for guard in guards:
+            self._guards.setdefault((id(guard[0]), guard[1]), guard)
+
+    def guards(self) -> tuple:
+        """((globals dict, name, value, copy of a mutable value or MISSING), ...)."""
+        return tuple(self._guards.values())
+
+
+def globals_unchanged(guards) -> bool:
+    """Whether every guard's global is still bound to its value (the same object, or an equal
+    one of the same type), with the same contents for a mutable container."""
+    for table, name, value, snapshot in guards:
+        current = table.get(name, _MISSING)
+        if current is not value and not _equal(current, value):
+            return False
+        if snapshot is not _MISSING and not _equal(current, snapshot):
+            return False
+    return True
+
+
+def _equal(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - values without a plain ==, e.g. tensors: only identity counts
+        return False
+
+
 class FunctionSource:
-    def __init__(self, fn, caller_locals: dict = None):
+    def __init__(self, fn, caller_locals: dict = None, reads: GlobalReads = None):
         self.fn = fn
         self.caller_locals = dict(caller_locals or {})
+        self.reads = reads
         self.name = fn.__name__
         try:
             lines, first_lineno = inspect.getsourcelines(fn)
@@ -54,10 +127,13 @@ class FunctionSource:
                          line)
 
     def lookup(self, name: str):
-        """The value of a free name, or `_MISSING`."""
+        """The value of a free name, or `_MISSING`; a module global read is recorded in `reads`."""
         for table in (self.closure, self.caller_locals, self.globals, vars(builtins)):
             if name in table:
-                return table[name]
+                value = table[name]
+                if table is self.globals and self.reads is not None:
+                    self.reads.record(table, name, value)
+                return value
         return _MISSING
 
 

@@ -14,6 +14,16 @@ int64 ``arange`` shaped ``[1, .., extent_k, .., 1]``; an `If`/`While`/`For` whos
 condition or bounds depend on lanes narrows the active-lane `mask` instead of branching;
 `Let` binds lane tensors.  Statements run in order for all lanes at once (sound because
 lanes of a parallel loop are independent).  Serial loops and blocks are Python loops.
+
+`T.print` (`ir.Print`) writes to stdout when the block reaches it, in Triton's
+`device_print` format with the message munged as Triton does (" msg: "), block indices
+padded to three:
+    pid (bx, by, bz) idx () msg: value            a scalar
+    pid (bx, by, bz) idx (i, j) msg: value        each element of a buffer, row-major
+    pid (bx, by, bz) msg                          obj=None
+floats as C's %f, integers and bools as integers.  Blocks run in launch order (bx fastest),
+so the interpreter's output is deterministic; the GPU's lines come from every thread that
+holds a value, in no fixed order.
 """
 from __future__ import annotations
 
@@ -87,6 +97,21 @@ class BlockRunner(Evaluator):
 
     def _evaluate(self, s: ir.Evaluate):
         pass  # markers (T.use_swizzle, T.annotate_layout) have no effect on values
+
+    def _print(self, s: ir.Print):
+        if self.lane_ndim:
+            raise self.error("T.print inside T.Parallel")
+        pid = "pid ({}, {}, {})".format(*(tuple(self.tracker.block) + (0, 0, 0))[:3])
+        if s.value is None:
+            print(pid + _print_prefix(s.msg, False))
+            return
+        prefix = _print_prefix(s.msg, True)
+        if isinstance(s.value, ir.Region):
+            tile = self.memory.read_region(s.value, self.starts(s.value), s)
+            for index in itertools.product(*(range(n) for n in tile.shape)):
+                print(f"{pid} idx ({', '.join(map(str, index))}){prefix}{_print_value(tile[index].item())}")
+        else:
+            print(f"{pid} idx (){prefix}{_print_value(self.scalar(s.value))}")
 
     def _tile_op(self, s):
         if self.lane_ndim and not (isinstance(s, ir.AtomicAdd) and not isinstance(s.value, ir.Region)):
@@ -183,9 +208,26 @@ class BlockRunner(Evaluator):
             self.env, self.mask, self.lane_ndim = saved_env, saved_mask, saved_ndim
 
     _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
+              ir.Print: _print,
               ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
               ir.ConsumerPartitions: _consumer_partitions,
               **dict.fromkeys(_TILE_OPS, _tile_op)}
+
+
+def _print_prefix(msg: str, has_value: bool) -> str:
+    """The message as the GPU prints it: " msg: " before a value (`tl.device_print`'s
+    munging), " msg" alone (the Gluon rule adds the space Triton omits for short ones)."""
+    if not has_value:
+        return msg if msg.startswith(" ") else " " + msg
+    if not msg.endswith(" "):
+        msg += " "
+    if not msg.endswith(": "):
+        msg = msg[:-1] + ": "
+    return " " + msg if len(msg) > 2 and not msg.startswith(" ") else msg
+
+
+def _print_value(value) -> str:
+    return f"{value:f}" if isinstance(value, float) else str(int(value))
 
 
 def _widen(value, ndim: int, new: int):

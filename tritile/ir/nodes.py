@@ -392,6 +392,19 @@ class Evaluate(Stmt):
 
 
 @dataclass
+class Print(Stmt):
+    """`T.print(obj, msg)`: print at run time `value` - a scalar `Expr`, an on-chip buffer's
+    `Region` (every element with its index) or None (`msg` alone) - after `msg`, in Triton's
+    `device_print` format (tritile/interpreter/executor.py: once per block there; on the GPU
+    from every thread holding a value).  It reads and never writes; passes treat it as any
+    other statement."""
+
+    value: Union[Region, Expr, None]
+    msg: str
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
 class PipelineSchedule:
     """Per top-level body statement of a pipelined loop: its stage and its order."""
 

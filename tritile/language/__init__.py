@@ -266,6 +266,14 @@ def annotate_layout(layout_map):
     pass
 
 
+@_tile_op
+def print(obj=None, msg="", warp_group_id=0, warp_id=0):  # noqa: A001 - TileLang's name
+    """Print at run time, once per block: a scalar or buffer element, a whole fragment or
+    shared buffer (each element with its index), or, with `obj=None`, `msg` alone.  Output
+    format: `tritile.ir.nodes.Print`.  `warp_group_id` / `warp_id` (TileLang's choice of the
+    printing warp) are accepted; on the GPU every thread prints the values it holds."""
+
+
 # --------------------------------------------------------------------------------------
 # scalar math (fold on Python numbers; lowered to IR expressions on runtime values)
 # --------------------------------------------------------------------------------------

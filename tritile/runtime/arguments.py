@@ -1,11 +1,17 @@
 """Call-time argument checks and output allocation, run before anything executes.
 
-Contract: `ArgumentBinder(func, written)(args)` takes what the user passed to a kernel (all parameters,
-or only the inputs when the function has `out_idx`) and returns the full tensor list in
-parameter order plus the value of every `T.dynamic` Var, or raises:
-* `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds;
+Contract: `ArgumentBinder(func, written, grid)(args)` takes what the user passed to a kernel (all
+parameters, or only the inputs when the function has `out_idx`) and returns the full tensor list
+in parameter order, the value of every `T.dynamic` Var and whether the grid (`grid`: the
+kernel's extents as the user wrote them) has any block, or raises:
+* `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds, a
+  device that runs no kernel (a `meta` tensor: only CUDA and CPU tensors run);
 * `ValueError` - wrong rank, a dimension that differs from a compile-time constant or from
-  another binding of the same `T.dynamic` symbol, a non-contiguous tensor the kernel writes.
+  another binding of the same `T.dynamic` symbol, a non-contiguous tensor the kernel writes,
+  a tensor of more than 2**31 elements (the generated code computes element offsets in
+  int32), a grid extent that the `T.dynamic` sizes make negative.
+A grid extent of 0 (an empty batch) is no error: the call runs nothing, as Triton's launcher
+does for an empty grid, and returns the outputs as allocated.
 Messages name the parameter: "argument 'B' (param 1): expected dtype float16, got float32".
 Non-contiguous tensors the kernel only reads are made contiguous (a copy); a written one
 cannot be, because the caller would never see the results, so it is rejected.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from tritile.interpreter.expressions import Evaluator
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
@@ -25,6 +32,10 @@ def written_params(func: ir.PrimFunc) -> set:
     """Indices of the parameters the kernel writes."""
     ids = {id(written_buffer(node)) for node in walk(func.kernel.body)}
     return {i for i, p in enumerate(func.params) if id(p) in ids}
+
+
+_RUNNABLE_DEVICES = ("cuda", "cpu")  # the Gluon kernel, the interpreter
+_MAX_ELEMENTS = 2 ** 31  # the largest offset, elements - 1, must fit the kernel's int32 arithmetic
 
 
 def _label(func, index) -> str:
@@ -40,6 +51,9 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
         param, label = func.params[index], _label(func, index)
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{label}: expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device.type not in _RUNNABLE_DEVICES:
+            raise TypeError(f"{label}: a tensor on device '{tensor.device}'; tritile runs kernels on CUDA tensors "
+                            f"(the Gluon kernel) or CPU tensors (the interpreter)")
         try:
             got = from_torch(tensor.dtype)
         except TypeError:
@@ -59,6 +73,9 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
                 if bound != have:
                     raise ValueError(f"{label}: dimension {dim} is the dynamic size '{want.name}' = {bound} "
                                      f"from another argument, got {have}")
+        if tensor.numel() > _MAX_ELEMENTS:
+            raise ValueError(f"{label}: {tensor.numel()} elements (shape {list(tensor.shape)}) is more than the "
+                             f"2**31 the kernel can address: it computes element offsets in int32")
         if device_kind is None:
             device_kind = tensor.device.type
         elif tensor.device.type != device_kind:
@@ -78,7 +95,8 @@ def _shape(param: ir.Buffer) -> list:
 
 
 class ArgumentBinder:
-    """`binder(args)` -> (full tensor list in param order, {Var: int}) for a call with `args`.
+    """`binder(args)` -> (full tensor list in param order, {Var: int}, grid has blocks) for a
+    call with `args`.
 
     The checks of `check_tensors` run in full the first time a combination of argument
     types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes) is
@@ -88,8 +106,12 @@ class ArgumentBinder:
 
     _MEMO_LIMIT = 64  # distinct argument kinds remembered; past it the memo starts over
 
-    def __init__(self, func: ir.PrimFunc, written: set):
+    def __init__(self, func: ir.PrimFunc, written: set, grid: tuple):
         self.func = func
+        # the extents only known at call time, checked on the full path (their values are a
+        # function of the shapes, which the memo's key holds)
+        self.dynamic_grid = [(axis, g) for axis, g in enumerate(grid) if isinstance(g, ir.Expr)
+                             and not isinstance(g, ir.Const)]
         self.written = written
         self.n_params = len(func.params)
         self.inputs = [i for i in range(self.n_params) if i not in func.out_idx]
@@ -105,14 +127,28 @@ class ArgumentBinder:
             key, contiguous = None, False
         known = self._memo.get(key)
         if known is not None and contiguous:
-            dim_values, out_shapes = known
-            return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}
+            dim_values, out_shapes, runs = known
+            return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs
         tensors, dim_values = self._bind_checked(args)
+        runs = self._grid_has_blocks(dim_values)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs])
-        return tensors, dim_values
+            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs], runs)
+        return tensors, dim_values, runs
+
+    def _grid_has_blocks(self, dim_values: dict) -> bool:
+        """False for an empty grid; a negative extent raises ValueError naming its sizes."""
+        runs = True
+        for axis, extent in self.dynamic_grid:
+            value = int(Evaluator(dim_values, None).scalar(extent))
+            if value < 0:
+                sizes = ", ".join(f"{var.name} = {dim_values[var]} ({_label(self.func, index)}, dim {dim})"
+                                  for var, (index, dim) in self.func.dim_bindings.items() if var in dim_values)
+                raise ValueError(f"{self.func.name}(): grid extent {axis} of T.Kernel, {expr_str(extent)}, is "
+                                 f"{value} with {sizes}; it must not be negative")
+            runs = runs and value > 0
+        return runs
 
     def _with_outputs(self, args: list, out_shapes: list) -> list:
         """`args` (the inputs, or every tensor) with the outputs allocated on their device."""

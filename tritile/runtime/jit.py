@@ -16,10 +16,18 @@ A warm eager call is keyed cheaply first: each argument's kind (a tensor's type,
 shape, device kind; any other value with its type) and the way it was passed.  Only a new
 kind binds the signature, reads the `T.const` dims and builds the specialisation key, so
 every argument error is raised as before, on the first call of its kind.
+A module global the kernel reads is part of its key: the frontend records the globals a trace
+resolved (the kernel's and its macros'; for the lazy style also those the Python function's
+code loads) with their values, and a cached kernel is served only while every one of them
+still holds (`source.globals_unchanged`, a few identity checks); otherwise the changed value
+compiles a new specialisation (up to `_VARIANTS` kept per key).  Only rebinding a global or
+changing a list/dict/set global's contents is seen, not a change inside another object
+(`cfg.BLOCK = 64` on a module or instance `cfg`).
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 from collections import namedtuple
 
@@ -27,7 +35,7 @@ import torch
 
 from tritile.errors import CompileError
 from tritile.frontend import parse_kernel, probe_const_dims
-from tritile.frontend.source import FunctionSource
+from tritile.frontend.source import FunctionSource, GlobalReads, globals_unchanged
 from tritile.ir import nodes as ir
 from tritile.runtime.kernel import JITKernel
 
@@ -35,6 +43,7 @@ __all__ = ["jit", "compile", "JITKernel", "CacheInfo"]
 
 CacheInfo = namedtuple("CacheInfo", "hits misses currsize")
 _CALLS_REMEMBERED = 256  # kinds of eager call remembered (shapes vary freely with T.dynamic); then start over
+_VARIANTS = 8  # kernels kept per key, one per set of values of the globals they read; newest first
 
 
 def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
@@ -57,8 +66,6 @@ def compile(func, out_idx=None, target="auto", execution_backend=None, target_ho
     """Compile a `PrimFunc` (from `@T.prim_func`) into a `JITKernel`."""
     if not isinstance(func, ir.PrimFunc):
         raise TypeError(f"tritile.compile expects a @T.prim_func, got {type(func).__name__}")
-    import dataclasses
-
     func = dataclasses.replace(func, out_idx=_normalize_out_idx(func, out_idx))
     return JITKernel(func, target=target, verbose=verbose, pass_configs=pass_configs,
                      execution_backend=execution_backend, compile_flags=compile_flags)
@@ -104,18 +111,20 @@ class _JITBase:
         return {k: self.options[k] for k in keys}
 
     def _cached(self, key, build) -> JITKernel:
-        """The kernel cached under `key`, built by `build()` on a miss."""
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            self._misses += 1
-            kernel = self._kernels[key] = build()
-        else:
-            self._hits += 1
+        """The kernel cached under `key` whose globals still hold, built by `build()` on a miss."""
+        variants = self._kernels.get(key)
+        for kernel in variants or ():
+            if globals_unchanged(kernel.globals_read):
+                self._hits += 1
+                return kernel
+        self._misses += 1
+        kernel = build()
+        self._kernels[key] = [kernel, *(variants or ())][:_VARIANTS]
         return kernel
 
     def cache_info(self) -> CacheInfo:
         """Specialisation cache statistics: `hits`, `misses` (= kernels compiled), `currsize`."""
-        return CacheInfo(self._hits, self._misses, len(self._kernels))
+        return CacheInfo(self._hits, self._misses, sum(map(len, self._kernels.values())))
 
     def cache_clear(self) -> None:
         """Forget every compiled specialisation and reset the statistics."""
@@ -130,10 +139,14 @@ class LazyJIT(_JITBase):
         return self._cached(_constants_key(args, kwargs), lambda: self._build(*args, **kwargs))
 
     def _build(self, *args, **kwargs) -> JITKernel:
+        reads = GlobalReads()
+        reads.record_code(self.fn)  # what the Python function itself reads, before it runs
         func = self.fn(*args, **kwargs)
         if not isinstance(func, ir.PrimFunc):
             raise TypeError(f"@tritile.jit function {self.fn.__name__} must return a @T.prim_func, got "
                             f"{type(func).__name__}")
+        reads.add(func.attrs.get("globals_read", ()))
+        func = dataclasses.replace(func, attrs={**func.attrs, "globals_read": reads.guards()})
         return compile(func, out_idx=self.options["out_idx"], **self._compile_options())
 
     compile = __call__
@@ -165,10 +178,12 @@ class EagerJIT(_JITBase):
     def __call__(self, *args, **kwargs):
         key = (tuple(map(_argument_kind, args)), tuple((k, _argument_kind(v)) for k, v in kwargs.items()))
         try:
-            kernel, sources = self._calls[key]
-        except (KeyError, TypeError):  # a new kind of call, or an unhashable constant
+            kernel, sources, guards = self._calls[key]
+            if guards and not globals_unchanged(guards):
+                raise KeyError(key)
+        except (KeyError, TypeError):  # a new kind of call, a changed global, or an unhashable constant
             kernel, sources = self._specialize(args, kwargs)
-            self._remember_call(key, args, kwargs, (kernel, sources))
+            self._remember_call(key, args, kwargs, (kernel, sources, kernel.globals_read))
         else:
             self._hits += 1
         return kernel(*[args[s] if isinstance(s, int) else kwargs[s] for s in sources])
@@ -205,9 +220,10 @@ class EagerJIT(_JITBase):
             else:
                 consts[name] = value
         const_key = _freeze(consts)
-        if const_key not in self._probes:
-            self._probes[const_key] = probe_const_dims(self.fn, consts)
-        for name, (position, dim) in self._probes[const_key].items():
+        probe = self._probes.get(const_key)
+        if probe is None or not globals_unchanged(probe[1]):
+            probe = self._probes[const_key] = probe_const_dims(self.fn, consts, with_globals=True)
+        for name, (position, dim) in probe[0].items():
             tensor = tensors[position]
             if dim >= tensor.dim():
                 raise ValueError(f"argument '{self.tensor_params[position]}' (param {position}): expected at least "

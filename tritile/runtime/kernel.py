@@ -6,9 +6,11 @@ when the target is the CPU so the passes are still exercised) and keeps every st
 `kernel(*tensors)` checks the arguments (`tritile.runtime.arguments.ArgumentBinder`, which
 remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
-final IR; CUDA tensors -> the Gluon kernel, compiled on first use and kept here.  It
-returns the outputs (one tensor, or a list when there are several), or None without
-`out_idx`.
+final IR; CUDA tensors -> the Gluon kernel, compiled on first use and kept here.  A call
+whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs nothing.
+It returns the outputs (one tensor, or a list when there are several), or None without
+`out_idx`.  `globals_read` holds the guards of the module globals the frontend read
+(`tritile.frontend.source`), which the JIT checks before serving this kernel again.
 """
 from __future__ import annotations
 
@@ -32,11 +34,12 @@ class JITKernel:
         self.compile_flags = compile_flags
         self.execution_backend = execution_backend
         self.plan_target = self.target if self.target.kind == "cuda" else _PLANNED_FOR_CPU
+        self.globals_read = func.attrs.get("globals_read", ())
         self.stages = run_passes(func, self.plan_target)
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
-        self._bind = ArgumentBinder(self.func, self._written)
+        self._bind = ArgumentBinder(self.func, self._written, func.kernel.grid)
         self._compiled = {}  # str(target) -> codegen result
         self._device_kernel = None  # the codegen result for the device target, once compiled
         if verbose:
@@ -48,7 +51,15 @@ class JITKernel:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
-        tensors, dim_values = self._bind(args)
+        tensors, dim_values, runs = self._bind(args)
+        if runs:
+            self._run(tensors, dim_values)
+        outputs = [tensors[i] for i in self.out_idx]
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _run(self, tensors: list, dim_values: dict) -> None:
         # the binder checked that every tensor is on one device kind
         if self._interprets(tensors[0].device.type if tensors else "cpu"):
             from tritile.interpreter import execute
@@ -58,10 +69,6 @@ class JITKernel:
             if self._device_kernel is None:
                 self._device_kernel = self._codegen(self._device_target())
             self._device_kernel.launch_bound(tensors, dim_values)
-        outputs = [tensors[i] for i in self.out_idx]
-        if not outputs:
-            return None
-        return outputs[0] if len(outputs) == 1 else outputs
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""

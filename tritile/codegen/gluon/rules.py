@@ -564,6 +564,16 @@ def lower_evaluate(em: Emitter, s: ir.Evaluate):
     em.emit(f"# T.{s.name}{tuple(s.args)!r}: no code")
 
 
+def lower_print(em: Emitter, s: ir.Print):
+    """T.print -> gl.device_print (vprintf): every thread prints the values it holds (a scalar:
+    every thread), as ``pid (x, y, z) idx (i, j) msg: value``."""
+    if s.value is None:  # Triton leaves a message of two characters unspaced ("pid (0, 0, 0)ok")
+        em.emit(f"gl.device_print({(s.msg if s.msg.startswith(' ') else ' ' + s.msg)!r})")
+        return
+    value = _register_tile(em, s.value, s.loc)[0] if isinstance(s.value, ir.Region) else em.expr(s.value).text
+    em.emit(f"gl.device_print({s.msg!r}, {value})")
+
+
 # ---------------------------------------------------------------- copies
 
 
@@ -1024,5 +1034,6 @@ RULES = {
     ir.For: lower_for,
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
+    ir.Print: lower_print,
     ir.ConsumerPartitions: lower_consumer_partitions,
 }
