@@ -54,15 +54,13 @@ def assert_sound_ptx(ptx: str) -> None:
 
 
 def test_threads_compile_one_kernel_once(cold, monkeypatch):
-    # parsed here: CPython before 3.11.8 / 3.12.2 cannot parse Python in threads at once (gh-106905)
-    func = gemm(*SHAPE, 64, 64, 32)
     misses = count_triton_compiles(monkeypatch)
     start, kernels, errors = threading.Barrier(16), [None] * 16, []
 
     def compile_one(index):
         start.wait()
-        try:
-            kernel = tritile.compile(func, out_idx=[-1], target="cuda:90")
+        try:  # each thread traces the kernel too: parses take turns before CPython 3.11.8 (gh-106905)
+            kernel = tritile.compile(gemm(*SHAPE, 64, 64, 32), out_idx=[-1], target="cuda:90")
             kernel.get_source("ptx")
             kernels[index] = kernel
         except Exception as err:  # reported below, with the thread's index

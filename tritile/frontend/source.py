@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import copy
 import dis
 import inspect
+import sys
 import textwrap
+import threading
 import types
 
 from tritile.errors import CompileError
 from tritile.ir.nodes import SourceLoc
+
+# CPython before 3.11.8 / 3.12.2 shares `ast.parse`'s recursion counter between threads
+# (gh-106905): two threads parsing at once can fail with a SystemError.  Every parse of the
+# process takes this turn there: the frontend's here, Triton's (it parses each kernel it
+# compiles) in `tritile.runtime.cache`.
+_ast_parse_races = sys.version_info < (3, 11, 8) or (3, 12) <= sys.version_info < (3, 12, 2)
+ast_parse_turn = threading.Lock() if _ast_parse_races else contextlib.nullcontext()
 
 _MISSING = object()
 
@@ -106,7 +116,8 @@ class FunctionSource:
         self.lines = lines
         text = textwrap.dedent("".join(lines))
         self.indent = len(lines[0]) - len(lines[0].lstrip())
-        module = ast.parse(text)
+        with ast_parse_turn:
+            module = ast.parse(text)
         defs = [n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         if not defs:
             raise CompileError(f"{fn.__qualname__} is not a plain function definition")

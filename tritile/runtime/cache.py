@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import struct
-import sys
 import tempfile
 import threading
 import warnings
@@ -44,6 +43,7 @@ from typing import Optional
 import triton
 
 import tritile
+from tritile.frontend.source import ast_parse_turn
 
 try:
     import fcntl
@@ -58,11 +58,6 @@ _key_locks = {}  # cache key -> threading.Lock serializing its compiles in this 
 _key_locks_guard = threading.Lock()
 _unusable_warned = set()  # directories already reported unusable by this process
 _unusable_guard = threading.Lock()
-# CPython before 3.11.8 / 3.12.2 shares `ast.parse`'s recursion counter between threads
-# (gh-106905): two threads parsing at once can fail with a SystemError.  Triton parses the
-# kernel's source in every compile, so there the compiles of different kernels take turns.
-_ast_parse_races = sys.version_info < (3, 11, 8) or (3, 12) <= sys.version_info < (3, 12, 2)
-_triton_turn = threading.Lock() if _ast_parse_races else contextlib.nullcontext()
 
 
 class CacheWarning(UserWarning):
@@ -206,7 +201,7 @@ def triton_compile(src, gpu_target, options: dict):
     when the entry is sound (see the module docstring).  Exceptions of a compile that does not
     involve the cache (the kernel does not compile) propagate unchanged; so does an `OSError`
     that a retry on a discarded entry does not cure (Triton's cache directory is unusable)."""
-    with _triton_turn:
+    with ast_parse_turn:  # Triton parses the kernel's source: one parse at a time (gh-106905)
         entry = triton_cache_entry(src, gpu_target, options)
         group = entry / f"__grp__{src.name[:150]}.json" if entry is not None else None
         hit = group is not None and group.exists() and not _discard_damaged(group)
