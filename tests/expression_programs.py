@@ -5,7 +5,7 @@ compiled from a file by `build`) over inputs A, B of 16 lanes (reductions: A of 
 4), with values drawn around 0, at the integer extremes (INT_MIN, -1), and NaN, +-inf, -0.0
 for floats, in every dtype incl. float8.  `reference(program, a, b)` computes the expected
 output with torch per docs/semantics.md (each operation rounded to its dtype, floor `//` and
-`%`, NaN-ignoring max/min, saturating float -> int casts); `same(actual, expected, dtype)`
+`%`, NaN-ignoring max/min, saturating float -> int and -> fp8 casts); `same(actual, expected, dtype)`
 compares bit for bit (ints) or NaN- and -0.0-aware (floats).
 
 Programs come from `programs()` (a hypothesis strategy) or `replay_programs(n, seed)`, a
@@ -261,8 +261,9 @@ def _round(x: torch.Tensor, dtype: str) -> torch.Tensor:
         big = x >= float(info.max)
         x = x.clamp(float(info.min), min(float(info.max), 2.0 ** 63 - 1024)).trunc().to(torch.int64)
         x = torch.where(big, torch.tensor(info.max), x)
-    if not x.is_floating_point() and is_float(dtype) and bits(dtype) == 8:
-        x = x.to(torch.float32)  # int -> fp8 through float32, as torch and the GPU do
+    if is_float(dtype) and bits(dtype) == 8:  # int -> fp8 through float32, as the GPU does
+        top = torch.finfo(TORCH[dtype]).max  # saturating (satfinite), NaN stays NaN: torch gives NaN / inf
+        x = (x if x.is_floating_point() else x.to(torch.float32)).clamp(-top, top)
     return x.to(TORCH[dtype]).to(_compute(dtype))
 
 
@@ -312,8 +313,8 @@ def reference(program: Program, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
         value = evaluate(program.expr, {"A": a, "B": b}).to(TORCH[program.out_dtype])
         return value.expand(LANES).clone()  # an expression of constants only
     x = a.to(_compute(program.a_dtype))
-    if program.reduction == "absmax":
-        x = x.abs()
+    if program.reduction == "absmax":  # |x| in the dtype: abs(INT_MIN) wraps to INT_MIN
+        x = _round(x.abs(), program.a_dtype)
     if program.reduction == "sum":
         result = x.sum(1)
     elif not x.is_floating_point() or program.nan_propagate:

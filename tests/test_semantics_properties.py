@@ -219,3 +219,111 @@ def test_index_math_stays_plain():
         kernel_code = src.split("def _min_propagate_nan")[1]  # after the helpers
         assert "_floordiv(" not in kernel_code and "_floormod(" not in kernel_code
     assert "_floordiv(" in _elementwise(16, "int32", "//").get_source("gluon").split("def _min_propagate_nan")[1]
+
+
+# ---------------------------------------------------------------------------- conversions (H100 replay, run 1)
+
+
+@tritile.jit(out_idx=[-1])
+def _unary(N, src, dst, op):
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), src), C: T.Tensor((N,), dst)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                if op == "store":  # a store into a buffer of another type converts
+                    C[i] = A[i]
+                elif op == "twice":  # the value doubled in its own type, stored: rounded to it
+                    C[i] = A[i] * 2.0
+                elif op == "neg":
+                    C[i] = -(A[i] - A[i])  # -(+0.0)
+                elif op == "abs":
+                    C[i] = T.abs(A[i])
+                else:  # "uint8": replay program 186, float -> uint8 -> float16
+                    C[i] = T.float16(T.uint8(A[i]))
+
+    return kernel
+
+
+def _ptx90(kernel) -> str:
+    return _compile_for(kernel, Target("cuda", 90))
+
+
+def _bits_equal(actual, expected) -> bool:
+    """Equal values, NaN where NaN and the sign of zeros."""
+    x, y = actual.double(), torch.tensor(expected, dtype=torch.float64)
+    return bool((((x == y) & (x.signbit() == y.signbit())) | (x.isnan() & y.isnan())).all())
+
+
+@pytest.mark.parametrize("dtype, top, instruction", [("float8_e4m3", 448.0, "cvt.rn.satfinite.e4m3x2.f32"),
+                                                     ("float8_e5m2", 57344.0, "cvt.rn.satfinite.e5m2x2.f32")])
+def test_float_to_fp8_saturates(dtype, top, instruction):
+    inf, nan = math.inf, math.nan
+    a = torch.tensor([1e6, -1e6, inf, -inf, nan, 3.0, -0.0, 464.0])
+    kernel = _unary(8, "float32", dtype, "store")
+    assert _bits_equal(kernel(a), [top, -top, top, -top, nan, 3.0, -0.0, 448.0])
+    assert instruction in _ptx90(kernel)
+    ints = torch.tensor([2 ** 40, -2 ** 40, 3, 0], dtype=torch.int64)  # through float32, saturating
+    assert _bits_equal(_unary(4, "int64", dtype, "store")(ints), [top, -top, 3.0, 0.0])
+    # an operation's result rounded to fp8 saturates as well; a plain copy keeps e5m2's inf
+    fp8 = torch.tensor([top, -top, 1.5, nan]).to(E.TORCH[dtype])
+    doubled = _unary(4, dtype, dtype, "twice")
+    assert _bits_equal(doubled(fp8), [top, -top, 3.0, nan])
+    assert instruction in _ptx90(doubled)
+    if dtype == "float8_e5m2":
+        infs = torch.tensor([inf, -inf]).to(E.TORCH[dtype])
+        assert _bits_equal(_fp8_copy(2, dtype)(infs), [inf, -inf])
+
+
+@pytest.mark.parametrize("src", ["float32", "float64", "bfloat16", "float8_e4m3"])
+def test_float_to_int_saturates_nan_to_zero(src):
+    inf, nan = math.inf, math.nan
+    a = torch.tensor([nan, 300.0, -300.0, 11230.17, -1.5, 2.9, inf, -inf]).to(E.TORCH[src])
+    values = a.double().tolist()  # as rounded to `src`: 11230.17 is 11200 in bfloat16, 448 in e4m3
+
+    def expected(lo, hi):
+        return [0 if v != v else int(min(max(v, lo), hi)) for v in values]
+
+    for dst, (lo, hi) in {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+                          "int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1)}.items():
+        kernel = _unary(8, src, dst, "store")
+        assert kernel(a).tolist() == expected(lo, hi), dst
+        gluon = kernel.get_source("gluon").split("def kernel")[1]
+        assert " != " in gluon and ", 0.0, " in gluon, dst  # NaN -> 0 selected before the conversion
+        if dst in ("int8", "uint8", "int16"):  # narrow targets clamped in float first
+            assert f"gl.minimum(gl.maximum(" in gluon and f", {float(hi)})" in gluon, dst
+    assert ".target sm_90" in _ptx90(_unary(8, src, "uint8", "store"))
+
+
+def test_fp8_to_uint8_to_float16_keeps_the_conversion():
+    a = torch.tensor([6144.0, 57344.0, -3.0, math.nan, 200.0, 2.5, 255.0, -0.0]).to(torch.float8_e5m2)
+    kernel = _unary(8, "float8_e5m2", "float16", "uint8")
+    assert kernel(a).tolist() == [255.0, 255.0, 0.0, 0.0, 192.0, 2.0, 255.0, 0.0]
+    assert "255.0)).to(gl.uint8).to(gl.float16)" in kernel.get_source("gluon")
+    assert "cvt.rzi.u16.f32" in _ptx90(kernel) or "cvt.rzi.u16.f16" in _ptx90(kernel)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "float8_e5m2", "float8_e4m3"])
+def test_float_negation_keeps_the_sign_of_zero(dtype):
+    a = torch.tensor([1.0, -2.0, 0.0, 3.0]).to(E.TORCH[dtype])
+    kernel = _unary(4, dtype, dtype, "neg")
+    assert _bits_equal(kernel(a), [-0.0] * 4)
+    assert "* -1.0)" in kernel.get_source("gluon")  # not Triton's 0 - x
+    assert ".target sm_90" in _ptx90(kernel)
+
+
+def test_fp8_abs_computes_in_float32():
+    a = torch.tensor([math.inf, -3.0, -0.0, math.nan]).to(torch.float8_e5m2)
+    kernel = _unary(4, "float8_e5m2", "float8_e5m2", "abs")
+    assert _bits_equal(kernel(a), [57344.0, 3.0, 0.0, math.nan])  # an fp8 operation: saturating
+    assert "gl.abs(gl.load(A + i, mask=(i < 4), other=0.0).to(gl.float32)).to(gl.float8e5)" in kernel.get_source("gluon")
+    assert ".target sm_90" in _ptx90(kernel)
+
+
+def test_integer_absmax_wraps_abs():
+    int_min, int_max = -2 ** 31, 2 ** 31 - 1
+    a = torch.tensor([[int_min, 5, -7, 3], [int_min] * 4, [int_min, int_max, 0, -1], [-2, -9, 4, 1]],
+                     dtype=torch.int32)
+    old = torch.zeros(4, dtype=torch.int32)
+    kernel = _row_max(4, 4, "int32", "absmax", False, True)
+    assert kernel(a, old).tolist() == [7, int_min, int_max, 9]  # abs(INT_MIN) == INT_MIN
+    assert "gl.abs(" in kernel.get_source("gluon")

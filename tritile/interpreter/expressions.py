@@ -130,7 +130,7 @@ def _tensor_mod(a, b, dtype):
 def normalize(value, dtype):
     """An operation's result rounded to its dtype: integers wrap in two's complement at the
     dtype's width, floats narrower than 32 bits round to nearest even (kept in the compute
-    dtype).  Scalars stay Python scalars."""
+    dtype), fp8 saturating.  Scalars stay Python scalars."""
     if dtype.kind == "bool" or dtype.bits == 64 or (dtype.is_float and dtype.bits == 32):
         return value
     if not V.is_tensor(value):
@@ -141,6 +141,8 @@ def normalize(value, dtype):
         if dtype.kind == "uint" or dtype.bits not in (8, 16, 32):
             return value & ((1 << dtype.bits) - 1)
         return value.to(dtype.torch).to(torch.int64)
+    if dtype.bits == 8:
+        value = V.saturate_fp8(value, dtype)
     return value.to(dtype.torch).to(torch.float32)
 
 
@@ -279,7 +281,7 @@ class Evaluator:
     def _cast(self, e: ir.Cast):
         value = self.eval(e.value)
         if V.is_tensor(value):
-            return V.round_tensor(value, e.dtype)
+            return V.convert_tensor(value, e.dtype)
         return V.round_scalar(value, e.dtype)
 
     def _load(self, e: ir.Load):

@@ -40,6 +40,8 @@ def copy(run, s: ir.Copy):
     tile = _read(run, s.src)
     if s.src.buffer is s.dst.buffer:
         tile = tile.clone()
+    if s.src.buffer.dtype != s.dst.buffer.dtype:  # a conversion (to fp8: saturating)
+        tile = V.convert_tensor(tile, s.dst.buffer.dtype)
     _write(run, s.dst, tile)
 
 
@@ -112,12 +114,12 @@ _REDUCERS = {
     "max": _max_ignoring_nan,
     "min": _ignoring_nan(torch.amin, float("inf")),
     "sum": lambda x, dim: x.sum(dim),
-    "abssum": lambda x, dim: x.abs().sum(dim),
-    "absmax": lambda x, dim: _max_ignoring_nan(x.abs(), dim),
+    "abssum": lambda x, dim: x.sum(dim),  # abs* reduce |x|, taken by `reduce`
+    "absmax": _max_ignoring_nan,
 }
 # nan_propagate=True: torch's amax / amin propagate NaN
 _REDUCERS_PROPAGATING_NAN = {"max": lambda x, dim: x.amax(dim), "min": lambda x, dim: x.amin(dim),
-                             "absmax": lambda x, dim: x.abs().amax(dim)}
+                             "absmax": lambda x, dim: x.amax(dim)}
 # how a reduction result combines with the old destination when clear=False (fmax: NaN-ignoring)
 _COMBINE = {"max": torch.fmax, "min": torch.fmin, "sum": torch.add, "abssum": torch.add, "absmax": torch.fmax}
 _COMBINE_PROPAGATING_NAN = {"max": torch.maximum, "min": torch.minimum, "absmax": torch.maximum}
@@ -127,6 +129,8 @@ def reduce(run, s: ir.Reduce):
     if s.kind not in _REDUCERS:
         raise run.error(f"unknown reduction {s.kind!r}")
     src = _read(run, s.src).reshape(s.src.tile_shape)
+    if s.kind in ("abssum", "absmax"):  # |x| in the source's type: integer abs wraps, abs(INT_MIN) == INT_MIN
+        src = V.round_tensor(src.abs(), s.src.buffer.dtype)
     propagate = s.nan_propagate and s.kind in _REDUCERS_PROPAGATING_NAN
     reducer = (_REDUCERS_PROPAGATING_NAN if propagate else _REDUCERS)[s.kind]
     result = reducer(src, _dim(run, s.src, s.dim))

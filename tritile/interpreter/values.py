@@ -68,9 +68,26 @@ def wrap_int(value: int, bits: int, signed: bool) -> int:
     return value
 
 
+def fp8_max(dtype: DType) -> float:
+    """The largest finite value of float8 `dtype` (448 for e4m3, 57344 for e5m2)."""
+    return torch.finfo(dtype.torch).max
+
+
+def saturate_fp8(value: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """Float lanes about to be converted to float8 `dtype`, clamped to its finite range:
+    conversions to fp8 saturate (docs/semantics.md; the GPU's cvt.rn.satfinite, cutlass's
+    float_e4m3_t) where torch gives NaN (e4m3) or inf (e5m2).  Clamping before the round to
+    nearest even gives the same result as rounding then saturating; NaN stays NaN.  Integer
+    lanes go through float32 first, as the GPU converts them."""
+    if not value.is_floating_point():
+        value = value.to(torch.float32)
+    top = fp8_max(dtype)
+    return value.clamp(-top, top)
+
+
 def round_scalar(value, dtype: DType):
     """`value` converted to `dtype` and back to a Python scalar (C conversion rules:
-    float -> int truncates toward zero)."""
+    float -> int truncates toward zero; -> fp8 saturates)."""
     if dtype.kind == "bool":
         return bool(value)
     if dtype.is_int:
@@ -82,6 +99,9 @@ def round_scalar(value, dtype: DType):
         return wrap_int(int(value), dtype.bits, dtype.kind == "int")
     if dtype.bits == 64:
         return float(value)
+    if dtype.bits == 8:
+        top = fp8_max(dtype)
+        value = min(max(float(value), -top), top) if value == value else value
     return torch.tensor(float(value), dtype=dtype.torch).item()
 
 
@@ -113,13 +133,23 @@ def _float_to_int(value: torch.Tensor, dtype: DType) -> torch.Tensor:
 
 def round_tensor(value: torch.Tensor, dtype: DType) -> torch.Tensor:
     """`value` rounded to `dtype`, returned in `dtype`'s compute dtype (float -> int: toward
-    zero, saturating, NaN -> 0, as the GPU's cvt.rzi and `round_scalar`; torch differs)."""
+    zero, saturating, NaN -> 0, as the GPU's cvt.rzi and `round_scalar`; torch differs).
+    fp8 values are not saturated here: a stored or copied e5m2 inf stays inf; `convert_tensor`
+    is the conversion."""
     if dtype.is_int and value.is_floating_point():
         value = _float_to_int(value, dtype)
     if dtype.kind == "uint" and dtype.bits > 8:
         as_int = value.to(torch.int64)
         return as_int & ((1 << dtype.bits) - 1) if dtype.bits < 64 else as_int
     return value.to(dtype.torch).to(compute_dtype(dtype))
+
+
+def convert_tensor(value: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """`value` converted to `dtype` from another type (a `Cast`, a T.copy between types): as
+    `round_tensor`, and saturating when `dtype` is fp8."""
+    if dtype.is_float and dtype.bits == 8:
+        value = saturate_fp8(value, dtype)
+    return round_tensor(value, dtype)
 
 
 def as_tensor(value, dtype: torch.dtype = None) -> torch.Tensor:

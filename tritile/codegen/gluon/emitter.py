@@ -112,6 +112,31 @@ def _min_propagate_nan(a, b):
 '''
 
 
+def cast_text(text: str, src, dst) -> str:
+    """Gluon text converting `text` (of IR dtype `src`) to `dst` with docs/semantics.md's meaning.
+
+    float -> int: LLVM's fptosi / fptoui give poison for NaN and out-of-range values, so the
+    hardware's saturation is not guaranteed (ptxas widens an i8 / i16 conversion to cvt.rzi.u16 /
+    .s16 and keeps the wrapped bits; cvt.rzi.s32 turns NaN into INT_MIN): select NaN -> 0, and
+    clamp in float to the range of an 8- / 16-bit or unsigned target (the bounds are exact in
+    float32), the 32- / 64-bit saturation of cvt.rzi does the rest.  fp8: through float32
+    (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
+    if src == dst:
+        return text
+    want = GL_DTYPES[dst.name]
+    if src.is_float and dst.is_int:
+        x = text if src.bits >= 32 else f"{text}.to(gl.float32)"
+        clamped = x
+        if dst.kind == "uint" or dst.bits < 32:
+            clamped = f"gl.maximum({clamped}, {float(-(1 << dst.bits - 1) if dst.kind == 'int' else 0)})"
+        if dst.bits < 32:
+            clamped = f"gl.minimum({clamped}, {float((1 << dst.bits - (dst.kind == 'int')) - 1)})"
+        return f"gl.where({x} != {x}, 0.0, {clamped}).to({want})"
+    if (src.is_float and src.bits == 8 or dst.is_float and dst.bits == 8) and "float32" not in (src.name, dst.name):
+        return f"{text}.to(gl.float32).to({want})"
+    return f"{text}.to({want})"
+
+
 def unsupported(what: str, loc) -> CompileError:
     return CompileError(f"{what} is not supported by the Gluon backend yet", loc)
 

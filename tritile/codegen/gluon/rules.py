@@ -11,7 +11,7 @@ from __future__ import annotations
 from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, signs, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
-                                           is_pow2, static_int, unsupported)
+                                           cast_text, is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
 from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
@@ -99,8 +99,12 @@ def _e_unary(em: Emitter, e: ir.UnaryOp) -> Val:
     a = em.expr(e.operand)
     if e.op == "not":
         return Val(f"({a.text} == 0)", a.dims)
-    if e.dtype.is_float and e.dtype.bits == 8:  # no fp8 arithmetic in Triton
-        return Val(f"({e.op}{a.text}.to(gl.float32)).to({GL_DTYPES[e.dtype.name]})", a.dims)
+    if e.op == "-" and e.dtype.is_float:
+        # Triton's unary minus is 0 - x, which gives +0.0 for +0.0: a product by -1 flips the
+        # sign of zeros too (exact); fp8 computes in float32 (no fp8 arithmetic in Triton)
+        if e.dtype.bits == 8:
+            return Val(f"({a.text}.to(gl.float32) * -1.0).to({GL_DTYPES[e.dtype.name]})", a.dims)
+        return Val(f"({a.text} * -1.0)", a.dims)
     return Val(f"({e.op}{a.text})", a.dims)
 
 
@@ -115,6 +119,11 @@ def _e_call(em: Emitter, e: ir.Call) -> Val:
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
     texts = [a.text for a in args]
+    if e.dtype.is_float and e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else":
+        # in float32 and converted back, as every fp8 operation: Triton's fp8 abs masks the
+        # sign bits of packed fp8 pairs, and the H100 replay read garbage in every odd lane
+        texts = [f"{t}.to(gl.float32)" for t in texts]
+        return Val(f"{_MATH[e.fn]}({', '.join(texts)}).to({GL_DTYPES[e.dtype.name]})", dims)
     if e.fn in _MATH:
         return Val(f"{_MATH[e.fn]}({', '.join(texts)})", dims)
     if e.fn == "sigmoid":
@@ -128,11 +137,7 @@ def _e_cast(em: Emitter, e: ir.Cast) -> Val:
     if isinstance(e.value, ir.Const):
         return _e_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
     v = em.expr(e.value)
-    src, dst = e.value.dtype, e.dtype
-    fp8 = (src.is_float and src.bits == 8) or (dst.is_float and dst.bits == 8)
-    if fp8 and dt.float32 not in (src, dst):  # through float32, as torch converts (and exact from fp8)
-        return Val(f"{v.text}.to(gl.float32).to({GL_DTYPES[dst.name]})", v.dims)
-    return Val(f"{v.text}.to({GL_DTYPES[dst.name]})", v.dims)
+    return Val(cast_text(v.text, e.value.dtype, e.dtype), v.dims)
 
 
 def _identity(indices, par) -> bool:
@@ -352,7 +357,7 @@ def _full(em, v: Val, src_dtype, dst_dtype, par) -> str:
     dt = GL_DTYPES[dst_dtype.name]
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
-        return v.text if src_dtype == dst_dtype else f"{v.text}.to({dt})"
+        return cast_text(v.text, src_dtype, dst_dtype)
     wide = "gl.float32" if dst_dtype.is_float and dst_dtype.bits == 8 else dt  # no fp8 addition
     zeros = f"gl.zeros({list(par.loop.extents)}, {wide}, layout={par.layout_name})"
     return f"({zeros} + {v.text}).to({dt})"
