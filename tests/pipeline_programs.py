@@ -411,6 +411,13 @@ def _cshr(a, b):
     return a >> b if isinstance(a, int) and isinstance(b, int) and 0 <= b < 64 else _OPAQUE
 
 
+def _floor_helpers(ns):
+    """The module's `_floordiv` / `_floormod` (tritile's floor `//` and `%`, written with Triton's
+    truncating operators and tensor casts) on the host: Python's own operators on ints."""
+    ns["_floordiv"] = lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else _OPAQUE
+    ns["_floormod"] = lambda a, b: a % b if isinstance(a, int) and isinstance(b, int) else _OPAQUE
+
+
 class _CSemantics(_ast.NodeTransformer):
     def visit_BinOp(self, node):
         self.generic_visit(node)
@@ -449,6 +456,7 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
     state = _State()
     ns = _stand_ins(state)
     exec(compile(tree, "<generated gluon>", "exec"), ns)
+    _floor_helpers(ns)
     launch = ns["tritile_launch"]
     names = launch.__code__.co_varnames[1:launch.__code__.co_argcount]
     problems = []
@@ -954,6 +962,7 @@ def _replay_partitions(tree, args, dims, schedules) -> list:
         holder = {}
         ns = _ws_stand_ins(_StateProxy(holder))
         exec(code, ns)
+        _floor_helpers(ns)
         launch = ns["tritile_launch"]
         names = launch.__code__.co_varnames[1:launch.__code__.co_argcount]
         kernel = next(ns[n.name] for n in reversed(tree.body) if isinstance(n, _ast.FunctionDef)
