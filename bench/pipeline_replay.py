@@ -24,10 +24,10 @@ Phases:
    `--interpret-every`-th program is also run through the CPU interpreter (frontend IR and
    final IR) against a CPU torch reference: interpreting all of them at 256 tiles would take
    longer than the GPU run.
-2. launch - a child process compiles each replay-clean program again (cache hits), launches it
-   on fresh random inputs and compares with the torch reference computed on the GPU.  The
-   parent watches it: a program that does not finish within `--timeout` seconds is recorded as
-   a hang, the child killed and a new one started after it; a launch error (a fault leaves the
+2. launch - `--launchers` child processes, each given an interleaved chunk of the replay-clean
+   programs, compile each again (cache hits), launch it on fresh random inputs and compare with
+   the torch reference computed on the GPU.  A thread of the parent watches each: a program that does not finish within `--timeout` seconds is recorded as
+   a hang, that child killed and a new one started after it; a launch error (a fault leaves the
    CUDA context unusable) also restarts the child.
 
 Writes bench/results/pipeline_replay_h100.json (`--out`; `$OUT/pipeline_replay_h100.json` when
@@ -47,7 +47,7 @@ import queue
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -312,6 +312,8 @@ def run_launches(indices, count, seed, timeout) -> list:
                 current, started = None, time.perf_counter()
                 if message[2] != "pass":
                     print(f"  {message[2]}: program {message[1]}", flush=True)
+                if len(out) % 100 == 0:
+                    print(f"  a launcher has run {len(out)} programs", flush=True)
         child.join(timeout=10)
         if child.is_alive():
             child.kill()
@@ -329,6 +331,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)))
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds one launch may take")
+    parser.add_argument("--launchers", type=int, default=6,
+                        help="launch processes sharing the GPU (the host side of a launch dominates)")
     parser.add_argument("--compile-timeout", type=float, default=300.0,
                         help="seconds one program's compile may take before it counts as a hang")
     parser.add_argument("--interpret-every", type=int, default=10,
@@ -369,7 +373,11 @@ def main(argv=None):
     launched, launch_wall = [], 0.0
     if not opts.dry_run:
         start = time.perf_counter()
-        launched = run_launches(ok, count, opts.seed, opts.timeout)
+        launchers = max(1, min(opts.launchers, len(ok)))
+        with ThreadPoolExecutor(launchers) as threads:  # each thread watches its own launch process
+            for rows in threads.map(lambda chunk: run_launches(chunk, count, opts.seed, opts.timeout),
+                                    [ok[w::launchers] for w in range(launchers)]):
+                launched += rows
         launch_wall = time.perf_counter() - start
 
     def entries(rows, status):

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from pipeline_kernels import (ALL_THREADS, SM90_SHARED, THREE_WARPGROUP_GAPS,  # noqa: E402
+from pipeline_kernels import (ALL_THREADS, CAUSAL_PERSISTENT_SHORT, SM90_SHARED, THREE_WARPGROUP_GAPS,  # noqa: E402
                               draw_attention, draw_gemm_chain, hypothesis_chooser, lower, program_expected,
                               program_dim_values, program_outputs, replay_kernels)
 from pipeline_programs import mbarrier_problems  # noqa: E402
@@ -116,6 +116,14 @@ def test_kernel_replay_list_is_fixed_and_mixed():
 def test_three_warpgroup_kernels_compile(case):
     program = THREE_WARPGROUP_GAPS[case]
     compile_and_replay(program, 0, H100)
+
+
+@pytest.mark.xfail(strict=True, raises=CompileError,
+                   reason="Triton LLVM assertion (SmallVector idx < size()) in ConvertTritonGPUToLLVM: causal "
+                          "attention, persistent without warp specialization, key loop shorter than its stages; "
+                          "reproducer pipeline_kernels.CAUSAL_PERSISTENT_SHORT")
+def test_short_causal_persistent_attention_compiles():
+    compile_and_replay(CAUSAL_PERSISTENT_SHORT, 0, H100)
 
 
 @pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
