@@ -170,3 +170,17 @@ def gemm_reference(a, b, trans_A=False, trans_B=False, out_dtype=None):
     a = a.float().T if trans_A else a.float()
     b = b.float().T if trans_B else b.float()
     return (a @ b).to(out_dtype)
+
+
+def compile_error(build) -> str:
+    """The message of the `tritile.CompileError` that `build()` raises, checked to quote the file
+    `build` was written in (the user's line)."""
+    import os
+
+    import pytest
+
+    with pytest.raises(tritile.CompileError) as info:
+        build()
+    message = str(info.value)
+    assert os.path.basename(build.__code__.co_filename) + ":" in message
+    return message

@@ -5,14 +5,9 @@ import torch
 
 import tritile
 import tritile.language as T
+from kernels import compile_error
 
 
-def compile_error(build) -> str:
-    with pytest.raises(tritile.CompileError) as info:
-        build()
-    message = str(info.value)
-    assert "test_errors.py:" in message
-    return message
 
 
 def test_unknown_name():

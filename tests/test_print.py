@@ -8,6 +8,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from kernels import compile_error
 from tritile.lowering import PASS_NAMES
 
 
@@ -103,12 +104,6 @@ def test_eager_style_and_message_munging(capsys):
     assert capsys.readouterr().out.splitlines() == [f"pid (0, 0, 0) idx () value: {int(a[2])}", "pid (0, 0, 0) ok"]
 
 
-def _kernel_error(body) -> str:
-    with pytest.raises(tritile.CompileError) as info:
-        body()
-    message = str(info.value)
-    assert "test_print.py:" in message
-    return message
 
 
 def test_print_errors_quote_the_line():
@@ -138,10 +133,10 @@ def test_print_errors_quote_the_line():
             with T.Kernel(1):
                 T.print()
 
-    assert "inside T.Parallel" in _kernel_error(in_parallel)
-    assert "global tensor A" in _kernel_error(global_tensor) and "T.print(A)" in _kernel_error(global_tensor)
-    assert "msg=" in _kernel_error(string_object)
-    assert "non-empty msg" in _kernel_error(nothing)
+    assert "inside T.Parallel" in compile_error(in_parallel)
+    assert "global tensor A" in compile_error(global_tensor) and "T.print(A)" in compile_error(global_tensor)
+    assert "msg=" in compile_error(string_object)
+    assert "non-empty msg" in compile_error(nothing)
 
 
 @pytest.mark.gpu

@@ -9,15 +9,10 @@ import torch
 
 import tritile
 import tritile.language as T
+from kernels import compile_error
 from tritile.frontend.parser import MACRO_DEPTH
 
 
-def compile_error(build) -> str:
-    with pytest.raises(tritile.CompileError) as info:
-        build()
-    message = str(info.value)
-    assert "test_user_errors.py:" in message
-    return message
 
 
 def test_negative_num_stages():
