@@ -327,3 +327,33 @@ def test_integer_absmax_wraps_abs():
     kernel = _row_max(4, 4, "int32", "absmax", False, True)
     assert kernel(a, old).tolist() == [7, int_min, int_max, 9]  # abs(INT_MIN) == INT_MIN
     assert "gl.abs(" in kernel.get_source("gluon")
+
+
+@tritile.jit(out_idx=[-1])
+def _fp8_broadcasts(N, dtype):
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), C: T.Tensor((4, N), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            filled = T.alloc_fragment((N,), dtype)
+            staged = T.alloc_shared((N,), dtype)
+            T.fill(filled, 3.0)
+            T.fill(staged, 1e6)  # saturates
+            for i in T.Parallel(N):
+                C[0, i] = filled[i]
+                C[1, i] = staged[i]
+                C[2, i] = T.cast(T.int32(3) ^ T.int32(0), dtype)  # semantics replay program 28
+                C[3, i] = A[5]  # a scalar converted, then broadcast
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype, top", [("float8_e4m3", 448.0), ("float8_e5m2", 57344.0)])
+def test_fp8_broadcasts_convert_once_and_splat_bytes(dtype, top, device):
+    a = torch.randn(64) * 4
+    c = _fp8_broadcasts(64, dtype)(a.to(device)).cpu()
+    scalar = a[5].to(E.TORCH[dtype]).item()
+    expected = torch.tensor([[3.0] * 64, [top] * 64, [3.0] * 64, [scalar] * 64])
+    assert torch.equal(c.double(), expected.double())
+    gluon = _fp8_broadcasts(64, dtype).get_source("gluon")
+    assert "gl.int8" in gluon and "bitcast=True" in gluon
+    assert "{%rs1, %rs1}" not in _ptx90(_fp8_broadcasts(64, dtype))  # the pair the H100 misread

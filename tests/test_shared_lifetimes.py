@@ -114,3 +114,34 @@ def test_product_plus_tile_on_the_interpreter():
         128, 128, dtype=torch.float16)
     out = product_plus_tile(128, 128)(a, b, d)
     torch.testing.assert_close(out.float(), a.float() @ b.float() + d.float(), rtol=1e-2, atol=5e-2)
+
+
+# pipeline replay program 1056 (bench/NOTES.md, session 16): a 1-stage GEMM loop, then a 2-stage
+# one whose 64-byte swizzled A tile took the bytes of the first loop's 128-byte swizzled B tile
+PROGRAM_1056 = ("GemmChain(tiles=(128, 64, 32), threads=128, stages=(1, 2), m=256, n=64, k_sizes=(128, 192), "
+                "reduce='max', use='init', relu=True, staged_store=True, policy='FullRow')")
+
+
+def test_gemm_operands_of_sibling_loops_never_share_bytes():
+    import pipeline_kernels as PK
+    from tritile.codegen.gluon import emit_module
+
+    spec = eval(PROGRAM_1056, vars(PK))
+    source = emit_module(PK.lower(spec, H100)[-1][1], H100).source
+    first_loop = line_of(source, r"for k_t in range")
+    for name in ("A_shared", "B_shared", "A2_shared", "B2_shared"):
+        assert line_of(source, rf"{name} = gl.allocate_shared_memory") < first_loop, name
+    assert line_of(source, r"C_shared = gl.allocate_shared_memory") > first_loop  # the epilogue tile still reuses
+
+
+@pytest.mark.gpu
+def test_program_1056_is_right_on_the_gpu():
+    import pipeline_kernels as PK
+    from tritile.codegen.gluon import compile_kernel
+
+    spec = eval(PROGRAM_1056, vars(PK))
+    compiled = compile_kernel(PK.lower(spec, H100)[-1][1], H100)
+    args = PK.program_args(spec, 37884, "cuda")
+    compiled.launch(args, PK.program_dims(spec, args))
+    (want, rtol, atol), = PK.program_expected(spec, args)
+    torch.testing.assert_close(PK.program_outputs(spec, args)[0], want, rtol=rtol, atol=atol)

@@ -137,6 +137,18 @@ def cast_text(text: str, src, dst) -> str:
     return f"{text}.to({want})"
 
 
+def broadcast_text(text: str, src, dst, shape: list, layout: str) -> str:
+    """Gluon text broadcasting `text` (of IR dtype `src`: a scalar, or a tensor with size-1 dims)
+    to a `dst` tensor of `shape` in `layout`.  fp8: converted before broadcasting, and the bytes
+    broadcast as int8: Triton converts fp8 in pairs, a broadcast hands both halves of a pair the
+    same value, and the H100 then stored garbage in lanes 2-3 of every 4 (semantics replay 28)."""
+    want = GL_DTYPES[dst.name]
+    if not (dst.is_float and dst.bits == 8):
+        return f"(gl.zeros({shape}, {want}, layout={layout}) + {text}).to({want})"
+    byte = f"{cast_text(text, src, dst)}.to(gl.int8, bitcast=True)"
+    return f"(gl.zeros({shape}, gl.int8, layout={layout}) + {byte}).to({want}, bitcast=True)"
+
+
 def unsupported(what: str, loc) -> CompileError:
     return CompileError(f"{what} is not supported by the Gluon backend yet", loc)
 

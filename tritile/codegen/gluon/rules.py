@@ -8,10 +8,12 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 """
 from __future__ import annotations
 
+import torch
+
 from tritile.codegen.gluon import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, signs, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
-                                           cast_text, is_pow2, static_int, unsupported)
+                                           broadcast_text, cast_text, is_pow2, static_int, unsupported)
 from tritile.errors import CompileError
 from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
@@ -39,6 +41,9 @@ def _e_const(em: Emitter, e: ir.Const) -> Val:
     if isinstance(v, bool):
         return Val(str(v))
     v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
+    if e.dtype.is_float and e.dtype.bits == 8:  # Triton has no fp8 literals: its byte, bitcast
+        byte = torch.tensor(float(v), dtype=e.dtype.torch).view(torch.int8).item()
+        return Val(f"gl.full([], {byte}, gl.int8).to({GL_DTYPES[e.dtype.name]}, bitcast=True)")
     if e.dtype.is_float or isinstance(v, float):
         v = float(v)
         if v != v:
@@ -323,7 +328,7 @@ def lower_store(em: Emitter, s: ir.Store):
             value = f"gl.to_tensor({v.text}).to({dt})"
             em.emit(f"gl.store({em.name(buf)} + {offs}, {value})")
             return
-        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        value = _full(v, s.value.dtype, buf.dtype, par)
         mask = _bounds_mask(em, s.indices, idx, buf)
         if par.cond:
             mask += f" & {par.cond}"
@@ -333,7 +338,7 @@ def lower_store(em: Emitter, s: ir.Store):
         raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
     lead = 1 if buf.num_versions > 1 else 0
     if buf.scope == "fragment" and _identity(s.indices, par) and tuple(buf.shape) == tuple(par.loop.extents):
-        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        value = _full(v, s.value.dtype, buf.dtype, par)
         have = em.buffer_layout(buf)
         value = _convert(em, value, par.layout, have, em.layout_name(have, em.name(buf)))
         if par.cond:
@@ -343,7 +348,7 @@ def lower_store(em: Emitter, s: ir.Store):
         return
     if buf.scope == "shared" and _identity(s.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "")
-        value = _full(em, v, s.value.dtype, buf.dtype, par)
+        value = _full(v, s.value.dtype, buf.dtype, par)
         if par.cond:
             value = f"gl.where({_full_bool(em, par.cond, par)}, {value}, {view}.load({par.layout_name}))"
         em.emit(f"{view}.store({value})")
@@ -352,15 +357,12 @@ def lower_store(em: Emitter, s: ir.Store):
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
 
 
-def _full(em, v: Val, src_dtype, dst_dtype, par) -> str:
+def _full(v: Val, src_dtype, dst_dtype, par) -> str:
     """`v` as a tensor of the Parallel's full shape and layout, cast to `dst_dtype`."""
-    dt = GL_DTYPES[dst_dtype.name]
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
         return cast_text(v.text, src_dtype, dst_dtype)
-    wide = "gl.float32" if dst_dtype.is_float and dst_dtype.bits == 8 else dt  # no fp8 addition
-    zeros = f"gl.zeros({list(par.loop.extents)}, {wide}, layout={par.layout_name})"
-    return f"({zeros} + {v.text}).to({dt})"
+    return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, list(par.loop.extents), par.layout_name)
 
 
 def _full_bool(em, cond_text, par) -> str:
@@ -912,14 +914,20 @@ def lower_fill(em: Emitter, s: ir.Fill):
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
-        em.emit(f"{em.name(buf)} = gl.full({list(buf.shape)}, {v}, {dt}, layout={layout})")
+        em.emit(f"{em.name(buf)} = {_filled(v, s.value.dtype, buf.dtype, list(buf.shape), layout)}")
     elif buf.scope == "shared":
         shape = list(s.dst.tile_shape)
         layout = em.layout_name(lay.blocked_for(shape, buf.dtype.bits, em.num_warps))
-        em.emit(f"{em.shared_view(s.dst, s.loc)}.store(gl.full({shape}, {v}, {dt}, layout={layout}))")
+        em.emit(f"{em.shared_view(s.dst, s.loc)}.store({_filled(v, s.value.dtype, buf.dtype, shape, layout)})")
         _after_generic_shared_write(em)
     else:
         raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
+
+
+def _filled(scalar: str, src, dst, shape: list, layout: str) -> str:
+    if dst.is_float and dst.bits == 8:  # gl.full has no fp8 constants
+        return broadcast_text(f"gl.to_tensor({scalar})", src, dst, shape, layout)
+    return f"gl.full({shape}, {scalar}, {GL_DTYPES[dst.name]}, layout={layout})"
 
 
 # kind -> (reduction of a tile along `axis`, combination with the old destination); gl.max /

@@ -14,6 +14,13 @@ each top-level shared `Alloc` to the first later top-level statement that touche
 `emit_before(em, stmt)` allocates it right before that statement.  A buffer no statement
 touches keeps its place.
 
+Gemm operands are the exception: they are all allocated before the kernel's first statement,
+so that no two of them share bytes.  On the H100 a wgmma read wrong values from a 64-byte
+swizzled operand tile placed over the bytes of an earlier loop's 128-byte swizzled operand
+(pipeline replay program 1056: a 1-stage GEMM loop, then a 2-stage one; 94 % of the outputs
+wrong, every fence and barrier tried left it wrong, operands that did not share bytes were
+right).  The shared-memory budget counts every buffer anyway.
+
 Why reuse stays safe: Triton ends a buffer's lifetime at its last use in program order, but
 an asynchronous wgmma goes on reading its shared operands until it is waited for.  Every
 wgmma still in flight is therefore retired before a deferred allocation (TMA stores, the other
@@ -23,21 +30,31 @@ write buffers that are read later, so those stay live).
 from __future__ import annotations
 
 from tritile.ir import nodes as ir
-from tritile.ir.transform import top_level, touches
+from tritile.ir.transform import top_level, touches, walk
 
 
 def plan(em, func: ir.PrimFunc):
     if em.partitions is not None or func.attrs.get("persistent_tile_loop") is not None:
         return
     top = top_level(func.kernel.body)
+    operands = gemm_operands(func.kernel.body)
     for at, stmt in enumerate(top):
         if not (isinstance(stmt, ir.Alloc) and stmt.buffer.scope == "shared"):
             continue
         buf = stmt.buffer
-        first_use = next((s for s in top[at + 1:] if not isinstance(s, ir.Alloc) and touches(s, buf)), None)
+        if id(buf) in operands:
+            first_use = top[0]
+        else:
+            first_use = next((s for s in top[at + 1:] if not isinstance(s, ir.Alloc) and touches(s, buf)), None)
         if first_use is not None:
             em.deferred_allocs.setdefault(id(first_use), []).append(buf)
             em.deferred_buffers.add(id(buf))
+
+
+def gemm_operands(body) -> set:
+    """ids of the shared buffers that some `T.gemm` in `body` reads."""
+    return {id(region.buffer) for g in walk(body) if isinstance(g, ir.Gemm)
+            for region in (g.a, g.b) if region.buffer.scope == "shared"}
 
 
 def emit_before(em, stmt):
