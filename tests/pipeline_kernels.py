@@ -167,8 +167,7 @@ class GemmChain(_Spec):
     Epilogue, in this order: `scale` (x * scale, 1.0 = none), `bias` (+ Bias[col]), `relu`,
     `cast_fragment` (a `T.Parallel` cast into a fragment of the output dtype, else the store
     casts), `staged_store` (through a shared tile).  `dynamic`: M and every K are `T.dynamic`.
-`policy`: the gemms' `T.GemmWarpPolicy` ("Square" / "FullRow"); 384 threads take "FullRow"
-(`GEMM_384_SQUARE` below: "Square" hangs the compiler there).
+`policy`: the gemms' `T.GemmWarpPolicy` ("Square" / "FullRow").
     """
     tiles: tuple = (64, 64, 32)  # block_M, block_N, block_K
     threads: int = 128
@@ -361,7 +360,7 @@ def draw_gemm_chain(choose, max_shared: int = SM80_SHARED, wide: bool = False, t
             reuse_acc=choose([False, True]), scale=choose([1.0, 0.5, 0.125]), bias=choose([False, True]),
             relu=choose([False, True]), out_dtype=choose(["float16", "float32"]), cast_fragment=choose([False, True]),
             staged_store=choose([False, True]), dynamic=dynamic,
-            policy="FullRow" if threads == 384 else choose(["Square", "FullRow"]), switches=choose(SWITCHES),
+            policy=choose(["Square", "FullRow"]), switches=choose(SWITCHES),
             sms=choose([None, 1, 2]))
         if spec.shared_bytes() <= max_shared and spec.acc_per_thread() <= MAX_ACC_PER_THREAD:
             return spec
@@ -509,9 +508,9 @@ def draw_attention(choose, max_shared: int = SM80_SHARED, wide: bool = False, th
 KINDS = {"gemm_chain": draw_gemm_chain, "attention": draw_attention}
 
 
-# A compiler hang, kept as a reproducer (tests/test_pipeline_kernel_properties.py xfails it in a
-# subprocess with a timeout): three warpgroups under the "Square" warp policy loop forever in
-# `tritile.ir.layouts.wgmma_accumulator` (warps [4, 1] doubles past 12 warps) during layout_inference.
+# Was a compiler hang (three warpgroups under the "Square" warp policy looped forever in
+# `tritile.ir.layouts.wgmma_accumulator`); tests/test_pipeline_kernel_properties.py lowers it in a
+# subprocess with a timeout.  Its 192-row fragments are a THREE_WARPGROUP_GAPS case for the backend.
 GEMM_384_SQUARE = GemmChain(tiles=(192, 64, 32), threads=384, m=192, n=64, k_sizes=(64,))
 
 # Backend gaps (CompileError, both targets), xfailed in tests/test_pipeline_kernel_properties.py:
@@ -521,6 +520,7 @@ GEMM_384_SQUARE = GemmChain(tiles=(192, 64, 32), threads=384, m=192, n=64, k_siz
 THREE_WARPGROUP_GAPS = {
     "gemm-128-rows": GemmChain(tiles=(128, 64, 64), threads=384, m=128, n=64, k_sizes=(128,), policy="FullRow"),
     "gemm-192-rows": GemmChain(tiles=(192, 64, 64), threads=384, m=192, n=64, k_sizes=(128,), policy="FullRow"),
+    "gemm-192-rows-square": GEMM_384_SQUARE,
     "attention-192-rows": Attention(block_M=192, block_N=64, threads=384, seq_q=192, seq_kv=128, num_stages=2),
 }
 

@@ -53,6 +53,13 @@ def test_layouts_print_as_gluon_constructors():
     assert built.parent == gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16])
 
 
+@pytest.mark.parametrize("m, n, num_warps, warps", [(192, 64, 12, (12, 1)), (64, 192, 12, (4, 3)), (256, 128, 8, (8, 1)),
+                                                    (64, 256, 8, (4, 2)), (128, 128, 4, (4, 1))])
+def test_square_policy_splits_warps_by_prime_factors(m, n, num_warps, warps):
+    """Three warpgroups (12 warps) once doubled [4, 1] past 12 forever (a compiler hang)."""
+    assert lay.wgmma_accumulator(m, n, num_warps, "Square", 16).warps_per_cta == warps
+
+
 def test_pipelined_gemm_sm90_encodings_and_identity_chain():
     func = before_layouts(pipelined_gemm(BM=128, BN=128, BK=64, S=3), H100)
     old = {n.buffer.name: n.buffer for n in walk(func.kernel.body) if isinstance(n, ir.Alloc)}

@@ -126,12 +126,9 @@ def test_short_causal_persistent_attention_compiles():
     compile_and_replay(CAUSAL_PERSISTENT_SHORT, 0, H100)
 
 
-@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
-                   reason="compiler hang: layout_inference loops forever in ir.layouts.wgmma_accumulator for 12 "
-                          "warps under GemmWarpPolicy.Square; reproducer pipeline_kernels.GEMM_384_SQUARE")
 def test_three_warpgroups_square_policy_lowers():
-    """Lowered in a child process: the hang must not take the suite with it."""
+    """Was a compiler hang (the Square policy doubled [4, 1] warps past 12): three warpgroups now
+    grow the M warps by 3.  Lowered in a child process, so that a hang fails instead of stalling."""
     code = ("import sys; sys.path.insert(0, 'tests'); from pipeline_kernels import GEMM_384_SQUARE, lower; "
             "from tritile.runtime.target import Target; lower(GEMM_384_SQUARE, Target('cuda', 90))")
-    # imports and lowering take ~3 s; the hang never returns
-    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, timeout=12, check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, timeout=60, check=True)

@@ -194,13 +194,15 @@ def wgmma_accumulator(m: int, n: int, num_warps: int, policy: str, bitwidth: int
         warps = [4, num_warps // 4]
     elif policy == "FullRow":
         warps = [num_warps, 1]
-    else:  # Square: M first while the tile has rows left (tutorial 05's rule)
-        warps = [4, 1]
-        while warps[0] * warps[1] != num_warps:
+    else:  # Square: M first while the tile has rows left (tutorial 05's rule), by prime factors
+        warps = [4, 1]  # so that three warpgroups (12 warps) grow by 3, not past 12 by doubling
+        while warps[0] * warps[1] < num_warps:
+            left = num_warps // (warps[0] * warps[1])
+            factor = next(f for f in range(2, left + 1) if left % f == 0)
             if m > 16 * warps[0]:
-                warps[0] *= 2
+                warps[0] *= factor
             else:
-                warps[1] *= 2
+                warps[1] *= factor
     if m % (16 * warps[0]) or n % (8 * warps[1]):
         return None
     n_reps = -(-num_warps // -(-m // 16))
