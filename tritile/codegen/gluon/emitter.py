@@ -20,27 +20,17 @@ and their pointers 16-byte aligned; the runtime checks both before launching.
 """
 from __future__ import annotations
 
-import itertools
-import keyword
 from dataclasses import dataclass, field
 
 from tritile.codegen.gluon import instructions as isel
+from tritile.codegen.semantics import TRITON_DTYPES, Val, cast_text, helpers_text
+from tritile.codegen.source_writer import SourceWriter, is_pow2, paren, static_int
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
-GL_DTYPES = {
-    "float16": "gl.float16", "bfloat16": "gl.bfloat16", "float32": "gl.float32", "float64": "gl.float64",
-    "float8_e4m3": "gl.float8e4nv", "float8_e5m2": "gl.float8e5", "int8": "gl.int8", "int16": "gl.int16",
-    "int32": "gl.int32", "int64": "gl.int64", "uint8": "gl.uint8", "uint16": "gl.uint16",
-    "uint32": "gl.uint32", "uint64": "gl.uint64", "bool": "gl.int1",
-}
-POINTER_TYPES = {
-    "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64",
-    "float8_e4m3": "*fp8e4nv", "float8_e5m2": "*fp8e5", "int8": "*i8", "int16": "*i16", "int32": "*i32",
-    "int64": "*i64", "uint8": "*u8", "uint16": "*u16", "uint32": "*u32", "uint64": "*u64", "bool": "*i1",
-}
+GL_DTYPES = {name: f"gl.{triton_name}" for name, triton_name in TRITON_DTYPES.items()}
 
 _RESERVED = {"gl", "gluon", "_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float",
              "_max_propagate_nan", "_min_propagate_nan", "tl", "tma", "mbarrier", "cp", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait",
@@ -66,75 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 
-@gluon.jit
-def _add_combine(a, b):
-    return a + b
-
-
-# tritile's // and % are floor division / modulo (docs/semantics.md), Triton's truncate
-@gluon.jit
-def _floordiv(a, b):
-    r = a % b
-    return a // b - ((r != 0) & ((r < 0) != (b < 0))).to((a // b).dtype)
-
-
-@gluon.jit
-def _floormod(a, b):
-    r = a % b
-    return gl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-
-
-@gluon.jit
-def _floordiv_float(a, b, F64: gl.constexpr):
-    # a, b: fp32 (fp64 with F64) tensors. Triton's fp32 `/` is div.full (2 ulp): divide as IEEE does
-    if F64:
-        q = gl.floor(a / b)
-    else:
-        q = gl.floor(gl.div_rn(a, b))
-    return q
-
-
-@gluon.jit
-def _floormod_float(a, b, F64: gl.constexpr):
-    # a - floor(a / b) * b with the product rounded: mul_rn is never contracted into an fma
-    return a - libdevice.mul_rn(_floordiv_float(a, b, F64), b)
-
-
-@gluon.jit
-def _max_propagate_nan(a, b):
-    return gl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@gluon.jit
-def _min_propagate_nan(a, b):
-    return gl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-'''
-
-
-def cast_text(text: str, src, dst) -> str:
-    """Gluon text converting `text` (of IR dtype `src`) to `dst` with docs/semantics.md's meaning.
-
-    float -> int: LLVM's fptosi / fptoui give poison for NaN and out-of-range values, so the
-    hardware's saturation is not guaranteed (ptxas widens an i8 / i16 conversion to cvt.rzi.u16 /
-    .s16 and keeps the wrapped bits; cvt.rzi.s32 turns NaN into INT_MIN): select NaN -> 0, and
-    clamp in float to the range of an 8- / 16-bit or unsigned target (the bounds are exact in
-    float32), the 32- / 64-bit saturation of cvt.rzi does the rest.  fp8: through float32
-    (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
-    if src == dst:
-        return text
-    want = GL_DTYPES[dst.name]
-    if src.is_float and dst.is_int:
-        x = text if src.bits >= 32 else f"{text}.to(gl.float32)"
-        clamped = x
-        if dst.kind == "uint" or dst.bits < 32:
-            clamped = f"gl.maximum({clamped}, {float(-(1 << dst.bits - 1) if dst.kind == 'int' else 0)})"
-        if dst.bits < 32:
-            clamped = f"gl.minimum({clamped}, {float((1 << dst.bits - (dst.kind == 'int')) - 1)})"
-        return f"gl.where({x} != {x}, 0.0, {clamped}).to({want})"
-    if (src.is_float and src.bits == 8 or dst.is_float and dst.bits == 8) and "float32" not in (src.name, dst.name):
-        return f"{text}.to(gl.float32).to({want})"
-    return f"{text}.to({want})"
+''' + helpers_text("gluon.jit", "gl") + "\n"
 
 
 def broadcast_text(text: str, src, dst, shape: list, layout: str) -> str:
@@ -145,27 +67,12 @@ def broadcast_text(text: str, src, dst, shape: list, layout: str) -> str:
     want = GL_DTYPES[dst.name]
     if not (dst.is_float and dst.bits == 8):
         return f"(gl.zeros({shape}, {want}, layout={layout}) + {text}).to({want})"
-    byte = f"{cast_text(text, src, dst)}.to(gl.int8, bitcast=True)"
+    byte = f"{cast_text(text, src, dst, 'gl')}.to(gl.int8, bitcast=True)"
     return f"(gl.zeros({shape}, gl.int8, layout={layout}) + {byte}).to({want}, bitcast=True)"
 
 
 def unsupported(what: str, loc) -> CompileError:
     return CompileError(f"{what} is not supported by the Gluon backend yet", loc)
-
-
-def static_int(x):
-    """The Python int of a static extent / Const, else None."""
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, int):
-        return x
-    if isinstance(x, ir.Const) and isinstance(x.value, int) and not isinstance(x.value, bool):
-        return x.value
-    return None
-
-
-def is_pow2(n) -> bool:
-    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
 
 @dataclass
@@ -223,24 +130,14 @@ class ParallelContext:
     cond: str = None  # predicate of the enclosing `if` inside the Parallel
 
 
-@dataclass
-class Val:
-    """An emitted expression: its text and which Parallel dims it varies along."""
+class Emitter(SourceWriter):
+    lang = "gl"  # the language module of the generated code (codegen/semantics.py)
+    backend = "Gluon"
 
-    text: str
-    dims: frozenset = frozenset()
-
-
-class Emitter:
     def __init__(self, func: ir.PrimFunc, target):
-        self.func = func
+        super().__init__(func, _RESERVED)
         self.target = target
         self.num_warps = max(1, func.kernel.partition_threads // 32)  # warps of one partition
-        self.lines = []
-        self.depth = 1
-        self._names = {}
-        self._taken = set(_RESERVED)
-        self._tmp = itertools.count()
         self._layouts = {}  # layout text -> constexpr name
         self.layout_lines = []
         self.descriptors = {}  # (param index, block shape) -> DescriptorArg
@@ -270,7 +167,6 @@ class Emitter:
         for node in walk(func.kernel.body):
             if isinstance(node, ir.TableRead) and id(node.table) not in self.tables:
                 self.tables[id(node.table)] = (self.fresh(node.table.name), node.table)
-        self.defined = set()  # ids of Vars bound so far (dims, block ids, loop vars, lets)
         # persistent tile loop (lowering/persistent_tiles.py): its var, its indent depth and,
         # while it is emitted, the staging tiles allocated once before it (id(store) -> (name, line))
         self.tile_loop_var = func.attrs.get("persistent_tile_loop")
@@ -288,38 +184,6 @@ class Emitter:
         # allocated before the fork (their Alloc statements emit nothing in the consumer)
         self.partitions = None
         self.hoisted = set()
-
-    # ---------------------------------------------------------------- output
-    def emit(self, text: str):
-        self.lines.append("    " * self.depth + text)
-
-    def tmp(self, hint: str = "t") -> str:
-        return self.fresh(f"_{hint}{next(self._tmp)}")
-
-    def fresh(self, base: str) -> str:
-        """A new unique identifier derived from `base`."""
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in base) or "v"
-        if base[0].isdigit() or keyword.iskeyword(base):
-            base = "v_" + base
-        cand, n = base, 0
-        while cand in self._taken:
-            n += 1
-            cand = f"{base}_{n}"
-        self._taken.add(cand)
-        return cand
-
-    def define(self, var: ir.Var) -> str:
-        self.defined.add(id(var))
-        return self.name(var)
-
-    def name(self, obj) -> str:
-        """The generated name of a Buffer or Var (the user's name unless it clashes)."""
-        key = id(obj)
-        if key not in self._names:
-            # the object is kept with its name: a temporary Var freed after use would
-            # otherwise pass its id, and so its name, on to the next object allocated there
-            self._names[key] = (obj, self.fresh(obj.name))
-        return self._names[key][1]
 
     def layout_name(self, layout, hint: str = None) -> str:
         text = str(layout)
@@ -385,18 +249,6 @@ class Emitter:
                 raise unsupported(f"a dynamic slice of shared buffer {buf.name}", loc)
             text += f".slice({s}, {extent}, {pos})"
         return text
-
-    # ---------------------------------------------------------------- globals
-    def shape_text(self, dim) -> str:
-        return str(dim) if isinstance(dim, int) else self.expr(dim).text
-
-    def strides(self, buf: ir.Buffer) -> list:
-        out, acc = [], None
-        for dim in reversed(buf.shape):
-            out.append(acc or "1")
-            d = self.shape_text(dim)
-            acc = d if acc is None else f"{acc} * {paren(d)}"
-        return list(reversed(out))
 
     def global_tile(self, region: ir.Region, layout_name: str, loc, shape=None):
         """(pointer text, mask text) of a tile of a global region in a register layout whose
@@ -480,25 +332,6 @@ class Emitter:
                 warp_specialize.emit_tile_load_releases(self, s)
         if len(self.lines) == start:
             self.emit("pass")
-
-
-def paren(text: str) -> str:
-    if text.replace("_", "").replace(".", "").isalnum() or _wrapped(text):
-        return text
-    return f"({text})"
-
-
-def _wrapped(text: str) -> bool:
-    """True when `text` is one parenthesised group, e.g. "(a + b)" but not "(a) + (b)"."""
-    if not (text.startswith("(") and text.endswith(")")):
-        return False
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(text) - 1:
-            return False
-    return True
 
 
 def _offset(start_text: str) -> str:

@@ -6,8 +6,11 @@ nothing is imported from Triton here, so it also runs where Triton is absent.
 """
 from __future__ import annotations
 
-from tritile.codegen.gluon import block_order, early_loads, rings, shared_lifetimes, warp_specialize
-from tritile.codegen.gluon.emitter import HEADER, POINTER_TYPES, Emitter, GeneratedKernel
+from tritile.codegen import block_order
+from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
+from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
+from tritile.codegen.semantics import POINTER_TYPES
+from tritile.codegen.source_writer import host_expr
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 
@@ -82,7 +85,7 @@ def _host_launcher(func, em, params, descs, dims) -> str:
     """`tritile_launch(launch, <tensors>, <dims>)` (`params`: the global tensors, then the
     constant tables): the grid and the TMA operands for `tritile.runtime.launcher`
     (descriptor objects are built there, once per geometry)."""
-    grid = [_host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
+    grid = [host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
     operands = []
     for d in descs:
         t = params[d.param_index]
@@ -94,24 +97,3 @@ def _host_launcher(func, em, params, descs, dims) -> str:
              f"    launch(({', '.join(grid)}), ({''.join(p + ', ' for p in params)}), "
              f"({''.join(o + ', ' for o in operands)}), ({''.join(d + ', ' for d in dims)}))"]
     return "\n".join(lines) + "\n"
-
-
-_HOST_OPS = {"+", "-", "*", "//", "%", "<", "<=", ">", ">=", "==", "!=", "&", "|", "^", "<<", ">>"}
-
-
-def _host_expr(e, em) -> str:
-    """A grid expression as host Python (runtime dims are launcher arguments)."""
-    if isinstance(e, int):
-        return str(e)
-    if isinstance(e, ir.Var):
-        return em.name(e)
-    if isinstance(e, ir.Const):
-        return repr(e.value)
-    if isinstance(e, ir.BinOp):
-        a, b = _host_expr(e.lhs, em), _host_expr(e.rhs, em)
-        if e.op in ("max", "min"):
-            return f"{e.op}({a}, {b})"
-        op = "//" if e.op == "/" else e.op
-        if op in _HOST_OPS:
-            return f"({a} {op} {b})"
-    raise CompileError(f"grid extent {e!r} cannot be computed on the host")

@@ -59,7 +59,8 @@ from __future__ import annotations
 import os
 
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon.emitter import Emitter, Ring, paren, static_int
+from tritile.codegen.gluon.emitter import Emitter, Ring
+from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 

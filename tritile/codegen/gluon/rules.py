@@ -8,16 +8,14 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 """
 from __future__ import annotations
 
-import torch
-
+from tritile.codegen import semantics, signs
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import early_loads, rings, signs, warp_specialize
-from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, Val, buffers_touched,
-                                           broadcast_text, cast_text, is_pow2, static_int, unsupported)
+from tritile.codegen.gluon import early_loads, rings, warp_specialize
+from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
+                                           unsupported)
+from tritile.codegen.semantics import Val, cast_text
+from tritile.codegen.source_writer import is_pow2, static_int
 from tritile.errors import CompileError
-from tritile.interpreter.expressions import Evaluator
-from tritile.interpreter.values import round_scalar
-from tritile.ir import dtypes as dt
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
@@ -34,115 +32,6 @@ def _e_var(em: Emitter, e: ir.Var) -> Val:
         raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
                            f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
     return Val(em.name(e))
-
-
-def _e_const(em: Emitter, e: ir.Const) -> Val:
-    v = e.value
-    if isinstance(v, bool):
-        return Val(str(v))
-    v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
-    if e.dtype.is_float and e.dtype.bits == 8:  # Triton has no fp8 literals: its byte, bitcast
-        byte = torch.tensor(float(v), dtype=e.dtype.torch).view(torch.int8).item()
-        return Val(f"gl.full([], {byte}, gl.int8).to({GL_DTYPES[e.dtype.name]}, bitcast=True)")
-    if e.dtype.is_float or isinstance(v, float):
-        v = float(v)
-        if v != v:
-            return Val('float("nan")')
-        if v in (float("inf"), float("-inf")):
-            return Val('float("inf")' if v > 0 else '-float("inf")')
-        return Val(repr(v))
-    return Val(repr(int(v)))
-
-
-_PY_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%", "<": "<", "<=": "<=", ">": ">",
-           ">=": ">=", "==": "==", "!=": "!=", "&": "&", "|": "|", "^": "^", "<<": "<<", ">>": ">>",
-           "and": "&", "or": "|"}
-
-
-def _e_binop(em: Emitter, e: ir.BinOp) -> Val:
-    a, b = em.expr(e.lhs), em.expr(e.rhs)
-    dims = a.dims | b.dims
-    operand = e.lhs.dtype
-    if operand.is_float and (operand.bits == 8 or e.op in ("//", "%", "/") and operand.bits < 32):
-        # Triton has no fp8 arithmetic and divides fp16/bf16 in fp32: compute in fp32 and round
-        # the result to the operation's type, as the interpreter does after every operation
-        a, b = (_as_type(em, x, v, dt.float32) for x, v in ((e.lhs, a), (e.rhs, b)))
-        text = _binop_text(em, e.op, a, b, dt.float32, e)
-        return Val(text if e.dtype.kind == "bool" else f"{text}.to({GL_DTYPES[e.dtype.name]})", dims)
-    if operand.is_float and e.op in ("//", "%"):
-        a, b = (_as_type(em, x, v, operand) for x, v in ((e.lhs, a), (e.rhs, b)))
-    return Val(_binop_text(em, e.op, a, b, operand, e), dims)
-
-
-def _binop_text(em: Emitter, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
-    """``a op b`` on operands of type `operand` (docs/semantics.md)."""
-    if op in ("max", "min"):  # maxnumf / minnumf: NaN-ignoring, as TileLang's fmaxf
-        return f"{'gl.maximum' if op == 'max' else 'gl.minimum'}({a.text}, {b.text})"
-    if op in ("//", "%"):
-        if operand.is_float:
-            f64 = operand.bits == 64
-            return f"{'_floordiv_float' if op == '//' else '_floormod_float'}({a.text}, {b.text}, {f64})"
-        if not signs.of(em).proves(e.lhs) or not signs.of(em).proves(e.rhs):
-            return f"{'_floordiv' if op == '//' else '_floormod'}({a.text}, {b.text})"
-        return f"({a.text} {op} {b.text})"  # floor and truncation agree on non-negative operands
-    if op == "/":
-        return f"({a.text} {'//' if operand.is_int else '/'} {b.text})"  # C-style truncation on ints
-    if op not in _PY_OPS:
-        raise unsupported(f"the operator {op!r}", None)
-    return f"({a.text} {_PY_OPS[op]} {b.text})"
-
-
-def _as_type(em: Emitter, e, v: Val, dtype) -> Val:
-    """Operand `e` (emitted as `v`) as a tensor of float `dtype`; a constant becomes a typed
-    scalar (a bare literal would take the other operand's type, or fp32 in library calls)."""
-    if isinstance(e, ir.Const):
-        return Val(f"gl.full([], {v.text}, {GL_DTYPES[dtype.name]})", v.dims)
-    return v if e.dtype == dtype else Val(f"{v.text}.to({GL_DTYPES[dtype.name]})", v.dims)
-
-
-def _e_unary(em: Emitter, e: ir.UnaryOp) -> Val:
-    a = em.expr(e.operand)
-    if e.op == "not":
-        return Val(f"({a.text} == 0)", a.dims)
-    if e.op == "-" and e.dtype.is_float:
-        # Triton's unary minus is 0 - x, which gives +0.0 for +0.0: a product by -1 flips the
-        # sign of zeros too (exact); fp8 computes in float32 (no fp8 arithmetic in Triton)
-        if e.dtype.bits == 8:
-            return Val(f"({a.text}.to(gl.float32) * -1.0).to({GL_DTYPES[e.dtype.name]})", a.dims)
-        return Val(f"({a.text} * -1.0)", a.dims)
-    return Val(f"({e.op}{a.text})", a.dims)
-
-
-_MATH = {"exp": "gl.exp", "exp2": "gl.exp2", "log": "gl.log", "log2": "gl.log2", "sqrt": "gl.sqrt",
-         "rsqrt": "gl.rsqrt", "abs": "gl.abs", "floor": "gl.floor", "ceil": "gl.ceil", "sin": "gl.sin",
-         "cos": "gl.cos", "max": "gl.maximum", "min": "gl.minimum", "if_then_else": "gl.where", "fma": "gl.fma"}
-
-
-def _e_call(em: Emitter, e: ir.Call) -> Val:
-    if e.fn == "infinity":
-        return Val('float("inf")')
-    args = [em.expr(a) for a in e.args]
-    dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
-    texts = [a.text for a in args]
-    if e.dtype.is_float and e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else":
-        # in float32 and converted back, as every fp8 operation: Triton's fp8 abs masks the
-        # sign bits of packed fp8 pairs, and the H100 replay read garbage in every odd lane
-        texts = [f"{t}.to(gl.float32)" for t in texts]
-        return Val(f"{_MATH[e.fn]}({', '.join(texts)}).to({GL_DTYPES[e.dtype.name]})", dims)
-    if e.fn in _MATH:
-        return Val(f"{_MATH[e.fn]}({', '.join(texts)})", dims)
-    if e.fn == "sigmoid":
-        return Val(f"(1.0 / (1.0 + gl.exp(-{texts[0]})))", dims)
-    if e.fn == "tanh":
-        return Val(f"(2.0 / (1.0 + gl.exp(-2.0 * {texts[0]})) - 1.0)", dims)
-    raise unsupported(f"T.{e.fn}", None)
-
-
-def _e_cast(em: Emitter, e: ir.Cast) -> Val:
-    if isinstance(e.value, ir.Const):
-        return _e_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
-    v = em.expr(e.value)
-    return Val(cast_text(v.text, e.value.dtype, e.dtype), v.dims)
 
 
 def _identity(indices, par) -> bool:
@@ -211,32 +100,17 @@ def _e_table_read(em: Emitter, e: ir.TableRead) -> Val:
     return Val(f"gl.load({em.tables[id(e.table)][0]} + {index.text})")
 
 
-def _constant(e) -> bool:
-    """An expression of constants only (no variable, load or table read)."""
-    return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"
-                   for n in walk(e))
-
-
 def _convert(em, text, have, want, want_name) -> str:
     return text if str(have) == str(want) else f"gl.convert_layout({text}, {want_name})"
 
 
-EXPR_RULES = {ir.Var: _e_var, ir.Const: _e_const, ir.BinOp: _e_binop, ir.UnaryOp: _e_unary,
-              ir.Call: _e_call, ir.Cast: _e_cast, ir.Load: _e_load,
-              ir.TableRead: _e_table_read}
+# Var, Load and TableRead: where data lives is the backend's; the scalar meaning of the other
+# expression nodes is codegen/semantics.py's, shared with the triton.language backend
+EXPR_RULES = {ir.Var: _e_var, ir.Load: _e_load, ir.TableRead: _e_table_read}
 
 
 def lower_expr(em: Emitter, e) -> Val:
-    if isinstance(e, (int, float, bool)):
-        return Val(repr(e))
-    if isinstance(e, (ir.BinOp, ir.UnaryOp, ir.Call, ir.Cast)) and _constant(e):
-        # folded with the interpreter's meaning: Python would evaluate it at trace time with
-        # its own (unbounded ints, true division)
-        return _e_const(em, ir.Const(Evaluator({}, None).eval(e), e.dtype))
-    rule = EXPR_RULES.get(type(e))
-    if rule is None:
-        raise unsupported(f"the expression {type(e).__name__}", None)
-    return rule(em, e)
+    return semantics.lower_scalar_expr(em, e, EXPR_RULES)
 
 
 # ======================================================================================
@@ -361,7 +235,7 @@ def _full(v: Val, src_dtype, dst_dtype, par) -> str:
     """`v` as a tensor of the Parallel's full shape and layout, cast to `dst_dtype`."""
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
-        return cast_text(v.text, src_dtype, dst_dtype)
+        return cast_text(v.text, src_dtype, dst_dtype, "gl")
     return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, list(par.loop.extents), par.layout_name)
 
 

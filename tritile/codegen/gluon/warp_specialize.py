@@ -41,9 +41,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tritile.codegen import signs
 from tritile.codegen.gluon import instructions as isel
-from tritile.codegen.gluon import rings, signs
-from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter, paren, static_int
+from tritile.codegen.gluon import rings
+from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter
+from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, top_level, touches, walk
 from tritile.lowering.consumer_partitions import WARPGROUP_THREADS

@@ -15,8 +15,8 @@ persistent tile number ``it * P + pid + (it % 2) * (P - 1 - 2 * pid)``) by its s
 value over the corners of its terms' ranges, where a multilinear function takes its
 minimum.  Index arithmetic is assumed not to overflow.
 
-The Gluon backend emits integer `//` and `%` as Triton's truncating division when both
-operands are proven non-negative (floor and truncation agree there): index arithmetic -
+Both backends (Gluon, triton.language) emit integer `//` and `%` as Triton's truncating
+division when both operands are proven non-negative (floor and truncation agree there): index arithmetic -
 block and lane indices, loop counters, persistent tile numbers, buffer-version slots -
 takes the plain instructions.
 """
@@ -34,7 +34,7 @@ _MAX_TERMS = 8  # corners evaluated: 2 ** terms
 
 
 def of(em) -> "NonNegative":
-    """The analysis of the kernel `em` (a Gluon `Emitter`) is emitting, made once per kernel."""
+    """The analysis of the kernel `em` (a backend's emitter, with `.func`) is emitting, made once per kernel."""
     cached = getattr(em, "_signs", None)
     if cached is None or cached.func is not em.func:
         cached = em._signs = NonNegative(em.func)

@@ -1,0 +1,284 @@
+"""docs/semantics.md as generated source: the scalar meaning every backend emits.
+
+Both backends generate Python for Triton's front end - Gluon (``gl``) and triton.language
+(``tl``) share their scalar operations, dtypes and helper functions under two module
+names - so the text of a constant, an operator, a math call or a cast is the same but for
+that name.  This module owns that text, once:
+
+* `dtype_text`, `cast_text`: dtypes and conversions (saturating float -> int, fp8 through
+  float32);
+* `helpers_text`: the ``@jit`` helper functions a generated module defines (floor `//` / `%`
+  for ints and floats, NaN-propagating max / min, the scan's add);
+* `EXPR_RULES` / `lower_scalar_expr`: the rules of the expression nodes whose meaning does
+  not depend on where data lives (Const, BinOp, UnaryOp, Call, Cast), and the folding of
+  constant-only expressions with the interpreter's meaning.
+
+Contract with the emitter `em` a rule gets: ``em.lang`` ("gl" or "tl"), ``em.backend`` (its
+name in error messages), ``em.func`` (the PrimFunc, for `signs`), ``em.expr(e) -> Val``.
+A rule returns a `Val`: the text and the `T.Parallel` dims it varies along.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tritile.codegen import signs
+from tritile.errors import CompileError
+from tritile.interpreter.expressions import Evaluator
+from tritile.interpreter.values import round_scalar
+from tritile.ir import dtypes as dt
+from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
+
+# IR dtype name -> the dtype's name in triton.language (and Gluon's `gl`)
+TRITON_DTYPES = {
+    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    "float8_e4m3": "float8e4nv", "float8_e5m2": "float8e5", "int8": "int8", "int16": "int16",
+    "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16",
+    "uint32": "uint32", "uint64": "uint64", "bool": "int1",
+}
+# IR dtype name -> Triton's pointer type string of a kernel signature
+POINTER_TYPES = {
+    "float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "float64": "*fp64",
+    "float8_e4m3": "*fp8e4nv", "float8_e5m2": "*fp8e5", "int8": "*i8", "int16": "*i16", "int32": "*i32",
+    "int64": "*i64", "uint8": "*u8", "uint16": "*u16", "uint32": "*u32", "uint64": "*u64", "bool": "*i1",
+}
+# names the helpers and module imports take in a generated module
+HELPER_NAMES = ("_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float",
+                "_max_propagate_nan", "_min_propagate_nan", "libdevice")
+
+
+def dtype_text(dtype, lang: str) -> str:
+    return f"{lang}.{TRITON_DTYPES[dtype.name]}"
+
+
+_HELPERS = '''\
+@{jit}
+def _add_combine(a, b):
+    return a + b
+
+
+# tritile's // and % are floor division / modulo (docs/semantics.md), Triton's truncate
+@{jit}
+def _floordiv(a, b):
+    r = a % b
+    return a // b - ((r != 0) & ((r < 0) != (b < 0))).to((a // b).dtype)
+
+
+@{jit}
+def _floormod(a, b):
+    r = a % b
+    return {lang}.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@{jit}
+def _floordiv_float(a, b, F64: {lang}.constexpr):
+    # a, b: fp32 (fp64 with F64) tensors. Triton's fp32 `/` is div.full (2 ulp): divide as IEEE does
+    if F64:
+        q = {lang}.floor(a / b)
+    else:
+        q = {lang}.floor({lang}.div_rn(a, b))
+    return q
+
+
+@{jit}
+def _floormod_float(a, b, F64: {lang}.constexpr):
+    # a - floor(a / b) * b with the product rounded: mul_rn is never contracted into an fma
+    return a - libdevice.mul_rn(_floordiv_float(a, b, F64), b)
+
+
+@{jit}
+def _max_propagate_nan(a, b):
+    return {lang}.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@{jit}
+def _min_propagate_nan(a, b):
+    return {lang}.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+'''
+
+
+def helpers_text(jit: str, lang: str) -> str:
+    """The helper functions of a generated module, decorated with `jit` ("gluon.jit" or
+    "triton.jit"), in language `lang`; the module imports `tl` (triton.language) and
+    `libdevice` itself."""
+    return _HELPERS.format(jit=jit, lang=lang)
+
+
+def cast_text(text: str, src, dst, lang: str) -> str:
+    """Text converting `text` (of IR dtype `src`) to `dst` with docs/semantics.md's meaning.
+
+    float -> int: LLVM's fptosi / fptoui give poison for NaN and out-of-range values, so the
+    hardware's saturation is not guaranteed (ptxas widens an i8 / i16 conversion to cvt.rzi.u16 /
+    .s16 and keeps the wrapped bits; cvt.rzi.s32 turns NaN into INT_MIN): select NaN -> 0, and
+    clamp in float to the range of an 8- / 16-bit or unsigned target (the bounds are exact in
+    float32), the 32- / 64-bit saturation of cvt.rzi does the rest.  fp8: through float32
+    (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
+    if src == dst:
+        return text
+    want = dtype_text(dst, lang)
+    if src.is_float and dst.is_int:
+        x = text if src.bits >= 32 else f"{text}.to({lang}.float32)"
+        clamped = x
+        if dst.kind == "uint" or dst.bits < 32:
+            clamped = f"{lang}.maximum({clamped}, {float(-(1 << dst.bits - 1) if dst.kind == 'int' else 0)})"
+        if dst.bits < 32:
+            clamped = f"{lang}.minimum({clamped}, {float((1 << dst.bits - (dst.kind == 'int')) - 1)})"
+        return f"{lang}.where({x} != {x}, 0.0, {clamped}).to({want})"
+    if (src.is_float and src.bits == 8 or dst.is_float and dst.bits == 8) and "float32" not in (src.name, dst.name):
+        return f"{text}.to({lang}.float32).to({want})"
+    return f"{text}.to({want})"
+
+
+def unsupported(em, what: str, loc=None) -> CompileError:
+    return CompileError(f"{what} is not supported by the {em.backend} backend yet", loc)
+
+
+@dataclass
+class Val:
+    """An emitted expression: its text and which Parallel dims it varies along."""
+
+    text: str
+    dims: frozenset = frozenset()
+
+
+# ======================================================================================
+# expression rules
+# ======================================================================================
+
+
+def lower_const(em, e: ir.Const) -> Val:
+    v, lang = e.value, em.lang
+    if isinstance(v, bool):
+        return Val(str(v))
+    v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
+    if e.dtype.is_float and e.dtype.bits == 8:  # Triton has no fp8 literals: its byte, bitcast
+        byte = torch.tensor(float(v), dtype=e.dtype.torch).view(torch.int8).item()
+        return Val(f"{lang}.full([], {byte}, {lang}.int8).to({dtype_text(e.dtype, lang)}, bitcast=True)")
+    if e.dtype.is_float or isinstance(v, float):
+        v = float(v)
+        if v != v:
+            return Val('float("nan")')
+        if v in (float("inf"), float("-inf")):
+            return Val('float("inf")' if v > 0 else '-float("inf")')
+        return Val(repr(v))
+    return Val(repr(int(v)))
+
+
+_PY_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%", "<": "<", "<=": "<=", ">": ">",
+           ">=": ">=", "==": "==", "!=": "!=", "&": "&", "|": "|", "^": "^", "<<": "<<", ">>": ">>",
+           "and": "&", "or": "|"}
+
+
+def lower_binop(em, e: ir.BinOp) -> Val:
+    a, b = em.expr(e.lhs), em.expr(e.rhs)
+    dims = a.dims | b.dims
+    operand = e.lhs.dtype
+    if operand.is_float and (operand.bits == 8 or e.op in ("//", "%", "/") and operand.bits < 32):
+        # Triton has no fp8 arithmetic and divides fp16/bf16 in fp32: compute in fp32 and round
+        # the result to the operation's type, as the interpreter does after every operation
+        a, b = (_as_type(em, x, v, dt.float32) for x, v in ((e.lhs, a), (e.rhs, b)))
+        text = _binop_text(em, e.op, a, b, dt.float32, e)
+        return Val(text if e.dtype.kind == "bool" else f"{text}.to({dtype_text(e.dtype, em.lang)})", dims)
+    if operand.is_float and e.op in ("//", "%"):
+        a, b = (_as_type(em, x, v, operand) for x, v in ((e.lhs, a), (e.rhs, b)))
+    return Val(_binop_text(em, e.op, a, b, operand, e), dims)
+
+
+def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
+    """``a op b`` on operands of type `operand` (docs/semantics.md)."""
+    lang = em.lang
+    if op in ("max", "min"):  # maxnumf / minnumf: NaN-ignoring, as TileLang's fmaxf
+        return f"{f'{lang}.maximum' if op == 'max' else f'{lang}.minimum'}({a.text}, {b.text})"
+    if op in ("//", "%"):
+        if operand.is_float:
+            f64 = operand.bits == 64
+            return f"{'_floordiv_float' if op == '//' else '_floormod_float'}({a.text}, {b.text}, {f64})"
+        if not signs.of(em).proves(e.lhs) or not signs.of(em).proves(e.rhs):
+            return f"{'_floordiv' if op == '//' else '_floormod'}({a.text}, {b.text})"
+        return f"({a.text} {op} {b.text})"  # floor and truncation agree on non-negative operands
+    if op == "/":
+        return f"({a.text} {'//' if operand.is_int else '/'} {b.text})"  # C-style truncation on ints
+    if op not in _PY_OPS:
+        raise unsupported(em, f"the operator {op!r}")
+    return f"({a.text} {_PY_OPS[op]} {b.text})"
+
+
+def _as_type(em, e, v: Val, dtype) -> Val:
+    """Operand `e` (emitted as `v`) as a tensor of float `dtype`; a constant becomes a typed
+    scalar (a bare literal would take the other operand's type, or fp32 in library calls)."""
+    if isinstance(e, ir.Const):
+        return Val(f"{em.lang}.full([], {v.text}, {dtype_text(dtype, em.lang)})", v.dims)
+    return v if e.dtype == dtype else Val(f"{v.text}.to({dtype_text(dtype, em.lang)})", v.dims)
+
+
+def lower_unary(em, e: ir.UnaryOp) -> Val:
+    a = em.expr(e.operand)
+    if e.op == "not":
+        return Val(f"({a.text} == 0)", a.dims)
+    if e.op == "-" and e.dtype.is_float:
+        # Triton's unary minus is 0 - x, which gives +0.0 for +0.0: a product by -1 flips the
+        # sign of zeros too (exact); fp8 computes in float32 (no fp8 arithmetic in Triton)
+        if e.dtype.bits == 8:
+            return Val(f"({a.text}.to({em.lang}.float32) * -1.0).to({dtype_text(e.dtype, em.lang)})", a.dims)
+        return Val(f"({a.text} * -1.0)", a.dims)
+    return Val(f"({e.op}{a.text})", a.dims)
+
+
+# intrinsic -> function of the language module
+_MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "rsqrt": "rsqrt",
+         "abs": "abs", "floor": "floor", "ceil": "ceil", "sin": "sin", "cos": "cos", "max": "maximum",
+         "min": "minimum", "if_then_else": "where", "fma": "fma"}
+
+
+def lower_call(em, e: ir.Call) -> Val:
+    if e.fn == "infinity":
+        return Val('float("inf")')
+    lang = em.lang
+    args = [em.expr(a) for a in e.args]
+    dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
+    texts = [a.text for a in args]
+    if e.dtype.is_float and e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else":
+        # in float32 and converted back, as every fp8 operation: Triton's fp8 abs masks the
+        # sign bits of packed fp8 pairs, and the H100 replay read garbage in every odd lane
+        texts = [f"{t}.to({lang}.float32)" for t in texts]
+        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)}).to({dtype_text(e.dtype, lang)})", dims)
+    if e.fn in _MATH:
+        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)})", dims)
+    if e.fn == "sigmoid":
+        return Val(f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))", dims)
+    if e.fn == "tanh":
+        return Val(f"(2.0 / (1.0 + {lang}.exp(-2.0 * {texts[0]})) - 1.0)", dims)
+    raise unsupported(em, f"T.{e.fn}")
+
+
+def lower_cast(em, e: ir.Cast) -> Val:
+    if isinstance(e.value, ir.Const):
+        return lower_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
+    v = em.expr(e.value)
+    return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
+
+
+def is_constant(e) -> bool:
+    """An expression of constants only (no variable, load or table read)."""
+    return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"
+                   for n in walk(e))
+
+
+EXPR_RULES = {ir.Const: lower_const, ir.BinOp: lower_binop, ir.UnaryOp: lower_unary, ir.Call: lower_call,
+              ir.Cast: lower_cast}
+
+
+def lower_scalar_expr(em, e, backend_rules: dict) -> Val:
+    """`e` lowered by `EXPR_RULES` joined with the backend's rules (Var, Load, TableRead)."""
+    if isinstance(e, (int, float, bool)):
+        return Val(repr(e))
+    if isinstance(e, (ir.BinOp, ir.UnaryOp, ir.Call, ir.Cast)) and is_constant(e):
+        # folded with the interpreter's meaning: Python would evaluate it at trace time with
+        # its own (unbounded ints, true division)
+        return lower_const(em, ir.Const(Evaluator({}, None).eval(e), e.dtype))
+    rule = backend_rules.get(type(e)) or EXPR_RULES.get(type(e))
+    if rule is None:
+        raise unsupported(em, f"the expression {type(e).__name__}")
+    return rule(em, e)
