@@ -177,6 +177,20 @@ def test_unusable_cache_dir_falls_back_to_memory(cold, monkeypatch, unusable):
         assert "def main(" in kernel.get_source("gluon")
 
 
+@pytest.mark.parametrize("unusable", [a_regular_file, a_directory_under_a_file])
+def test_unusable_triton_cache_dir_is_replaced_by_a_private_one(cold, monkeypatch, unusable):
+    root = unusable(cold / "triton-root")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(root))  # restored after the test: the fallback sets it
+    with pytest.warns(CacheWarning) as caught:
+        kernels = [compile_gemm(num_stages=2), compile_gemm(num_stages=0)]
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1 and str(root) in messages[0] and "Triton's cache is" in messages[0], messages
+    assert os.environ["TRITON_CACHE_DIR"] != str(root)
+    for kernel in kernels:
+        assert_correct(kernel)
+        assert ".target sm_90" in kernel.get_source("ptx")
+
+
 def test_read_only_cache_dir_falls_back_to_memory(cold, monkeypatch):
     """Tests run as root, which permission bits do not stop, so the read-only directory is
     simulated where it bites: creating a file in the cache directory fails with EACCES, as

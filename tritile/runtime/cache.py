@@ -18,7 +18,9 @@
   PTX, a ``.cubin`` that is not a complete ELF file, a listed file that is missing) are
   discarded with one `CacheWarning` naming them, and Triton compiles afresh.  A compile that
   fails while reading the cache (any failure of a hit; an `OSError`, e.g. the directory
-  removed mid-way) is retried once on a discarded entry.  Cache trouble is never reported as a
+  removed mid-way) is retried once on a discarded entry.  A Triton cache directory that cannot
+  be used at all (a regular file, not creatable) is replaced, for the rest of the process, by a
+  private temporary directory, with one `CacheWarning`.  Cache trouble is never reported as a
   fault of the user's kernel.
 * `compile_lock(key)`: one compile per key at a time - a `threading.Lock` per key in this
   process, an exclusive ``flock`` on ``gluon/k_<key>.lock`` across processes sharing the cache.
@@ -98,7 +100,7 @@ def warn_unusable(directory: Path, err: OSError, consequence: str) -> None:
         if str(directory) in _unusable_warned:
             return
         _unusable_warned.add(str(directory))
-    warn(f"tritile's cache directory {directory} cannot be used ({type(err).__name__}: {err}); {consequence}")
+    warn(f"the cache directory {directory} cannot be used ({type(err).__name__}: {err}); {consequence}")
 
 
 # ---------------------------------------------------------------- tritile's disk cache
@@ -199,22 +201,49 @@ def _flock(path: Path) -> Optional[int]:
 def triton_compile(src, gpu_target, options: dict):
     """`triton.compile(src, target=gpu_target, options=options)`, served from Triton's cache only
     when the entry is sound (see the module docstring).  Exceptions of a compile that does not
-    involve the cache (the kernel does not compile) propagate unchanged; so does an `OSError`
-    that a retry on a discarded entry does not cure (Triton's cache directory is unusable)."""
+    involve the cache (the kernel does not compile) propagate unchanged; an `OSError` that a retry
+    on a discarded entry does not cure means Triton's cache directory is unusable: the compile
+    runs again with a private one (`_private_triton_cache`)."""
     with ast_parse_turn:  # Triton parses the kernel's source: one parse at a time (gh-106905)
-        entry = triton_cache_entry(src, gpu_target, options)
-        group = entry / f"__grp__{src.name[:150]}.json" if entry is not None else None
-        hit = group is not None and group.exists() and not _discard_damaged(group)
         try:
-            return triton.compile(src, target=gpu_target, options=options)
-        except Exception as err:
-            if group is None or not (hit or isinstance(err, OSError)):
+            return _triton_compile_healing(src, gpu_target, options)
+        except OSError as err:
+            if not _private_triton_cache(err):
                 raise
-            warn(f"Triton's cache entry {entry} could not be used ({type(err).__name__}: {err}); "
-                 f"discarded it and compiled again")
-            with contextlib.suppress(OSError):
-                group.unlink()
         return triton.compile(src, target=gpu_target, options=options)
+
+
+def _triton_compile_healing(src, gpu_target, options: dict):
+    entry = triton_cache_entry(src, gpu_target, options)
+    group = entry / f"__grp__{src.name[:150]}.json" if entry is not None else None
+    hit = group is not None and group.exists() and not _discard_damaged(group)
+    try:
+        return triton.compile(src, target=gpu_target, options=options)
+    except Exception as err:
+        if group is None or not (hit or isinstance(err, OSError)):
+            raise
+        with contextlib.suppress(OSError):
+            group.unlink()
+        compiled = triton.compile(src, target=gpu_target, options=options)  # OSError: the whole dir
+        warn(f"Triton's cache entry {entry} could not be used ({type(err).__name__}: {err}); "
+             f"discarded it and compiled again")
+        return compiled
+
+
+def _private_triton_cache(err: OSError) -> bool:
+    """Point Triton's cache at a fresh temporary directory (through ``TRITON_CACHE_DIR``, which
+    Triton reads on every compile; unlike an assignment to ``knobs.cache.dir`` a later change of
+    the variable still counts) after `err` showed the configured one unusable; one
+    `CacheWarning`.  False under a custom cache manager or a directory set through the knob,
+    neither of which is ours to replace."""
+    from triton import knobs
+
+    if knobs.cache.manager_class is not None or not knobs.cache.dir or "dir" in vars(knobs.cache):
+        return False
+    unusable = Path(knobs.cache.dir)
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="tritile-triton-cache-")
+    warn_unusable(unusable, err, f"Triton's cache is {os.environ['TRITON_CACHE_DIR']} for the rest of this process")
+    return True
 
 
 def triton_cache_entry(src, gpu_target, options: dict) -> Optional[Path]:
