@@ -357,3 +357,33 @@ def test_fp8_broadcasts_convert_once_and_splat_bytes(dtype, top, device):
     gluon = _fp8_broadcasts(64, dtype).get_source("gluon")
     assert "gl.int8" in gluon and "bitcast=True" in gluon
     assert "{%rs1, %rs1}" not in _ptx90(_fp8_broadcasts(64, dtype))  # the pair the H100 misread
+
+
+@tritile.jit(out_idx=[-1])
+def _copy_and_reduce_to_int(M, N, src, dst):
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), src), B: T.Tensor((M,), src), C: T.Tensor((2, M), dst)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((M, N), src)
+            column = T.alloc_fragment((M,), src)
+            converted = T.alloc_fragment((M,), dst)
+            row_max = T.alloc_fragment((M,), dst)
+            T.copy(A, tile)
+            T.copy(B, column)
+            T.copy(column, converted)  # a converting T.copy
+            T.reduce_max(tile, row_max, dim=1)  # a reduction written to an integer fragment
+            T.copy(converted, C[0, :])
+            T.copy(row_max, C[1, :])
+
+    return kernel
+
+
+def test_float_to_int_in_copies_and_reductions_saturates(device):
+    column = torch.tensor([math.nan, 300.0, -300.0, 1e10, -1.5, 2.9, math.inf, -math.inf])
+    a = torch.cat([column[:, None], column[:, None] - torch.rand(8, 3) - 1.0], dim=1)  # row max: column
+    kernel = _copy_and_reduce_to_int(8, 4, "float32", "int8")
+    expected = [0, 127, -128, 127, -1, 2, 127, -128]
+    assert kernel(a.to(device), column.to(device)).cpu().tolist() == [expected, expected]
+    gluon = kernel.get_source("gluon").split("def kernel")[1]
+    assert gluon.count(" != ") == 2 and gluon.count("gl.minimum(gl.maximum(") == 2
+    assert ".target sm_90" in _ptx90(kernel)

@@ -131,8 +131,8 @@ def normalize(value, dtype):
     """An operation's result rounded to its dtype: integers wrap in two's complement at the
     dtype's width, floats narrower than 32 bits round to nearest even (kept in the compute
     dtype), fp8 saturating.  Scalars stay Python scalars."""
-    if dtype.kind == "bool" or dtype.bits == 64 or (dtype.is_float and dtype.bits == 32):
-        return value
+    if dtype.kind == "bool" or dtype.is_float and dtype.bits >= 32 or dtype.bits == 64 and V.is_tensor(value):
+        return value  # a Python int is unbounded: abs(INT64_MIN) wraps below
     if not V.is_tensor(value):
         if dtype.is_int:
             return V.wrap_int(int(value), dtype.bits, dtype.kind == "int")

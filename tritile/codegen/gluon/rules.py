@@ -16,6 +16,7 @@ from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, 
 from tritile.codegen.semantics import Val, cast_text
 from tritile.codegen.source_writer import is_pow2, static_int
 from tritile.errors import CompileError
+from tritile.ir import dtypes
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
@@ -467,8 +468,9 @@ def lower_copy(em: Emitter, s):
     # keep-dim reduction's (1, N)), else the tile's
     frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
     shape = list(frag.shape) if frag is not None else list(dst.tile_shape)
-    ddt = GL_DTYPES[dst.buffer.dtype.name]
-    cast = "" if src.buffer.dtype == dst.buffer.dtype else f".to({ddt})"
+
+    def converted(text: str) -> str:  # docs/semantics.md's conversion (saturating float -> int, fp8)
+        return cast_text(text, src.buffer.dtype, dst.buffer.dtype, "gl")
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
@@ -483,11 +485,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)}){cast}")
+            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})')}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = f"gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)}){cast}"
+        value = converted(f"gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})")
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
@@ -513,12 +515,12 @@ def lower_copy(em: Emitter, s):
         lname = em.layout_name(blocked)
         value = _convert(em, value, have, blocked, lname)
         tmp = em.tmp("v")
-        em.emit(f"{tmp} = {value}{cast}")
+        em.emit(f"{tmp} = {converted(value)}")
         ptr, mask = em.global_tile(dst, lname, s.loc, shape)
         em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
     elif ds == "shared":
         _wait_for_tma_stores(em, dst.buffer)
-        em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value}{cast})")
+        em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({converted(value)})")
         _after_generic_shared_write(em)
     else:  # fragment
         _check_whole_fragment(dst, s.loc)
@@ -527,7 +529,7 @@ def lower_copy(em: Emitter, s):
                               f"{len(dst.buffer.shape)}", s.loc)
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
-        em.emit(f"{em.name(dst.buffer)} = {value}{cast}")
+        em.emit(f"{em.name(dst.buffer)} = {converted(value)}")
 
 
 def _tma_store(em: Emitter, s):
@@ -551,8 +553,7 @@ def _tma_store(em: Emitter, s):
         em.emit("tma.store_wait(0)")  # the previous tile's store has read the staging tile
     else:
         em.emit(alloc)
-    value = em.name(src.buffer) + ("" if src.buffer.dtype == dst.buffer.dtype else f".to({dt})")
-    em.emit(f"{stage}.store({value})")
+    em.emit(f"{stage}.store({cast_text(em.name(src.buffer), src.buffer.dtype, dst.buffer.dtype, 'gl')})")
     em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy TMA read
     _issue_tma_store(em, dst, layout, stage, deferred)
 
@@ -830,16 +831,17 @@ def _register_tile(em, region, loc):
     raise unsupported(f"a reduction over {buf.scope} buffer {buf.name}", loc)
 
 
-def _write_tile(em, region, value, value_layout, loc):
+def _write_tile(em, region, value, value_layout, value_dtype, loc):
+    """Store register tile `value` (of IR dtype `value_dtype`) into `region`, converted as
+    docs/semantics.md says (saturating float -> int)."""
     buf = region.buffer
-    dt = GL_DTYPES[buf.dtype.name]
     if buf.scope == "fragment":
         _check_whole_fragment(region, loc)
         want = em.buffer_layout(buf)
         value = _convert(em, value, value_layout, want, em.layout_name(want, em.name(buf)))
-        em.emit(f"{em.name(buf)} = {value}.to({dt})")
+        em.emit(f"{em.name(buf)} = {cast_text(value, value_dtype, buf.dtype, 'gl')}")
     elif buf.scope == "shared":
-        em.emit(f"{em.shared_view(region, loc)}.store({value}.to({dt}))")
+        em.emit(f"{em.shared_view(region, loc)}.store({cast_text(value, value_dtype, buf.dtype, 'gl')})")
         _after_generic_shared_write(em)
     else:
         raise unsupported(f"a reduction result in {buf.scope} buffer {buf.name}", loc)
@@ -867,11 +869,13 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
         em.emit(f"{new} = gl.expand_dims({new}, {s.dim})")
         new_layout = layout
+    new_dtype = dtypes.float32 if propagate and s.src.buffer.dtype.bits < 32 else s.src.buffer.dtype
     if not s.clear:
         old, old_layout = _register_tile(em, s.dst, s.loc)
         old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
-        em.emit(f"{new} = {combine.format(old=old, new=new + '.to(' + old + '.dtype)')}")
-    _write_tile(em, s.dst, new, new_layout, s.loc)
+        em.emit(f"{new} = {combine.format(old=old, new=cast_text(new, new_dtype, s.dst.buffer.dtype, 'gl'))}")
+        new_dtype = s.dst.buffer.dtype
+    _write_tile(em, s.dst, new, new_layout, new_dtype, s.loc)
 
 
 def lower_cumsum(em: Emitter, s: ir.Cumsum):
@@ -880,7 +884,7 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
         raise unsupported("T.cumsum with different source and destination shapes", s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
-    _write_tile(em, s.dst, tmp, layout, s.loc)
+    _write_tile(em, s.dst, tmp, layout, s.src.buffer.dtype, s.loc)
 
 
 def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
