@@ -62,13 +62,14 @@ def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
 
 
 def compile(func, out_idx=None, target="auto", execution_backend=None, target_host=None, verbose=False,
-            pass_configs=None, compile_flags=None):  # noqa: A001 - TileLang's name
-    """Compile a `PrimFunc` (from `@T.prim_func`) into a `JITKernel`."""
+            pass_configs=None, compile_flags=None, backend=None):  # noqa: A001 - TileLang's name
+    """Compile a `PrimFunc` (from `@T.prim_func`) into a `JITKernel`; `backend` is "gluon", "triton"
+    or "auto" (None: `TRITILE_BACKEND`, default "auto"; see `tritile.codegen`)."""
     if not isinstance(func, ir.PrimFunc):
         raise TypeError(f"tritile.compile expects a @T.prim_func, got {type(func).__name__}")
     func = dataclasses.replace(func, out_idx=_normalize_out_idx(func, out_idx))
     return JITKernel(func, target=target, verbose=verbose, pass_configs=pass_configs,
-                     execution_backend=execution_backend, compile_flags=compile_flags)
+                     execution_backend=execution_backend, compile_flags=compile_flags, backend=backend)
 
 
 def _freeze(value):
@@ -107,7 +108,7 @@ class _JITBase:
         self.__wrapped__ = fn
 
     def _compile_options(self) -> dict:
-        keys = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags")
+        keys = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags", "backend")
         return {k: self.options[k] for k in keys}
 
     def _cached(self, key, build) -> JITKernel:
@@ -295,9 +296,10 @@ def _is_eager(fn) -> bool:
 
 
 def jit(func=None, *, out_idx=None, target="auto", verbose=False, pass_configs=None, execution_backend=None,
-        compile_flags=None, debug_root_path=None, target_host=None):
-    """`@tritile.jit` or `@tritile.jit(out_idx=..., target=...)` (TileLang's keywords)."""
-    options = dict(out_idx=out_idx, target=target, verbose=verbose, pass_configs=pass_configs,
+        compile_flags=None, debug_root_path=None, target_host=None, backend=None):
+    """`@tritile.jit` or `@tritile.jit(out_idx=..., target=..., backend=...)` (TileLang's keywords, and
+    tritile's `backend`: "gluon" | "triton" | "auto", None reading `TRITILE_BACKEND` when a kernel is built)."""
+    options = dict(out_idx=out_idx, target=target, verbose=verbose, pass_configs=pass_configs, backend=backend,
                    execution_backend=execution_backend, compile_flags=compile_flags,
                    debug_root_path=debug_root_path)
 

@@ -6,7 +6,11 @@ when the target is the CPU so the passes are still exercised) and keeps every st
 `kernel(*tensors)` checks the arguments (`tritile.runtime.arguments.ArgumentBinder`, which
 remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
-final IR; CUDA tensors -> the Gluon kernel, compiled on first use and kept here.  A call
+final IR; CUDA tensors -> the backend's kernel, compiled on first use and kept here.
+`backend` ("gluon" | "triton" | "auto"; None reads `TRITILE_BACKEND`) picks the code generator
+through `tritile.codegen`'s table (auto: Gluon on NVIDIA where it takes the program, else
+triton.language; triton.language on AMD); the pass list runs as far as the chosen backends
+start.  With backend "triton", CPU tensors run the generated kernel in Triton's interpreter.  A call
 whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs nothing.
 It returns the outputs (one tensor, or a list when there are several), or None without
 `out_idx`.  `globals_read` holds the guards of the module globals the frontend read
@@ -16,26 +20,31 @@ from __future__ import annotations
 
 import os
 
+from tritile import codegen
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.lowering import PASS_NAMES, run_passes
 from tritile.runtime.arguments import ArgumentBinder, written_params
 from tritile.runtime.target import Target, parse_target
 
-_CODEGEN_STAGES = ("gluon", "ttgir", "ptx")
+# generated source stages; "triton" and "ttir" always from the triton.language backend, the
+# others from the backend chosen for the planned target
+_CODEGEN_STAGES = ("gluon", "triton", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 _PLANNED_FOR_CPU = Target("cuda", 90)
 
 
 class JITKernel:
     def __init__(self, func: ir.PrimFunc, target="auto", verbose: bool = False, pass_configs=None,
-                 execution_backend=None, compile_flags=None):
+                 execution_backend=None, compile_flags=None, backend=None):
         self.target = parse_target(target)
+        self.backend = codegen.backend_name(backend)
         self.pass_configs = dict(pass_configs or {})
         self.compile_flags = compile_flags
         self.execution_backend = execution_backend
-        self.plan_target = self.target if self.target.kind == "cuda" else _PLANNED_FOR_CPU
+        self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())
-        self.stages = run_passes(func, self.plan_target)
+        self.backends = codegen.candidates(self.backend, self.plan_target)
+        self.stages = run_passes(func, self.plan_target, stop_after=codegen.last_stage(self.backends, PASS_NAMES))
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
@@ -62,6 +71,9 @@ class JITKernel:
     def _run(self, tensors: list, dim_values: dict) -> None:
         # the binder checked that every tensor is on one device kind
         if self._interprets(tensors[0].device.type if tensors else "cpu"):
+            if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
+                # the generated triton.language kernel in Triton's interpreter: a second oracle
+                return self._triton_kernel(self.plan_target).interpret(tensors, dim_values)
             from tritile.interpreter import execute
 
             execute(self.func, tensors, dim_values)
@@ -75,26 +87,46 @@ class JITKernel:
         return device_kind == "cpu" or os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0")
 
     def _device_target(self) -> Target:
-        return self.target if self.target.kind == "cuda" else parse_target("cuda")
+        return self.target if self.target.kind in ("cuda", "hip") else parse_target("auto")
 
     def _codegen(self, target: Target):
         key = str(target)
         if key not in self._compiled:
-            from tritile.codegen.gluon import compile_kernel
-
-            self._compiled[key] = compile_kernel(self.func, target)
+            backends = self.backends if target == self.plan_target else codegen.candidates(self.backend, target)
+            self._compiled[key] = codegen.compile_kernel(self.stages, target, backends)
         return self._compiled[key]
+
+    def _triton_kernel(self, target: Target):
+        """The triton.language backend's kernel for `target`, generated (not yet compiled)."""
+        from tritile.codegen.triton import compile_kernel
+
+        return compile_kernel(codegen.stage_of(codegen.BACKENDS["triton"], self.stages), target)
 
     # ---------------------------------------------------------------- sources
     def get_source(self, stage: str = "tile") -> str:
-        """The program at `stage`: "tile" (frontend IR), a pass name, "gluon", "ttgir" or "ptx"."""
+        """The program at `stage`: "tile" (frontend IR), a pass name (those the chosen backends
+        need), "gluon", "triton" (generated sources), or "ttir", "ttgir", "llir", "ptx" /
+        "amdgcn" (Triton's stages for the planned target; "ttir" exists only on the
+        triton.language backend, which it then uses)."""
         for name, func in self.stages:
             if name == stage:
                 return format_func(func)
+        if stage in ("triton", "ttir"):
+            kernel = self._triton_kernel(self.plan_target)
+            return kernel.source if stage == "triton" else kernel.asm["ttir"]
+        if stage == "gluon":
+            from tritile.codegen.gluon import compile_kernel
+
+            if codegen.BACKENDS["gluon"] not in self.backends:
+                raise ValueError(f"stage 'gluon' does not exist for backend={self.backend!r}")
+
+            return compile_kernel(self.func, self.plan_target).source
         if stage in _CODEGEN_STAGES:
-            compiled = self._codegen(self.plan_target)
-            return compiled.source if stage == "gluon" else compiled.asm[stage]
-        valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
+            asm = self._codegen(self.plan_target).asm
+            if stage not in asm:
+                raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
+            return asm[stage]
+        valid = ", ".join(["tile", *[name for name, _ in self.stages[1:]], *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
 
     def get_profiler(self, tensor_supply_type=None):
@@ -104,8 +136,8 @@ class JITKernel:
         return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
-        """The generated Gluon source (TileLang's name for the device kernel's source)."""
-        return self.get_source("gluon")
+        """The generated source of the chosen backend (TileLang's name for the device kernel's source)."""
+        return self._codegen(self.plan_target).source
 
     def __repr__(self) -> str:
         return f"JITKernel({self.func.name}, target={self.target})"

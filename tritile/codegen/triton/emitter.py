@@ -1,0 +1,155 @@
+"""triton.language source emitter: the state and helpers the per-node rules (`rules.py`) share.
+
+Input: a `PrimFunc` at the backend's start stage (`START_STAGE` in `__init__.py`: after
+`accumulator_init`, before any pipeline pass), so on-chip buffers have no versions and the
+program has no async statements.  Output (`kernel_module.emit_module`): a module with one
+``@triton.jit`` kernel and its host launcher.
+
+The model of the generated code: every on-chip buffer (shared, fragment) is one register
+tile, a Python variable holding a ``tl`` tensor of the buffer's shape, reassigned whole by
+every write - Triton decides what lives in shared memory, and its pipeliner stages the
+loads of a ``tl.range(..., num_stages=S)`` loop.  A `T.alloc_var` / unit `T.alloc_local`
+is a 0-d tensor; a larger `T.alloc_local` a 1-D tensor of its flattened (power-of-two padded)
+elements, read and written through a lane mask.  A `T.Parallel` is one tile expression:
+each loop variable is a ``tl.arange`` broadcast along its own axis (``i[:, None]``).
+
+Conventions: names come from the user's program (clashes get a numeric suffix,
+temporaries start with ``_``); global tensors are contiguous (row-major strides derived
+from their shapes) - the runtime checks both before a launch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tritile.codegen import semantics
+from tritile.codegen.semantics import HELPER_NAMES, Val, dtype_text
+from tritile.codegen.source_writer import SourceWriter, is_pow2, paren
+from tritile.errors import CompileError
+from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
+
+_RESERVED = {"tl", "triton", "_tl_core", "range", "float", "int", "min", "max", "abs", "tritile_launch",
+             *HELPER_NAMES}
+
+
+def unsupported(what: str, loc=None) -> CompileError:
+    return CompileError(f"{what} is not supported by the triton.language backend", loc)
+
+
+@dataclass
+class ParallelContext:
+    """A `T.Parallel` being emitted: its loop, each var's index text (``i[:, None]``), and the
+    predicate of the enclosing `if`s inside it."""
+
+    loop: ir.Parallel
+    index: dict = field(default_factory=dict)  # Var -> index tensor text
+    cond: str = None
+
+    @property
+    def shape(self) -> list:
+        return list(self.loop.extents)
+
+    @property
+    def all_dims(self) -> frozenset:
+        return frozenset(range(len(self.loop.vars)))
+
+
+def axis_index(text: str, axis: int, rank: int) -> str:
+    """`text` (a 1-D tensor) expanded to `rank` dims, varying along `axis`."""
+    if rank == 1:
+        return text
+    return f"{text}[{', '.join(':' if a == axis else 'None' for a in range(rank))}]"
+
+
+def padded_size(buf: ir.Buffer) -> int:
+    """Elements of a `T.alloc_local` array, rounded up to a power of two (a tensor's size)."""
+    n = 1
+    for d in buf.shape:
+        n *= d
+    return 1 << (n - 1).bit_length()
+
+
+def is_scalar_buffer(buf: ir.Buffer) -> bool:
+    """A `T.alloc_var`, or a `T.alloc_local` of one element: a 0-d tensor."""
+    return buf.scope == "var" or (buf.scope == "local" and all(d == 1 for d in buf.shape))
+
+
+class Emitter(SourceWriter):
+    lang = "tl"  # the language module of the generated code (codegen/semantics.py)
+    backend = "triton.language"
+
+    def __init__(self, func: ir.PrimFunc, target, warp_size: int):
+        super().__init__(func, _RESERVED)
+        self.target = target
+        self.num_warps = max(1, func.kernel.threads // warp_size)
+        self.par = None  # ParallelContext inside a T.Parallel
+        self.let_dims = {}  # id(Var) of a Let inside a T.Parallel -> the dims its value varies along
+        self.lanes = {}  # id(local array) -> the name of its lane index tensor
+
+    def expr(self, e) -> Val:
+        from tritile.codegen.triton.rules import lower_expr
+
+        return lower_expr(self, e)
+
+    def body(self, seq):
+        from tritile.codegen.triton.rules import lower_stmt
+
+        stmts = seq.stmts if isinstance(seq, ir.Seq) else [seq]
+        start = len(self.lines)
+        for s in stmts:
+            lower_stmt(self, s)
+        if len(self.lines) == start:
+            self.emit("pass")
+
+    # ---------------------------------------------------------------- values
+    def tensor(self, e, v: Val = None) -> str:
+        """`e` (emitted as `v`) as a tensor of `e.dtype`: a scalar computed from constants,
+        block indices and loop counters only may be a Python number (a literal; a loop
+        counter under Triton's interpreter), and becomes a 0-d tensor."""
+        v = v or self.expr(e)
+        if v.dims or any(isinstance(n, (ir.Load, ir.TableRead)) for n in walk(e)):
+            return v.text
+        if e.dtype.is_float and e.dtype.bits == 8:
+            return v.text  # fp8 has no literals: semantics.py emitted a tensor
+        return f"tl.full([], {v.text}, {dtype_text(e.dtype, 'tl')})"
+
+    def splat(self, e, v: Val, dst, shape: list) -> str:
+        """`e` (emitted as `v`, of any dims) converted to `dst` and broadcast to `shape`.
+        fp8 broadcasts its bytes as int8 (see the Gluon backend's `broadcast_text`: Triton
+        converts fp8 in pairs, and a broadcast pair read garbage on the H100)."""
+        if semantics.is_constant(e) and not (dst.is_float and dst.bits == 8):
+            # converted at compile time with the interpreter's meaning (semantics.lower_scalar_expr)
+            return f"tl.full({shape}, {self.expr(ir.Cast(e, dst)).text}, {dtype_text(dst, 'tl')})"
+        value = semantics.cast_text(self.tensor(e, v), e.dtype, dst, "tl")
+        if dst.is_float and dst.bits == 8:
+            byte = f"tl.broadcast_to({value}.to(tl.int8, bitcast=True), {shape})"
+            return f"{byte}.to({dtype_text(dst, 'tl')}, bitcast=True)"
+        return f"tl.broadcast_to({value}, {shape})"
+
+    # ---------------------------------------------------------------- globals
+    def global_tile(self, region: ir.Region, shape: list, loc) -> tuple:
+        """(pointer text, mask text) of the tile of global `region` as a tensor of `shape`:
+        the region's non-unit extents, or its trailing extents (a register tile keeping unit
+        dims, e.g. a keep-dim reduction's (1, N)).  Out-of-bounds lanes are masked off."""
+        buf = region.buffer
+        tdims = [d for d, e in enumerate(region.extents) if e != 1]
+        if [region.extents[d] for d in tdims] != list(shape) or len(tdims) != len(shape):
+            if tuple(region.extents[len(region.extents) - len(shape):]) != tuple(shape):
+                raise unsupported(f"a copy between {buf.name}{list(region.extents)} and a tile of shape "
+                                  f"{list(shape)}", loc)
+            tdims = list(range(len(region.extents) - len(shape), len(region.extents)))
+        strides = self.strides(buf)
+        offs, masks = [], []
+        for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
+            s = self.expr(start).text
+            if d in tdims:
+                if not is_pow2(extent):
+                    raise unsupported(f"a tile extent of {extent} (not a power of two) on {buf.name}", loc)
+                name = self.tmp("i")
+                self.emit(f"{name} = {'' if s == '0' else paren(s) + ' + '}tl.arange(0, {extent})")
+                idx = axis_index(name, tdims.index(d), len(shape))
+            else:
+                idx = s
+            offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
+            masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+        return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)

@@ -1,0 +1,574 @@
+"""Per-node lowering rules of the triton.language backend, registered in ONE table each.
+
+`RULES[ir.Copy] = lower_copy` etc. for statements; `EXPR_RULES` for the expressions whose
+text depends on where data lives (Var, Load) - the scalar meaning of the others is
+`codegen/semantics.py`'s, shared with the Gluon backend.  A rule gets the `Emitter` and the
+node and emits lines; a node kind without a rule, or a case a rule cannot express in
+triton.language, raises `CompileError` at the node's (the user's) line naming the construct.
+
+Every on-chip buffer is a register tile (see `emitter.py`), so a rule reads an on-chip
+operand as its variable and writes it by reassigning the whole tile: regions of on-chip
+buffers must cover the buffer (unit dims may be added or dropped).
+"""
+from __future__ import annotations
+
+from tritile.codegen import semantics, signs
+from tritile.codegen.semantics import Val, cast_text, dtype_text
+from tritile.codegen.source_writer import is_pow2, static_int
+from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
+                                            unsupported)
+from tritile.errors import CompileError
+from tritile.ir import dtypes as dt
+from tritile.ir import nodes as ir
+
+# ======================================================================================
+# expressions
+# ======================================================================================
+
+
+def _e_var(em: Emitter, e: ir.Var) -> Val:
+    if em.par is not None and e in em.par.index:
+        return Val(em.par.index[e], frozenset([em.par.loop.vars.index(e)]))
+    if id(e) not in em.defined:
+        raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
+                           f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
+    return Val(em.name(e), em.let_dims.get(id(e), frozenset()))
+
+
+def _e_load(em: Emitter, e: ir.Load) -> Val:
+    buf = e.buffer
+    if is_scalar_buffer(buf):
+        return Val(em.name(buf))
+    idx = [em.expr(i) for i in e.indices]
+    dims = frozenset().union(*[i.dims for i in idx])
+    if buf.scope == "global":
+        ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
+        if not dims:
+            return Val(f"tl.load({ptr})")
+        return Val(f"tl.load({ptr}, mask={_bounds_mask(em, e.indices, idx, buf)}, other={_zero(buf.dtype)})", dims)
+    if not dims:  # one element, the same for every lane
+        return Val(_pick(em, buf, e.indices, idx))
+    if buf.scope == "local":
+        raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register gather)")
+    return Val(_lanes_view(em, buf, e.indices), dims)
+
+
+def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
+    strides = em.strides(buf)
+    return " + ".join(i.text if s == "1" else f"{i.text} * ({s})" for i, s in zip(idx, strides))
+
+
+def _zero(dtype) -> str:
+    """The `other` of a masked load: a float literal for float buffers (Triton cannot convert
+    an int constant to fp8)."""
+    return "0.0" if dtype.is_float else "0"
+
+
+def _bounds_mask(em: Emitter, indices, emitted, buf) -> str:
+    """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
+    dropped); the lower bound is tested only where an index is not provably >= 0."""
+    tests = []
+    for index, text, size in zip(indices, emitted, buf.shape):
+        if not signs.of(em).proves(index):
+            tests.append(f"({text.text} >= 0)")
+        tests.append(f"({text.text} < {em.shape_text(size)})")
+    return " & ".join(tests)
+
+
+def _flat_index(em: Emitter, buf: ir.Buffer, idx: list) -> str:
+    strides, acc = [], 1
+    for d in reversed(buf.shape):
+        strides.append(acc)
+        acc *= d
+    strides.reverse()
+    return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
+
+
+def _pick(em: Emitter, buf: ir.Buffer, indices, idx: list) -> str:
+    """One element of an on-chip buffer at lane-independent indices: a masked sum over the
+    flattened tile (the other lanes add -0.0, which leaves every float, -0.0 and NaN included,
+    unchanged; integers add 0)."""
+    if not all(isinstance(d, int) for d in buf.shape):
+        raise unsupported(f"a runtime-sized buffer {buf.name}")
+    lanes = _lanes(em, buf)
+    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
+    other = "-0.0" if buf.dtype.is_float else "0"
+    picked = f"tl.sum(tl.where({lanes} == {_flat_index(em, buf, idx)}, {flat}, {other}), axis=0)"
+    return f"{picked}.to({dtype_text(buf.dtype, 'tl')})"
+
+
+def _lanes(em: Emitter, buf: ir.Buffer) -> str:
+    """The name of `buf`'s flattened lane index tensor (tl.arange over its padded size)."""
+    if id(buf) not in em.lanes:
+        size = padded_size(buf)
+        if buf.scope != "local" and size != _numel(buf):
+            raise unsupported(f"an element of {buf.scope} buffer {buf.name} of shape {list(buf.shape)} (not powers "
+                              f"of two)")
+        name = em.lanes[id(buf)] = em.tmp(f"{em.name(buf)}_lanes")
+        em.emit(f"{name} = tl.arange(0, {size})")
+    return em.lanes[id(buf)]
+
+
+def _numel(buf: ir.Buffer) -> int:
+    n = 1
+    for d in buf.shape:
+        n *= d
+    return n
+
+
+def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
+    """On-chip `buf` read at `indices` inside the current T.Parallel, as a tile broadcastable
+    to the Parallel's shape: each non-unit dim of `buf` must be indexed by a distinct loop
+    variable of the same extent, in the loop's order (the tile is then the buffer itself,
+    expanded along the loop's other dims); unit dims take index 0."""
+    par = em.par
+    axes = []
+    for index, extent in zip(indices, buf.shape):
+        if extent == 1 and static_int(index) == 0:
+            continue
+        if not (isinstance(index, ir.Var) and index in par.index):
+            raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (each dim "
+                              f"indexed by its own T.Parallel variable; Triton has no register gather)")
+        axis = par.loop.vars.index(index)
+        if par.loop.extents[axis] != extent or (axes and axis <= axes[-1]):
+            raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
+                              f"partial view)")
+        axes.append(axis)
+    text = em.name(buf)
+    kept = [d for d in buf.shape if d != 1]
+    if len(kept) != len(buf.shape):
+        text = f"tl.reshape({text}, {kept})"
+    rank = len(par.loop.vars)
+    if len(axes) == rank:
+        return text
+    if not axes:
+        return text
+    return f"{text}[{', '.join(':' if a in axes else 'None' for a in range(rank))}]"
+
+
+EXPR_RULES = {ir.Var: _e_var, ir.Load: _e_load}
+
+
+def lower_expr(em: Emitter, e) -> Val:
+    return semantics.lower_scalar_expr(em, e, EXPR_RULES)
+
+
+# ======================================================================================
+# statements
+# ======================================================================================
+
+
+def lower_stmt(em: Emitter, s):
+    rule = RULES.get(type(s))
+    if rule is None:
+        raise unsupported(type(s).__name__, getattr(s, "loc", None))
+    try:
+        rule(em, s)
+    except CompileError as err:  # a rule meeting an unsupported case without its own location
+        if err.loc is None and getattr(s, "loc", None) is not None:
+            raise CompileError(err.message, s.loc) from None
+        raise
+
+
+def lower_seq(em: Emitter, s: ir.Seq):
+    em.body(s)
+
+
+def lower_alloc(em: Emitter, s: ir.Alloc):
+    buf = s.buffer
+    name, dtype = em.name(buf), dtype_text(buf.dtype, "tl")
+    if is_scalar_buffer(buf):
+        init = s.init if s.init is not None else ir.Const(0, buf.dtype)
+        em.emit(f"{name} = {cast_text(em.tensor(init), init.dtype, buf.dtype, 'tl')}")
+    elif buf.scope == "local":
+        if not all(isinstance(d, int) for d in buf.shape):
+            raise unsupported(f"T.alloc_local with a runtime shape {list(buf.shape)}", s.loc)
+        em.emit(f"{name} = tl.zeros([{padded_size(buf)}], {dtype})")
+    elif buf.scope in ("shared", "fragment"):
+        for d in buf.shape:
+            if not is_pow2(d):
+                raise unsupported(f"{buf.scope} buffer {buf.name} with a dimension of {d} (register tiles need "
+                                  f"powers of two)", s.loc)
+        em.emit(f"{name} = tl.zeros({list(buf.shape)}, {dtype})")
+    else:
+        raise unsupported(f"an allocation in {buf.scope} scope ({buf.name})", s.loc)
+
+
+def lower_let(em: Emitter, s: ir.Let):
+    v = em.expr(s.value)
+    em.emit(f"{em.define(s.var)} = {v.text}")
+    if v.dims:
+        em.let_dims[id(s.var)] = v.dims
+
+
+def lower_store(em: Emitter, s: ir.Store):
+    buf, par = s.buffer, em.par
+    if is_scalar_buffer(buf):
+        if par is not None:
+            raise unsupported(f"assigning scalar {buf.name} inside T.Parallel", s.loc)
+        em.emit(f"{em.name(buf)} = {cast_text(em.tensor(s.value), s.value.dtype, buf.dtype, 'tl')}")
+        return
+    v = em.expr(s.value)
+    idx = [em.expr(i) for i in s.indices]
+    dims = frozenset().union(v.dims, *[i.dims for i in idx])
+    if buf.scope == "global":
+        ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
+        if par is None or not dims:
+            em.emit(f"tl.store({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
+            return
+        mask = _bounds_mask(em, s.indices, idx, buf) + (f" & {par.cond}" if par.cond else "")
+        full = par.shape
+        em.emit(f"tl.store(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
+                f"mask=tl.broadcast_to({mask}, {full}))")
+        return
+    if buf.scope == "local" or (par is None or not frozenset().union(*[i.dims for i in idx])):
+        # one element at lane-independent indices: a masked select over the flattened tile
+        if par is not None and (v.dims or par.cond):
+            raise unsupported(f"a lane-dependent write to one element of {buf.scope} buffer {buf.name}", s.loc)
+        if buf.scope != "local":
+            raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
+        value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, "tl")
+        em.emit(f"{em.name(buf)} = tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, "
+                f"{em.name(buf)})")
+        return
+    # a whole on-chip tile written lane by lane: each lane of the Parallel one element
+    if len([d for d in buf.shape if d != 1]) != len(par.loop.vars):
+        raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
+                          f"lane", s.loc)
+    view = _lanes_view(em, buf, s.indices)
+    shape = par.shape
+    value = em.splat(s.value, v, buf.dtype, shape)
+    if par.cond:
+        value = f"tl.where({par.cond}, {value}, {view})"
+    if [d for d in buf.shape] != shape:
+        value = f"tl.reshape({value}, {list(buf.shape)})"
+    em.emit(f"{em.name(buf)} = {value}")
+
+
+# ---------------------------------------------------------------- T.Parallel
+
+
+def lower_parallel(em: Emitter, s: ir.Parallel):
+    if em.par is not None:
+        raise unsupported("nested T.Parallel", s.loc)
+    extents = list(s.extents)
+    if not all(is_pow2(e) for e in extents):
+        raise unsupported(f"T.Parallel{tuple(extents)} (tile extents must be powers of two)", s.loc)
+    par = ParallelContext(s)
+    for k, (var, ext) in enumerate(zip(s.vars, extents)):
+        name = em.name(var)
+        em.emit(f"{name} = tl.arange(0, {ext})")
+        par.index[var] = axis_index(name, k, len(extents))
+    em.par = par
+    try:
+        em.body(s.body)
+    finally:
+        em.par = None
+
+
+# ---------------------------------------------------------------- control flow
+
+
+def lower_if(em: Emitter, s: ir.If):
+    cond = em.expr(s.cond)
+    if em.par is not None:
+        outer = em.par.cond
+        em.par.cond = cond.text if outer is None else f"({outer} & {cond.text})"
+        em.body(s.then_body)
+        if s.else_body is not None and s.else_body.stmts:
+            neg = f"({cond.text} == 0)"
+            em.par.cond = neg if outer is None else f"({outer} & {neg})"
+            em.body(s.else_body)
+        em.par.cond = outer
+        return
+    em.emit(f"if {cond.text}:")
+    em.depth += 1
+    em.body(s.then_body)
+    em.depth -= 1
+    if s.else_body is not None and s.else_body.stmts:
+        em.emit("else:")
+        em.depth += 1
+        em.body(s.else_body)
+        em.depth -= 1
+
+
+def pipeline_stages(s: ir.For) -> int:
+    """The stages a `T.Pipelined` loop asks Triton's pipeliner for: `num_stages`, or one more
+    than the largest stage of a manual `stage=` schedule; 0 for other loops."""
+    if s.kind != "pipelined":
+        return 0
+    if s.num_stages:
+        return s.num_stages
+    return max(s.stage) + 1 if s.stage else 0
+
+
+def lower_for(em: Emitter, s: ir.For):
+    if em.par is not None:
+        raise unsupported("a loop inside T.Parallel", s.loc)
+    start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
+    bounds = f"{start}, {stop}" + ("" if static_int(s.step) == 1 else f", {step}")
+    stages = pipeline_stages(s)
+    if stages:
+        rng = f"tl.range({bounds}, num_stages={stages})"
+    elif s.kind == "unroll" and None not in (static_int(s.start), static_int(s.stop), static_int(s.step)):
+        rng = f"tl.static_range({bounds})"
+    else:
+        rng = f"range({bounds})"
+    em.emit(f"for {em.define(s.var)} in {rng}:")
+    em.depth += 1
+    em.body(s.body)
+    em.depth -= 1
+
+
+def lower_while(em: Emitter, s: ir.While):
+    if em.par is not None:
+        raise unsupported("a while loop inside T.Parallel", s.loc)
+    em.emit(f"while {em.expr(s.cond).text}:")
+    em.depth += 1
+    em.body(s.body)
+    em.depth -= 1
+
+
+def lower_evaluate(em: Emitter, s: ir.Evaluate):
+    em.emit(f"# T.{s.name}{tuple(s.args)!r}: no code")
+
+
+def lower_print(em: Emitter, s: ir.Print):
+    """T.print -> tl.device_print: ``pid (x, y, z) idx (i, j) msg: value`` per element."""
+    if s.value is None:
+        em.emit(f"tl.device_print({(s.msg if s.msg.startswith(' ') else ' ' + s.msg)!r})")
+        return
+    value = _tile(em, s.value, s.loc)[0] if isinstance(s.value, ir.Region) else em.expr(s.value).text
+    em.emit(f"tl.device_print({s.msg!r}, {value})")
+
+
+# ---------------------------------------------------------------- tiles and copies
+
+
+def _whole(region: ir.Region, loc):
+    buf = region.buffer
+    if tuple(region.extents) != tuple(buf.shape) or any(static_int(x) != 0 for x in region.starts):
+        raise unsupported(f"a partial region {buf.name}{list(region.extents)} of {buf.scope} buffer {buf.name} "
+                          f"of shape {list(buf.shape)} (a register tile is read and written whole)", loc)
+
+
+def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
+    """(text, shape) of an on-chip region as a register tile, reshaped to `shape` when given
+    (which may add or drop unit dims)."""
+    buf = region.buffer
+    if buf.scope in ("local", "var"):
+        raise unsupported(f"a tile operand in {buf.scope} buffer {buf.name}", loc)
+    _whole(region, loc)
+    have = list(buf.shape)
+    if shape is None or list(shape) == have:
+        return em.name(buf), have
+    return f"tl.reshape({em.name(buf)}, {list(shape)})", list(shape)
+
+
+def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
+    """Write `value` (a tile of `shape`, IR dtype `src_dtype`) to the whole on-chip `region`."""
+    buf = region.buffer
+    if buf.scope in ("local", "var"):
+        raise unsupported(f"a tile written to {buf.scope} buffer {buf.name}", loc)
+    _whole(region, loc)
+    if [d for d in shape if d != 1] != [d for d in buf.shape if d != 1]:
+        raise unsupported(f"a tile of shape {shape} written to {buf.name} of shape {list(buf.shape)}", loc)
+    if list(shape) != list(buf.shape):
+        value = f"tl.reshape({value}, {list(buf.shape)})"
+    em.emit(f"{em.name(buf)} = {cast_text(value, src_dtype, buf.dtype, 'tl')}")
+
+
+def lower_copy(em: Emitter, s: ir.Copy):
+    src, dst = s.src, s.dst
+    ss, ds = src.buffer.scope, dst.buffer.scope
+    if tuple(src.tile_shape) != tuple(dst.tile_shape):
+        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
+    for b in (src.buffer, dst.buffer):
+        if b.scope in ("local", "var"):
+            raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    if ss == "global":
+        shape = list(dst.buffer.shape) if ds != "global" else list(dst.tile_shape)
+        ptr, mask = em.global_tile(src, shape, s.loc)
+        value = f"tl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})"
+        if ds != "global":
+            return _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
+        tmp = em.tmp("v")
+        em.emit(f"{tmp} = {cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl')}")
+        ptr, mask = em.global_tile(dst, shape, s.loc)
+        em.emit(f"tl.store({ptr}, {tmp}, mask={mask})")
+        return
+    value, shape = _tile(em, src, s.loc)
+    if ds == "global":
+        ptr, mask = em.global_tile(dst, shape, s.loc)
+        em.emit(f"tl.store({ptr}, {cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl')}, mask={mask})")
+        return
+    _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
+
+
+# ---------------------------------------------------------------- gemm
+
+_DOT_MIN = 16  # tl.dot needs every dim >= 16
+
+
+def lower_gemm(em: Emitter, s: ir.Gemm):
+    """C (+)= op(A) @ op(B): `tl.dot` (computing in A's dtype; float32 as IEEE fp32, like
+    torch and the interpreter, not TF32), or, for tiles with a dim under 16, a broadcast
+    product summed over K in the accumulator's dtype."""
+    c = s.c.buffer
+    _whole(s.c, s.loc)
+    if len(c.shape) != 2:
+        raise unsupported(f"T.gemm into a {len(c.shape)}-D accumulator {c.name}", s.loc)
+    compute = s.a.buffer.dtype
+    operands = []
+    for region, transposed in ((s.a, s.transpose_a), (s.b, s.transpose_b)):
+        tile = [d for d in region.tile_shape]
+        if len(tile) != 2:
+            raise unsupported(f"T.gemm operand {region.buffer.name} of shape {tile}", s.loc)
+        text, _ = _tile(em, region, s.loc, tile)
+        if transposed:
+            text = f"tl.trans({text})"
+        if region.buffer.dtype != compute:
+            text = cast_text(text, region.buffer.dtype, compute, "tl")
+        operands.append(text)
+    a, b = operands
+    m, n = c.shape
+    k = s.a.tile_shape[0] if s.transpose_a else s.a.tile_shape[1]
+    cname, acc = em.name(c), dtype_text(c.dtype, "tl")
+    if min(m, n, k) >= _DOT_MIN:
+        precision = ', input_precision="ieee"' if compute.name == "float32" else ""
+        if s.clear_accum:
+            em.emit(f"{cname} = tl.dot({a}, {b}{precision}, out_dtype={acc})")
+        else:
+            em.emit(f"{cname} = tl.dot({a}, {b}, {cname}{precision}, out_dtype={acc})")
+        return
+    product = f"tl.sum({a}.to({acc})[:, :, None] * {b}.to({acc})[None, :, :], axis=1)"
+    em.emit(f"{cname} = {product}" if s.clear_accum else f"{cname} = {cname} + {product}")
+
+
+# ---------------------------------------------------------------- fill / reductions / atomics
+
+
+def lower_fill(em: Emitter, s: ir.Fill):
+    buf = s.dst.buffer
+    if is_scalar_buffer(buf):
+        em.emit(f"{em.name(buf)} = {cast_text(em.tensor(s.value), s.value.dtype, buf.dtype, 'tl')}")
+        return
+    v = em.expr(s.value)
+    if v.dims:
+        raise unsupported("T.fill with a value that varies along a T.Parallel", s.loc)
+    if buf.scope == "local":
+        em.emit(f"{em.name(buf)} = {em.splat(s.value, v, buf.dtype, [padded_size(buf)])}")
+        return
+    if buf.scope == "global":
+        shape = list(s.dst.tile_shape)
+        ptr, mask = em.global_tile(s.dst, shape, s.loc)
+        em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}, mask={mask})")
+        return
+    _whole(s.dst, s.loc)
+    em.emit(f"{em.name(buf)} = {em.splat(s.value, v, buf.dtype, list(buf.shape))}")
+
+
+# kind -> (reduction of a tile along `axis`, combination with the old destination); tl.max /
+# tl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
+_REDUCE = {"max": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})"),
+           "min": ("tl.min({src}, axis={axis})", "tl.minimum({old}, {new})"),
+           "sum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
+           "abssum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
+           "absmax": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})")}
+# with nan_propagate: maximumf / minimumf, a NaN wins
+_REDUCE_PROPAGATING_NAN = {
+    "max": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
+    "min": ("tl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
+    "absmax": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
+
+
+def lower_reduce(em: Emitter, s: ir.Reduce):
+    src_shape = list(s.src.tile_shape)
+    src, _ = _tile(em, s.src, s.loc, src_shape)
+    out_shape = src_shape[:s.dim] + src_shape[s.dim + 1:]
+    if [d for d in s.dst.tile_shape if d != 1] != [d for d in out_shape if d != 1]:
+        raise unsupported(f"T.reduce_{s.kind} of {src_shape} along dim {s.dim} into shape "
+                          f"{list(s.dst.tile_shape)}", s.loc)
+    dtype = s.src.buffer.dtype
+    propagate = s.nan_propagate and dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
+    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
+    if s.kind in ("abssum", "absmax"):
+        src = f"tl.abs({src})"
+    if propagate and dtype.bits < 32:  # as tl.max does: Triton's combine wants fp32
+        src = f"{src}.to(tl.float32)"
+    new = em.tmp("red")
+    em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
+    if not out_shape:  # a 1-D tile reduced to one value
+        out_shape = [1]
+        em.emit(f"{new} = tl.broadcast_to({new}, [1])")
+    computed = _reduced_dtype(s, propagate)
+    if not s.clear:
+        old, _ = _tile(em, s.dst, s.loc, out_shape)
+        old_cast = cast_text(old, s.dst.buffer.dtype, computed, "tl")
+        em.emit(f"{new} = {combine.format(old=old_cast, new=new)}")
+    _assign_tile(em, s.dst, new, computed, out_shape, s.loc)
+
+
+def _reduced_dtype(s: ir.Reduce, propagate: bool):
+    """The IR dtype of a reduction's result as emitted: float32 for a NaN-propagating reduction
+    of a narrower float (combined in fp32), int32 for a sum of narrower ints (tl.sum widens),
+    else the source's dtype."""
+    src = s.src.buffer.dtype
+    if propagate and src.bits < 32:
+        return dt.float32
+    if s.kind in ("sum", "abssum") and src.is_int and src.bits < 32:
+        return dt.int32 if src.kind == "int" else dt.uint32
+    return src
+
+
+def lower_cumsum(em: Emitter, s: ir.Cumsum):
+    if tuple(s.src.tile_shape) != tuple(s.dst.tile_shape):
+        raise unsupported("T.cumsum with different source and destination shapes", s.loc)
+    src, shape = _tile(em, s.src, s.loc)
+    tmp = em.tmp("scan")
+    em.emit(f"{tmp} = tl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    _assign_tile(em, s.dst, tmp, s.src.buffer.dtype, shape, s.loc)
+
+
+def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
+    dst = s.dst
+    buf = dst.buffer
+    if buf.scope != "global":
+        raise unsupported(f"T.atomic_add into {buf.scope} buffer {buf.name}", s.loc)
+    if isinstance(s.value, ir.Region):
+        value, shape = _tile(em, s.value, s.loc)
+        ptr, mask = em.global_tile(dst, shape, s.loc)
+        em.emit(f"tl.atomic_add({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask})")
+        return
+    idx = [em.expr(x) for x in dst.starts]
+    v = em.expr(s.value)
+    ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
+    dims = frozenset().union(v.dims, *[i.dims for i in idx])
+    par = em.par
+    if par is None or not dims:
+        em.emit(f"tl.atomic_add({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
+        return
+    full = par.shape
+    mask = _bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
+    em.emit(f"tl.atomic_add(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
+            f"mask=tl.broadcast_to({mask}, {full}))")
+
+
+RULES = {
+    ir.Seq: lower_seq,
+    ir.Alloc: lower_alloc,
+    ir.Let: lower_let,
+    ir.Store: lower_store,
+    ir.Copy: lower_copy,
+    ir.Gemm: lower_gemm,
+    ir.Fill: lower_fill,
+    ir.Reduce: lower_reduce,
+    ir.Cumsum: lower_cumsum,
+    ir.AtomicAdd: lower_atomic_add,
+    ir.Parallel: lower_parallel,
+    ir.If: lower_if,
+    ir.For: lower_for,
+    ir.While: lower_while,
+    ir.Evaluate: lower_evaluate,
+    ir.Print: lower_print,
+}
