@@ -300,7 +300,7 @@ def _damaged_artifacts(group: Path) -> list:
 
 def _artifact_problem(path: Path, data: bytes) -> Optional[str]:
     """Why `data` cannot be the artifact Triton wrote at `path` (judged by its suffix), or None."""
-    if path.suffix == ".cubin":
+    if path.suffix in (".cubin", ".hsaco"):  # NVIDIA / AMD code objects: both ELF64
         return _elf_problem(data)
     try:
         text = data.decode()

@@ -37,15 +37,9 @@ def interpreting():
     ``@triton.jit`` an `InterpretedFunction`); tritile chooses it per call, so the kernel runs
     as an `InterpretedFunction` and the JIT functions it calls are rewritten the same way
     here.  The interpreter patches triton.language while a kernel runs (`_patch_lang`), so
-    one kernel is interpreted at a time, process-wide.  Two repairs of Triton 3.6's
-    interpreter hold meanwhile: it multiplies the uint16 bits of bfloat16 `tl.dot` operands
-    (they are widened to float32, exactly, first), and a scalar's `__index__` (a loop bound:
-    `range(n)` of a runtime dim) is `int()` of a 1-element array, an error under numpy >= 2.4
-    (`.item()` here)."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-    from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder, TensorHandle
+    one kernel is interpreted at a time, process-wide; `_interpreter_repairs` are in force
+    meanwhile."""
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     def call_interpreted(self, *args, **kwargs):
@@ -54,28 +48,53 @@ def interpreting():
             fn = _rewritten[self.fn] = InterpretedFunction(self.fn).rewrite()
         return fn(*args, **kwargs)
 
+    with _interpreter_lock:
+        patches = [(JITFunction, "__call__", call_interpreted), *_interpreter_repairs()]
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        try:
+            yield
+        finally:
+            for owner, name, value in saved:
+                setattr(owner, name, value)
+
+
+def _interpreter_repairs() -> list:
+    """(owner, attribute, replacement) for where Triton 3.6's interpreter departs from what the
+    compiled kernel computes (docs/semantics.md):
+    * `tl.maximum` / `tl.minimum` (maxnumf / minnumf, NaN-ignoring) are numpy's NaN-propagating
+      maximum / minimum there: np.fmax / np.fmin;
+    * bfloat16 `tl.dot` operands are multiplied as their uint16 bits: widened to float32 (exact);
+    * a scalar's `__index__` (a loop bound: `range(n)` of a runtime dim) is `int()` of a
+      1-element array, an error under numpy >= 2.4: `.item()`;
+    * extern library calls have no interpreter: `libdevice.mul_rn` (the floor-modulo helper's
+      unfused product) is numpy's product, which is not fused either."""
+    import numpy as np
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime import interpreter
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    create_dot, patch_tensor = InterpreterBuilder.create_dot, interpreter._patch_lang_tensor
+
     def widened(x):
         if x.dtype.scalar != tl.bfloat16:
             return x
         return TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
 
-    with _interpreter_lock:
-        saved = JITFunction.__call__, InterpreterBuilder.create_dot, interpreter._patch_lang_tensor
-        create_dot, patch_tensor = saved[1], saved[2]
+    def create_dot_bf16(builder, a, b, d, *precision):
+        return create_dot(builder, widened(a), widened(b), d, *precision)
 
-        def create_dot_bf16(builder, a, b, d, *precision):
-            return create_dot(builder, widened(a), widened(b), d, *precision)
+    def patch_tensor_index(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
 
-        def patch_tensor_index(tensor, scope):
-            patch_tensor(tensor, scope)
-            scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
-
-        JITFunction.__call__, InterpreterBuilder.create_dot = call_interpreted, create_dot_bf16
-        interpreter._patch_lang_tensor = patch_tensor_index
-        try:
-            yield
-        finally:
-            JITFunction.__call__, InterpreterBuilder.create_dot, interpreter._patch_lang_tensor = saved
+    return [(InterpreterBuilder, "create_maxnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)),
+            (InterpreterBuilder, "create_minnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)),
+            (InterpreterBuilder, "create_dot", create_dot_bf16),
+            (interpreter, "_patch_lang_tensor", patch_tensor_index),
+            (libdevice, "mul_rn", lambda a, b: a * b)]
 
 
 class TritonKernel:

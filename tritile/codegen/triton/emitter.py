@@ -84,7 +84,6 @@ class Emitter(SourceWriter):
         self.num_warps = max(1, func.kernel.threads // warp_size)
         self.par = None  # ParallelContext inside a T.Parallel
         self.let_dims = {}  # id(Var) of a Let inside a T.Parallel -> the dims its value varies along
-        self.lanes = {}  # id(local array) -> the name of its lane index tensor
 
     def expr(self, e) -> Val:
         from tritile.codegen.triton.rules import lower_expr

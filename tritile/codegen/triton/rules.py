@@ -98,15 +98,13 @@ def _pick(em: Emitter, buf: ir.Buffer, indices, idx: list) -> str:
 
 
 def _lanes(em: Emitter, buf: ir.Buffer) -> str:
-    """The name of `buf`'s flattened lane index tensor (tl.arange over its padded size)."""
-    if id(buf) not in em.lanes:
-        size = padded_size(buf)
-        if buf.scope != "local" and size != _numel(buf):
-            raise unsupported(f"an element of {buf.scope} buffer {buf.name} of shape {list(buf.shape)} (not powers "
-                              f"of two)")
-        name = em.lanes[id(buf)] = em.tmp(f"{em.name(buf)}_lanes")
-        em.emit(f"{name} = tl.arange(0, {size})")
-    return em.lanes[id(buf)]
+    """`buf`'s flattened lane indices (a tl.arange over its padded size), emitted where used:
+    a name bound inside a loop or branch would not reach the uses after it."""
+    size = padded_size(buf)
+    if buf.scope != "local" and size != _numel(buf):
+        raise unsupported(f"an element of {buf.scope} buffer {buf.name} of shape {list(buf.shape)} (not powers of "
+                          f"two)")
+    return f"tl.arange(0, {size})"
 
 
 def _numel(buf: ir.Buffer) -> int:
@@ -386,6 +384,9 @@ def lower_copy(em: Emitter, s: ir.Copy):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    for region in (src, dst):
+        if region.buffer.scope != "global":
+            _whole(region, s.loc)
     if ss == "global":
         shape = list(dst.buffer.shape) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)

@@ -1,0 +1,424 @@
+"""The triton.language backend (tritile/codegen/triton) on a machine without a GPU.
+
+* Three ways on CPU: tritile's tile-IR interpreter == Triton's interpreter running the generated
+  ``@triton.jit`` kernel == torch, for the suite's kernels (GEMMs of every dtype / transpose /
+  register operand / swizzle / runtime size, FlashAttention, softmax, reductions, scans, atomics,
+  scalar control flow, `T.alloc_local` arrays) and for generated expression / reduction programs
+  (hypothesis, `tests/expression_programs.py`).
+* Compile checks for every target: the GEMM and FlashAttention examples for gfx942 / gfx950
+  (`v_mfma`, LDS within the target's limit), sm_80 (`mma.sync`, `cp.async`), sm_90 (`wgmma`),
+  sm_100 (`tcgen05`); a pipelined loop's `num_stages` reaches Triton's pipeliner.
+* The choice of backend (`backend=`, `TRITILE_BACKEND`, auto's fallback), inspection stages, and
+  `CompileError`s at the user's line for what the backend cannot express.
+"""
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import expression_programs as E
+import kernels as K
+import tritile
+import tritile.language as T
+from tritile import codegen
+from tritile.codegen.triton import TritonKernel
+from tritile.runtime.target import Target, parse_target
+from test_kernels_attention import flash_attention as FA  # examples/flash_attention.py
+
+
+def on_triton(kernel, target="auto"):
+    """`kernel`'s program (its frontend IR) compiled by the triton.language backend."""
+    return tritile.compile(kernel.stages[0][1], target=target, backend="triton")
+
+
+def three_ways(kernel, args, expected, assert_close):
+    """tile-IR interpreter == Triton's interpreter of the generated code == `expected` (torch),
+    each output at its dtype's tolerance; the args are cloned for each run (outputs may be
+    accumulated into)."""
+    ours = kernel(*[a.clone() for a in args])
+    triton = on_triton(kernel)(*[a.clone() for a in args])
+    for name, result in (("tile-IR interpreter", ours), ("Triton interpreter", triton)):
+        results, references = (result, expected) if isinstance(result, list) else ([result], [expected])
+        for r, e in zip(results, references):
+            try:
+                assert_close(r, e)
+            except AssertionError as err:
+                raise AssertionError(f"{name}: {err}") from None
+    return ours, triton
+
+
+# ---------------------------------------------------------------------------- kernels, three ways
+
+
+@pytest.mark.parametrize("trans_A, trans_B", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_gemm_three_ways(trans_A, trans_B, dtype, assert_close):
+    torch_dtype = getattr(torch, dtype)
+    kernel = K.matmul(64, 64, 64, 32, 32, 32, trans_A, trans_B, dtype, dtype, num_stages=2)
+    a, b = K.make_operands(64, 64, 64, trans_A, trans_B, torch_dtype)
+    three_ways(kernel, (a, b), K.gemm_reference(a, b, trans_A, trans_B), assert_close)
+
+
+@pytest.mark.parametrize("register_operand", ["A", "B"])
+def test_gemm_register_operand_three_ways(register_operand, assert_close):
+    kernel = K.matmul(64, 64, 64, 32, 32, 32, register_operand=register_operand)
+    a, b = K.make_operands(64, 64, 64)
+    three_ways(kernel, (a, b), K.gemm_reference(a, b), assert_close)
+
+
+def test_gemm_swizzle_and_ragged_edges_three_ways(assert_close):
+    """`T.use_swizzle` panels over a 3 x 3 grid whose last tiles hang over M and N (masked)."""
+    kernel = K.matmul(80, 72, 64, 32, 32, 32, swizzle_panel=2)
+    a, b = K.make_operands(80, 72, 64)
+    three_ways(kernel, (a, b), K.gemm_reference(a, b), assert_close)
+    assert "num_programs" in on_triton(kernel).get_source("triton")
+
+
+def test_gemm_dynamic_sizes_three_ways(assert_close):
+    M, N, K_ = T.dynamic("m, n, k")
+    kernel = tritile.compile(K.gemm(M, N, K_, 32, 32, 32), out_idx=[-1])
+    for m, n, k in [(64, 32, 64), (48, 80, 96)]:
+        a, b = K.make_operands(m, n, k)
+        three_ways(kernel, (a, b), K.gemm_reference(a, b), assert_close)
+
+
+def test_gemm_small_tiles_use_a_broadcast_product(assert_close):
+    """Tiles with a dimension under 16 (tl.dot's minimum) multiply by a broadcast product."""
+    kernel = K.matmul(32, 32, 32, 8, 16, 8)
+    a, b = K.make_operands(32, 32, 32)
+    three_ways(kernel, (a, b), K.gemm_reference(a, b), assert_close)
+    source = on_triton(kernel).get_source("triton")
+    assert "tl.dot" not in source and "tl.sum(" in source
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_flash_attention_three_ways(is_causal, assert_close):
+    kernel = FA.flashattn(1, 2, 128, 128, 64, is_causal)
+    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.float16) for _ in range(3))
+    three_ways(kernel, (q, k, v), FA.ref_program(q, k, v, is_causal), assert_close)
+
+
+def test_splitk_atomic_add_three_ways(assert_close):
+    kernel = tritile.compile(K.splitk_gemm(64, 64, 128, 32, 32, 32, 2, "scalar"))
+    a, b = K.make_operands(64, 64, 128)
+    c = torch.zeros(64, 64)
+    ours = c.clone()
+    kernel(a, b, ours)
+    triton = c.clone()
+    on_triton(kernel)(a, b, triton)
+    expected = a.float() @ b.float()
+    assert_close(ours, expected)
+    assert_close(triton, expected)
+
+
+@pytest.mark.parametrize("form", ["tile_region", "tile_head"])
+def test_tile_atomic_add_three_ways(form, assert_close):
+    kernel = tritile.compile(K.splitk_gemm(64, 64, 64, 32, 32, 32, 2, form))
+    a, b = K.make_operands(64, 64, 64)
+    results = []
+    for run in (kernel, on_triton(kernel)):
+        c = torch.ones(64, 64)
+        run(a, b, c)
+        results.append(c)
+    for c in results:
+        assert_close(c, a.float() @ b.float() + 1)
+
+
+@tritile.jit(out_idx=[-1])
+def rows_softmax_reduce_scan(M, N, dtype="float32"):
+    """Softmax rows, the running (cumsum) sum of each row's softmax, and its NaN-propagating max."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            x = T.alloc_fragment((M, N), dtype)
+            row_max = T.alloc_fragment((M,), dtype)
+            row_sum = T.alloc_fragment((M,), dtype)
+            T.copy(X, x)
+            T.reduce_max(x, row_max, dim=1, nan_propagate=True)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(M, N):
+                x[i, j] = x[i, j] / row_sum[i]
+            T.cumsum(x, dim=1)
+            T.copy(x, Y)
+
+    return main
+
+
+def test_softmax_reduce_scan_three_ways(assert_close):
+    x = torch.randn(16, 32)
+    three_ways(rows_softmax_reduce_scan(16, 32), (x,), torch.softmax(x, dim=1).cumsum(dim=1), assert_close)
+
+
+@tritile.jit(out_idx=[-1])
+def local_pair_scale(M, N):
+    """The issue's example: a `T.alloc_local((2,))` read inside `T.Parallel` (the Gluon backend
+    refuses it), written in a serial loop and read at a runtime index."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), S: T.Tensor((2,), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            pair = T.alloc_local((2,), "float32")
+            for t in T.serial(2):
+                pair[t] = S[t] * 2.0
+            for i, j in T.Parallel(M, N):
+                C[i, j] = A[i, j] * pair[0] + pair[1]
+
+    return main
+
+
+def test_alloc_local_array_inside_parallel(assert_close):
+    a, s = torch.randn(16, 32), torch.randn(2)
+    kernel = local_pair_scale(16, 32)
+    three_ways(kernel, (a, s), a * (2 * s[0]) + 2 * s[1], assert_close)
+    # auto on NVIDIA: the Gluon backend refuses the program, the triton.language one takes it
+    with pytest.raises(tritile.CompileError, match="not supported by the Gluon backend"):
+        codegen.compile_kernel(kernel.stages, Target("cuda", 90), [codegen.BACKENDS["gluon"]])
+    chosen = codegen.compile_kernel(kernel.stages, Target("cuda", 90), codegen.candidates("auto", Target("cuda", 90)))
+    assert isinstance(chosen, TritonKernel) and "wgmma" not in chosen.asm["ptx"]
+
+
+@tritile.jit(out_idx=[-2, -1])
+def scalar_control_flow(M, N):
+    """`T.alloc_var` counters in a serial loop, an `if` and a `while` on runtime values."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Count: T.Tensor((M,), "int32"), Total: T.Tensor((M,), "float32")):
+        with T.Kernel(M, threads=128) as bx:
+            count = T.alloc_var("int32", init=0)
+            total = T.alloc_var("float32", 0)
+            for j in T.serial(N):
+                if A[bx, j] > 0:
+                    count = count + 1
+                    total = total + A[bx, j]
+            while count > 4:
+                count = count - 4
+            Count[bx] = count
+            Total[bx] = total
+
+    return main
+
+
+def test_scalar_control_flow_three_ways(assert_close):
+    a = torch.randn(8, 32)
+    positive = (a > 0).sum(1).int()
+    expected = [torch.where(positive > 4, (positive - 1) % 4 + 1, positive).int(), (a * (a > 0)).sum(1)]
+    three_ways(scalar_control_flow(8, 32), (a,), expected, assert_close)
+
+
+# ---------------------------------------------------------------------------- generated programs
+
+UNMODELED_DTYPES = {"bfloat16", "float8_e4m3", "float8_e5m2"}
+
+
+def _expression_nodes(node):
+    yield node
+    for child in node[1:]:
+        candidates = [child] if isinstance(child, tuple) and child and isinstance(child[0], str) else (
+            child if isinstance(child, tuple) else ())
+        for c in candidates:
+            if isinstance(c, tuple) and c and c[0] in ("load", "const", "cast", "neg", "abs", "select", "bin"):
+                yield from _expression_nodes(c)
+
+
+def interpreter_models(program) -> bool:
+    """Whether Triton's interpreter computes `program` as the compiled code would: numpy has no
+    bfloat16 / fp8 arithmetic (the interpreter keeps their bits as integers) and its float ->
+    int conversions of NaN and out-of-range values are not the saturating ones of the hardware
+    (cvt.rzi) that the generated code relies on for 32- and 64-bit targets."""
+    dtypes = {program.a_dtype, program.b_dtype, program.out_dtype}
+    if program.kind == "reduce":
+        return not dtypes & UNMODELED_DTYPES and not (E.is_float(program.a_dtype)
+                                                       and not E.is_float(program.out_dtype))
+    for node in _expression_nodes(program.expr):
+        dtypes.add(E.dtype_of(node))
+        if node[0] == "cast" and E.is_float(E.dtype_of(node[2])) and not E.is_float(node[1]):
+            return False
+    return not dtypes & UNMODELED_DTYPES
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(E.programs(), st.integers(0, 2 ** 31 - 1))
+def test_expression_programs_three_ways(program, seed):
+    assume(interpreter_models(program))
+    kernel = E.build(program)
+    a, b = E.inputs(program, torch.Generator().manual_seed(seed))
+    expected = E.reference(program, a, b)
+    ours, triton = kernel(a, b), on_triton(kernel)(a, b)
+    assert E.same(ours, expected, program), f"{program.source}\ntile-IR interpreter {ours}\nexpected {expected}"
+    assert E.same(triton, expected, program), f"{program.source}\nTriton interpreter {triton}\nexpected {expected}"
+
+
+def test_replayed_programs_three_ways():
+    """The fixed replay list's programs the interpreter models (about half), all of them."""
+    programs = [p for p in E.replay_programs(120) if interpreter_models(p)]
+    assert len(programs) > 40
+    for index, program in enumerate(programs):
+        kernel = E.build(program)
+        a, b = E.inputs(program, torch.Generator().manual_seed(index))
+        expected = E.reference(program, a, b)
+        assert E.same(on_triton(kernel)(a, b), expected, program), program.source
+
+
+# ---------------------------------------------------------------------------- targets
+
+GEMM_TILES = dict(block_M=128, block_N=128, block_K=32)
+
+
+def _compiled(kernel):
+    compiled = kernel._codegen(kernel.plan_target)
+    assert isinstance(compiled, TritonKernel)
+    return compiled
+
+
+@pytest.fixture(scope="module")
+def examples_for():
+    """target -> (GEMM, FlashAttention) JITKernels compiled by the triton.language backend."""
+    built = {}
+
+    def build(target):
+        if target not in built:
+            gemm = tritile.compile(K.gemm(512, 512, 512, 128, 128, 32, num_stages=3), target=target, backend="triton")
+            attention = tritile.compile(FA.flashattn.fn(1, 2, 256, 256, 64, True, 128, 64, 2, 128), target=target,
+                                        backend="triton")
+            built[target] = gemm, attention
+        return built[target]
+
+    return build
+
+
+@pytest.mark.parametrize("target", ["hip:gfx942", "hip:gfx950"])
+def test_examples_compile_for_amd(target, examples_for):
+    for kernel in examples_for(target):
+        compiled = _compiled(kernel)
+        amdgcn = compiled.asm["amdgcn"]
+        assert f".amdgcn_target \"amdgcn-amd-amdhsa--{target[4:]}" in amdgcn
+        assert amdgcn.count("v_mfma") >= 16, "a GEMM lowered without matrix cores"
+        assert "ds_read" in amdgcn  # operands staged through LDS by Triton's stream pipeliner
+        assert 0 < compiled.metadata.shared <= parse_target(target).shared_memory_limit
+        assert compiled.metadata.num_warps == 2  # 128 threads in waves of 64
+
+
+def test_examples_compile_for_sm80(examples_for):
+    for kernel in examples_for("cuda:80"):
+        ptx = _compiled(kernel).asm["ptx"]
+        assert ".target sm_80" in ptx and "mma.sync" in ptx and "cp.async" in ptx
+
+
+def test_examples_compile_for_sm90(examples_for):
+    for kernel in examples_for("cuda:90"):
+        ptx = _compiled(kernel).asm["ptx"]
+        assert ".target sm_90a" in ptx and "wgmma.mma_async" in ptx
+
+
+def test_examples_compile_for_sm100(examples_for):
+    for kernel in examples_for("cuda:100"):
+        ptx = _compiled(kernel).asm["ptx"]
+        assert "sm_100" in ptx and "tcgen05.mma" in ptx
+
+
+def test_pipelined_loop_carries_its_stages():
+    """`T.Pipelined(num_stages=S)` becomes `tl.range(..., num_stages=S)`, and Triton's pipeliner
+    multi-buffers the loop's loads by it: shared memory grows by one (A, B) stage per stage;
+    a serial loop stays a plain `range`."""
+    shared = {}
+    for stages in (2, 3, 4):
+        kernel = tritile.compile(K.gemm(512, 512, 512, 128, 128, 32, num_stages=stages), target="cuda:90",
+                                 backend="triton")
+        assert f"num_stages={stages})" in kernel.get_source("triton")
+        shared[stages] = _compiled(kernel).metadata.shared
+    stage_bytes = (128 * 32 + 32 * 128) * 2
+    assert shared[3] - shared[2] == stage_bytes and shared[4] - shared[3] == stage_bytes
+    serial = on_triton(scalar_control_flow(8, 32)).get_source("triton")
+    assert "in range(0, 32)" in serial and "tl.range" not in serial
+
+
+def test_inspection_stages_on_cpu():
+    kernel = tritile.compile(K.gemm(128, 128, 128, 64, 64, 32), target="hip:gfx942")
+    assert kernel.backend == "auto" and [b.name for b in kernel.backends] == ["triton"]
+    assert "@triton.jit" in kernel.get_source("triton") and "tl.dot(" in kernel.get_source("triton")
+    assert "tt.dot" in kernel.get_source("ttir")
+    assert "#ttg.amd_mfma" in kernel.get_source("ttgir")
+    assert "llvm.amdgcn" in kernel.get_source("llir")
+    assert "v_mfma" in kernel.get_source("amdgcn")
+    assert kernel.get_kernel_source() == kernel.get_source("triton")
+    with pytest.raises(ValueError, match="'ptx' does not exist"):
+        kernel.get_source("ptx")
+    # the pass list stops where the triton.language backend starts
+    with pytest.raises(ValueError, match="unknown stage"):
+        kernel.get_source("layout_inference")
+
+
+# ---------------------------------------------------------------------------- choosing a backend
+
+
+def test_backend_table():
+    assert [b.name for b in codegen.candidates("auto", Target("cuda", 90))] == ["gluon", "triton"]
+    assert [b.name for b in codegen.candidates("auto", Target("hip", "gfx950"))] == ["triton"]
+    with pytest.raises(ValueError, match="does not compile for hip:gfx942"):
+        codegen.candidates("gluon", Target("hip", "gfx942"))
+    with pytest.raises(ValueError, match="unknown backend 'tvm'"):
+        codegen.backend_name("tvm")
+
+
+def test_backend_from_environment(monkeypatch):
+    monkeypatch.setenv("TRITILE_BACKEND", "triton")
+    kernel = tritile.compile(K.gemm(64, 64, 64, 32, 32, 32))
+    assert kernel.backend == "triton" and kernel.stages[-1][0] == "accumulator_init"
+    monkeypatch.setenv("TRITILE_BACKEND", "gluon")
+    assert tritile.compile(K.gemm(64, 64, 64, 32, 32, 32), backend="triton").backend == "triton"  # argument wins
+    assert tritile.compile(K.gemm(64, 64, 64, 32, 32, 32)).backend == "gluon"
+
+
+def test_jit_backend_keyword(assert_close):
+    @tritile.jit(out_idx=[-1], backend="triton")
+    def scale(N):
+        @T.prim_func
+        def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+                for i in T.Parallel(32):
+                    B[bx * 32 + i] = A[bx * 32 + i] * 3.0
+
+        return main
+
+    a = torch.randn(80)
+    kernel = scale(80)
+    assert kernel.backend == "triton"
+    assert_close(kernel(a), a * 3)
+
+
+def test_program_no_backend_takes_names_each_refusal():
+    def build():
+        @T.prim_func
+        def odd(A: T.Tensor((24,), "float32"), B: T.Tensor((24,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                for i in T.Parallel(24):
+                    B[i] = A[i] + 1.0
+
+        return codegen.compile_kernel(tritile.compile(odd, target="cuda:90").stages, Target("cuda", 90),
+                                      codegen.candidates("auto", Target("cuda", 90)))
+
+    message = K.compile_error(build)
+    assert "no backend compiles kernel 'odd' for cuda:90" in message
+    assert "gluon:" in message and "triton:" in message
+    assert "T.Parallel(24,)" in message  # both refuse the non-power-of-two extent, at its line
+
+
+def test_partial_register_tile_is_a_compile_error_at_the_users_line():
+    def build():
+        @T.prim_func
+        def half_tile(A: T.Tensor((32, 32), "float16"), B: T.Tensor((32, 32), "float16")):
+            with T.Kernel(1, threads=128) as _:
+                S = T.alloc_shared((32, 32), "float16")
+                T.clear(S)
+                T.copy(A[0:16, 0:32], S[0:16, 0:32])
+                T.copy(S, B)
+
+        return tritile.compile(half_tile, target="hip:gfx942").get_source("triton")
+
+    message = K.compile_error(build)
+    assert "a partial region S[16, 32] of shared buffer S" in message
+    assert "not supported by the triton.language backend" in message
+    assert "T.copy(A[0:16, 0:32], S[0:16, 0:32])" in message
