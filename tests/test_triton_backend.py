@@ -4,7 +4,8 @@
   ``@triton.jit`` kernel == torch, for the suite's kernels (GEMMs of every dtype / transpose /
   register operand / swizzle / runtime size, FlashAttention, softmax, reductions, scans, atomics,
   scalar control flow, `T.alloc_local` arrays) and for generated expression / reduction programs
-  (hypothesis, `tests/expression_programs.py`).
+  (hypothesis, `tests/expression_programs.py`), and for the pipeline tests' generated programs
+  (hypothesis, `tests/pipeline_programs.py`).
 * Compile checks for every target: the GEMM and FlashAttention examples for gfx942 / gfx950
   (`v_mfma`, LDS within the target's limit), sm_80 (`mma.sync`, `cp.async`), sm_90 (`wgmma`),
   sm_100 (`tcgen05`); a pipelined loop's `num_stages` reaches Triton's pipeliner.
@@ -21,9 +22,14 @@ import kernels as K
 import tritile
 import tritile.language as T
 from tritile import codegen
+from tritile.codegen import triton as triton_backend
 from tritile.codegen.triton import TritonKernel
+from tritile.interpreter import execute
+from tritile.lowering import run_passes
 from tritile.runtime.target import Target, parse_target
 from test_kernels_attention import flash_attention as FA  # examples/flash_attention.py
+from test_pipeline_properties import REPLAY as PIPELINE_REPLAY
+from test_pipeline_properties import programs as pipeline_programs
 
 
 def on_triton(kernel, target="auto"):
@@ -249,6 +255,36 @@ def test_expression_programs_three_ways(program, seed):
     ours, triton = kernel(a, b), on_triton(kernel)(a, b)
     assert E.same(ours, expected, program), f"{program.source}\ntile-IR interpreter {ours}\nexpected {expected}"
     assert E.same(triton, expected, program), f"{program.source}\nTriton interpreter {triton}\nexpected {expected}"
+
+
+def _pipeline_program_three_ways(program, seed, target=Target("cuda", 90)):
+    """A generated pipeline program (tests/pipeline_programs.py: sibling pipelined GEMM loops,
+    guards, runtime trip counts, manual schedules) through the tile-IR interpreter (its final IR)
+    and the generated triton.language kernel (Triton's interpreter), each against torch."""
+    stages = run_passes(program.func, target, stop_after="shared_memory_budget")
+    expected_c, expected_d = program.reference(program.make_args(seed))
+    kernel = triton_backend.compile_kernel(dict(stages)["accumulator_init"], target)
+    for name, run in (("tile-IR interpreter", lambda args: execute(stages[-1][1], args, dict(program.dims))),
+                      ("Triton interpreter", lambda args: kernel.interpret(args, dict(program.dims)))):
+        args = program.make_args(seed)
+        run(args)
+        torch.testing.assert_close(args[3], expected_c, rtol=1e-4, atol=1e-3, msg=lambda m: f"{name}: {m}")
+        if program.read_after:
+            torch.testing.assert_close(args[4], expected_d, rtol=0, atol=0, msg=lambda m: f"{name}: {m}")
+    return kernel
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(program=pipeline_programs(), seed=st.integers(0, 2**16))
+def test_pipeline_programs_three_ways(program, seed):
+    _pipeline_program_three_ways(program, seed)
+
+
+def test_replayed_pipeline_programs_three_ways_and_compile_for_gfx942():
+    for index, (program, seed) in enumerate(PIPELINE_REPLAY[:12]):
+        kernel = _pipeline_program_three_ways(program, seed, Target("hip", "gfx942"))
+        if index < 3:
+            assert "v_mfma" in kernel.asm["amdgcn"]
 
 
 def test_replayed_programs_three_ways():
