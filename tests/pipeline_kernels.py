@@ -539,11 +539,11 @@ def replay_kernels(count: int, seed: int, max_shared: int = SM80_SHARED, wide_ev
         out.append((draws[i % len(draws)](rng.choice, max_shared, wide), rng.randint(0, 2**16)))
     return out
 
-# A compiler crash, kept as a reproducer (xfailed in tests/test_pipeline_kernel_properties.py): a
-# causal attention made persistent without warp specialization (TRITILE_PERSISTENT=1 on one
-# warpgroup) whose key loop is shorter than its stages (1 tile, 3 stages; found by
-# bench/pipeline_replay.py with 2 stages and 1 tile of 128 keys too) fails in Triton's
-# ConvertTritonGPUToLLVM with an LLVM assertion (SmallVector `idx < size()`; a CompileError
-# "PassManager::run failed").  The same kernel compiles with 2 stages, not causal, or not persistent.
+# Was a compiler crash (tests/test_pipeline_kernel_properties.py compiles it): a causal attention
+# made persistent without warp specialization (TRITILE_PERSISTENT=1 on one warpgroup) whose key
+# loop is shorter than its stages (at most 1 tile, 3 stages) failed in Triton's
+# ConvertTritonGPUToLLVM with an LLVM assertion (SmallVector `idx < size()`), through the
+# prologue's guarded copies of iterations that never run; pipeline planning now caps the stages
+# by the loop's static trip count.
 CAUSAL_PERSISTENT_SHORT = Attention(block_M=64, block_N=64, dim=64, threads=128, causal=True, num_stages=3, seq_q=64,
                                     seq_kv=64, switches=(("TRITILE_PERSISTENT", "1"),))

@@ -45,7 +45,11 @@ OUTERS = [1, 1, 2]
 REPLAY_SEED = 20261122
 
 def _depth(spec: LoopSpec) -> int:
-    return max(spec.stage) + 1 if spec.stage is not None else spec.num_stages
+    """Versions the loop needs: a manual schedule's stages, else num_stages, capped by a static
+    trip count (pipeline planning gives a loop of at most n iterations at most n stages)."""
+    if spec.stage is not None:
+        return max(spec.stage) + 1
+    return spec.num_stages if spec.dynamic else min(spec.num_stages, max(spec.trips, 1))
 
 
 @st.composite

@@ -22,8 +22,9 @@ Guarantees
   - Top-level `Alloc`s without an initial value are hoisted in front of the loop (their
     contents are undefined at every iteration start anyway).
 * Automatic rule (TileLang's): a global->shared `Copy` is a producer at stage 0, every other
-  unit a consumer at stage ``num_stages - 1``; orders follow program order.  Manual
-  `order=`/`stage=` lists are honoured.
+  unit a consumer at stage ``S - 1``, where S is `num_stages`, capped by the loop's static
+  maximum trip count (`ir.bounds.max_trip_count`) when it has one; orders follow program
+  order.  Manual `order=`/`stage=` lists are honoured.
 * Every schedule, automatic or manual, keeps the program's same-iteration dependencies: a
   statement that reads (or overwrites) a buffer another statement wrote or read earlier in
   program order runs after it (lower stage, or same stage and lower order).  A schedule that
@@ -42,6 +43,7 @@ from typing import Optional
 
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
+from tritile.ir.bounds import let_bindings, max_trip_count
 from tritile.ir.transform import Transformer, walk
 
 
@@ -252,8 +254,9 @@ def check_dependencies(loop: ir.For, units: list, stages: list, orders: list, ma
                     loop.loc)
 
 
-def plan_loop(loop: ir.For):
-    """The planned loop, preceded by the Allocs hoisted out of its body."""
+def plan_loop(loop: ir.For, bindings: dict = None):
+    """The planned loop, preceded by the Allocs hoisted out of its body; `bindings`: the
+    function's `Let` values (`ir.bounds.let_bindings`), which may bound its trip count."""
     manual = loop.order is not None or loop.stage is not None
     if loop.kind != "pipelined" or loop.schedule is not None or (loop.num_stages < 1 and not manual):
         return loop
@@ -268,7 +271,12 @@ def plan_loop(loop: ir.For):
         if any(s < 0 for s in stages):
             raise CompileError(f"T.Pipelined stage= entries must be >= 0, got {stages}", loop.loc)
     else:
-        last = max(loop.num_stages, 1) - 1
+        # a loop of at most n iterations gains nothing from more than n stages (the extra
+        # prologue steps are all guarded off); Triton's LLVM lowering also asserted on such
+        # prologues (causal attention whose key loop is shorter than its stages)
+        trips = max_trip_count(loop, bindings)
+        depth = loop.num_stages if trips is None else min(loop.num_stages, max(trips, 1))
+        last = max(depth, 1) - 1
         stages = [0 if is_producer(split_unit(u).core) else last for u in units]
     orders = [int(o) for o in loop.order] if loop.order is not None else list(range(n))
     if sorted(orders) != list(range(n)):
@@ -280,9 +288,12 @@ def plan_loop(loop: ir.For):
 
 
 class _Planner(Transformer):
+    def __init__(self, bindings: dict):
+        self.bindings = bindings
+
     def visit_For(self, loop):
-        return plan_loop(loop)
+        return plan_loop(loop, self.bindings)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    return _Planner().transform(func)
+    return _Planner(let_bindings(func)).transform(func)
