@@ -186,6 +186,32 @@ def test_alloc_local_array_inside_parallel(assert_close):
     assert isinstance(chosen, TritonKernel) and "wgmma" not in chosen.asm["ptx"]
 
 
+@tritile.jit(out_idx=[-1])
+def element_writes(N):
+    """Single elements of a fragment read and written outside T.Parallel, at constant and loop indices."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            x = T.alloc_fragment((N,), "float32")
+            T.copy(A, x)
+            x[0] = x[N - 1] + 1.0
+            for t in T.serial(3):
+                x[t + 1] = x[t] * 2.0
+            T.copy(x, B)
+
+    return main
+
+
+def test_element_writes_three_ways(assert_close):
+    a = torch.randn(32)
+    expected = a.clone()
+    expected[0] = a[31] + 1
+    for t in range(3):
+        expected[t + 1] = expected[t] * 2
+    three_ways(element_writes(32), (a,), expected, assert_close)
+
+
 @tritile.jit(out_idx=[-2, -1])
 def scalar_control_flow(M, N):
     """`T.alloc_var` counters in a serial loop, an `if` and a `while` on runtime values."""

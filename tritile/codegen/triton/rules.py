@@ -139,8 +139,6 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     rank = len(par.loop.vars)
     if len(axes) == rank:
         return text
-    if not axes:
-        return text
     return f"{text}[{', '.join(':' if a in axes else 'None' for a in range(rank))}]"
 
 
@@ -219,16 +217,10 @@ def lower_store(em: Emitter, s: ir.Store):
         em.emit(f"tl.store(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
                 f"mask=tl.broadcast_to({mask}, {full}))")
         return
-    if buf.scope == "local" or (par is None or not frozenset().union(*[i.dims for i in idx])):
-        # one element at lane-independent indices: a masked select over the flattened tile
-        if par is not None and (v.dims or par.cond):
-            raise unsupported(f"a lane-dependent write to one element of {buf.scope} buffer {buf.name}", s.loc)
-        if buf.scope != "local":
-            raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
-        value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, "tl")
-        em.emit(f"{em.name(buf)} = tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, "
-                f"{em.name(buf)})")
-        return
+    if not frozenset().union(*[i.dims for i in idx]):
+        return _write_element(em, s, v, idx)
+    if buf.scope == "local":
+        raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
     # a whole on-chip tile written lane by lane: each lane of the Parallel one element
     if len([d for d in buf.shape if d != 1]) != len(par.loop.vars):
         raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
@@ -238,9 +230,24 @@ def lower_store(em: Emitter, s: ir.Store):
     value = em.splat(s.value, v, buf.dtype, shape)
     if par.cond:
         value = f"tl.where({par.cond}, {value}, {view})"
-    if [d for d in buf.shape] != shape:
+    if list(buf.shape) != shape:
         value = f"tl.reshape({value}, {list(buf.shape)})"
     em.emit(f"{em.name(buf)} = {value}")
+
+
+def _write_element(em: Emitter, s: ir.Store, v: Val, idx: list):
+    """One element of an on-chip buffer at lane-independent indices: a select over the
+    flattened tile.  Inside a T.Parallel every lane would write it: only with one value and
+    no lane condition is that one write."""
+    buf, par = s.buffer, em.par
+    if par is not None and (v.dims or par.cond):
+        raise unsupported(f"a lane-dependent write to one element of {buf.scope} buffer {buf.name}", s.loc)
+    value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, "tl")
+    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
+    written = f"tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, {flat})"
+    if buf.scope != "local":
+        written = f"tl.reshape({written}, {list(buf.shape)})"
+    em.emit(f"{em.name(buf)} = {written}")
 
 
 # ---------------------------------------------------------------- T.Parallel
@@ -422,7 +429,7 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
     compute = s.a.buffer.dtype
     operands = []
     for region, transposed in ((s.a, s.transpose_a), (s.b, s.transpose_b)):
-        tile = [d for d in region.tile_shape]
+        tile = list(region.tile_shape)
         if len(tile) != 2:
             raise unsupported(f"T.gemm operand {region.buffer.name} of shape {tile}", s.loc)
         text, _ = _tile(em, region, s.loc, tile)
