@@ -33,7 +33,7 @@ def main():
     args = parser.parse_args()
     if args.register_epilogue:
         os.environ["TRITILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tritile_register_epilogue_")
-        import tritile.codegen.gluon.instructions as isel
+        import tritile.ir.instructions as isel
 
         isel.uses_tma_store = lambda copy, target: False
     import tritile.language as T

@@ -579,7 +579,7 @@ def test_sm90_shared_tile_written_elementwise_is_stored_without_tma():
 def test_rows_view_tiles_never_reach_into_the_next_head(rows, start, ok):
     """A [B, H, S, D] tile through the [B*H*S, D] view is clipped only at the view's end, so a
     row block must stay inside its own head's S rows for every block index."""
-    from tritile.codegen.gluon import instructions as isel
+    from tritile.ir import instructions as isel
 
     q = ir.Buffer("Q", (2, 4, rows, 64), dt.float16, "global")
     bx, part, by = ir.Var("bx"), ir.Var("part"), ir.Var("by")

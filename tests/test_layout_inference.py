@@ -161,7 +161,7 @@ def test_transposed_register_operand_is_permuted_in_registers(target, trans_a, t
 @pytest.mark.parametrize("trans_b", [False, True], ids=["B_KN", "B_NK"])
 def test_register_b_operand_takes_mma_sync(target, trans_b):
     from test_kernels_gemm import matmul_register_operand
-    from tritile.codegen.gluon import instructions as isel
+    from tritile.ir import instructions as isel
 
     func = before_layouts(frontend_ir(matmul_register_operand(128, 128, 128, 64, 64, 32, False, trans_b, "B", 0)),
                           target)
@@ -204,7 +204,7 @@ def _async_copy(shape, dtype, starts, extents):
     ((128, 130), dt.int8, ir.const(0), (64, 32), False),  # 1-byte elements need 4 | row stride
 ])
 def test_cp_async_only_where_4_byte_vectors_are_provable(shape, dtype, last_start, extents, ok):
-    from tritile.codegen.gluon import instructions as isel
+    from tritile.ir import instructions as isel
 
     assert isel.uses_cp_async(_async_copy(shape, dtype, (ir.const(0), last_start), extents)) is ok
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_buffers, walk

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk, written_buffer
 from tritile.lowering import consumer_partitions

@@ -18,7 +18,7 @@ Warp-specialized kernels hand such copies to their producer instead (tile loads,
 """
 from __future__ import annotations
 
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.codegen.gluon import rings
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, touches

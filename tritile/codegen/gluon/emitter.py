@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.codegen.semantics import TRITON_DTYPES, Val, cast_text, helpers_text
 from tritile.codegen.source_writer import SourceWriter, is_pow2, paren, static_int
 from tritile.errors import CompileError

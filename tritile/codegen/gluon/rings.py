@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import os
 
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.codegen.gluon.emitter import Emitter, Ring
 from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir

@@ -9,7 +9,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 from __future__ import annotations
 
 from tritile.codegen import semantics, signs
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tritile.codegen import signs
-from tritile.codegen.gluon import instructions as isel
+from tritile.ir import instructions as isel
 from tritile.codegen.gluon import rings
 from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter
 from tritile.codegen.source_writer import paren, static_int
