@@ -1,8 +1,9 @@
-"""Instruction selection for the Gluon backend: which hardware path a tile op takes.
+"""Instruction selection for NVIDIA targets: which hardware path a tile op takes.
 
-Layout inference (which must give each buffer the encoding its instruction needs) and the
-emitter (which must emit that instruction) both ask these functions, so the two can never
-disagree.  Every function is a pure function of the IR node, the target and the warp
+Layout inference and warp specialization (which must give each buffer the encoding, and each
+copy the producer, its instruction needs) and the Gluon emitter (which must emit that
+instruction) all ask these functions, so they can never disagree; it lives beside the IR's
+layouts because the target-independent passes may not import a backend.  Every function is a pure function of the IR node, the target and the warp
 count.
 
 Paths:
