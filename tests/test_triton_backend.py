@@ -32,16 +32,28 @@ from test_pipeline_properties import REPLAY as PIPELINE_REPLAY
 from test_pipeline_properties import programs as pipeline_programs
 
 
+@pytest.fixture(autouse=True)
+def default_backend(monkeypatch):
+    """These tests name the backends they compare: `TRITILE_BACKEND` (CI sets it for the kernel
+    suites) does not choose for them."""
+    monkeypatch.delenv("TRITILE_BACKEND", raising=False)
+
+
+def on_backend(kernel, backend, target="auto"):
+    """`kernel`'s program (its frontend IR) compiled with `backend`."""
+    return tritile.compile(kernel.stages[0][1], target=target, backend=backend)
+
+
 def on_triton(kernel, target="auto"):
-    """`kernel`'s program (its frontend IR) compiled by the triton.language backend."""
-    return tritile.compile(kernel.stages[0][1], target=target, backend="triton")
+    return on_backend(kernel, "triton", target)
 
 
 def three_ways(kernel, args, expected, assert_close):
     """tile-IR interpreter == Triton's interpreter of the generated code == `expected` (torch),
     each output at its dtype's tolerance; the args are cloned for each run (outputs may be
-    accumulated into)."""
-    ours = kernel(*[a.clone() for a in args])
+    accumulated into).  `kernel` may have been built under any backend: both runs compile
+    its program afresh (backend "auto" runs CPU tensors in the tile-IR interpreter)."""
+    ours = on_backend(kernel, "auto")(*[a.clone() for a in args])
     triton = on_triton(kernel)(*[a.clone() for a in args])
     for name, result in (("tile-IR interpreter", ours), ("Triton interpreter", triton)):
         results, references = (result, expected) if isinstance(result, list) else ([result], [expected])
@@ -109,7 +121,7 @@ def test_splitk_atomic_add_three_ways(assert_close):
     a, b = K.make_operands(64, 64, 128)
     c = torch.zeros(64, 64)
     ours = c.clone()
-    kernel(a, b, ours)
+    on_backend(kernel, "auto")(a, b, ours)
     triton = c.clone()
     on_triton(kernel)(a, b, triton)
     expected = a.float() @ b.float()
@@ -122,7 +134,7 @@ def test_tile_atomic_add_three_ways(form, assert_close):
     kernel = tritile.compile(K.splitk_gemm(64, 64, 64, 32, 32, 32, 2, form))
     a, b = K.make_operands(64, 64, 64)
     results = []
-    for run in (kernel, on_triton(kernel)):
+    for run in (on_backend(kernel, "auto"), on_triton(kernel)):
         c = torch.ones(64, 64)
         run(a, b, c)
         results.append(c)
@@ -278,7 +290,7 @@ def test_expression_programs_three_ways(program, seed):
     kernel = E.build(program)
     a, b = E.inputs(program, torch.Generator().manual_seed(seed))
     expected = E.reference(program, a, b)
-    ours, triton = kernel(a, b), on_triton(kernel)(a, b)
+    ours, triton = on_backend(kernel, "auto")(a, b), on_triton(kernel)(a, b)
     assert E.same(ours, expected, program), f"{program.source}\ntile-IR interpreter {ours}\nexpected {expected}"
     assert E.same(triton, expected, program), f"{program.source}\nTriton interpreter {triton}\nexpected {expected}"
 

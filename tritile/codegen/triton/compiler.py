@@ -26,6 +26,7 @@ from tritile.runtime import cache
 
 _interpreter_lock = threading.Lock()
 _rewritten = {}  # a @triton.jit function's Python function -> its interpreter rewrite
+_ABSENT = object()  # an attribute a patch adds, deleted again afterwards
 
 
 @contextlib.contextmanager
@@ -39,6 +40,7 @@ def interpreting():
     here.  The interpreter patches triton.language while a kernel runs (`_patch_lang`), so
     one kernel is interpreted at a time, process-wide; `_interpreter_repairs` are in force
     meanwhile."""
+    import numpy as np
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
@@ -50,14 +52,18 @@ def interpreting():
 
     with _interpreter_lock:
         patches = [(JITFunction, "__call__", call_interpreted), *_interpreter_repairs()]
-        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+        saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
         for owner, name, value in patches:
             setattr(owner, name, value)
         try:
-            yield
+            with np.errstate(all="ignore"):  # IEEE results (x / 0, inf - inf) warn in numpy only
+                yield
         finally:
             for owner, name, value in saved:
-                setattr(owner, name, value)
+                if value is _ABSENT:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, value)
 
 
 def _interpreter_repairs() -> list:
@@ -66,6 +72,8 @@ def _interpreter_repairs() -> list:
     * `tl.maximum` / `tl.minimum` (maxnumf / minnumf, NaN-ignoring) are numpy's NaN-propagating
       maximum / minimum there: np.fmax / np.fmin;
     * bfloat16 `tl.dot` operands are multiplied as their uint16 bits: widened to float32 (exact);
+      bfloat16 constants (`tl.full`) have no builder: rounded from float32 (bfloat16 arithmetic
+      stays unmodeled: numpy adds the bits);
     * a scalar's `__index__` (a loop bound: `range(n)` of a runtime dim) is `int()` of a
       1-element array, an error under numpy >= 2.4: `.item()`;
     * extern library calls have no interpreter: `libdevice.mul_rn` (the floor-modulo helper's
@@ -90,7 +98,12 @@ def _interpreter_repairs() -> list:
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
 
-    return [(InterpreterBuilder, "create_maxnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)),
+    def get_bf16(builder, value):  # the float32 bits rounded to their upper half, to nearest even
+        bits = np.array([value], dtype=np.float32).view(np.uint32)
+        return TensorHandle(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16), tl.bfloat16)
+
+    return [(InterpreterBuilder, "get_bf16", get_bf16),
+            (InterpreterBuilder, "create_maxnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)),
             (InterpreterBuilder, "create_minnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)),
             (InterpreterBuilder, "create_dot", create_dot_bf16),
             (interpreter, "_patch_lang_tensor", patch_tensor_index),

@@ -519,10 +519,10 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
 
 def _reduced_dtype(s: ir.Reduce, propagate: bool):
     """The IR dtype of a reduction's result as emitted: float32 for a NaN-propagating reduction
-    of a narrower float (combined in fp32), int32 for a sum of narrower ints (tl.sum widens),
-    else the source's dtype."""
+    of a narrower float (combined in fp32) and for tl.max / tl.min of bfloat16 (which promote
+    it), int32 for a sum of narrower ints (tl.sum widens), else the source's dtype."""
     src = s.src.buffer.dtype
-    if propagate and src.bits < 32:
+    if propagate and src.bits < 32 or s.kind in ("max", "min", "absmax") and src.name == "bfloat16":
         return dt.float32
     if s.kind in ("sum", "abssum") and src.is_int and src.bits < 32:
         return dt.int32 if src.kind == "int" else dt.uint32
