@@ -224,6 +224,28 @@ def test_element_writes_three_ways(assert_close):
     three_ways(element_writes(32), (a,), expected, assert_close)
 
 
+def test_print_matches_the_tile_ir_interpreter(capsys):
+    """T.print of a tile, a scalar and a message: the same lines from both interpreters (the GPU's
+    `device_print` format)."""
+
+    @T.prim_func
+    def printing(A: T.Tensor((2, 4), "float32")):
+        with T.Kernel(2, threads=128) as bx:
+            tile = T.alloc_fragment((4,), "float32")
+            T.copy(A[bx, 0], tile)
+            T.print(tile, msg="tile")
+            T.print(A[bx, 1] * 2.0, msg="x")
+            T.print(msg="done")
+
+    a = torch.randn(2, 4)
+    outputs = []
+    for backend in ("auto", "triton"):
+        tritile.compile(printing, backend=backend)(a)
+        outputs.append(capsys.readouterr().out.splitlines())
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 2 * (4 + 2)
+    assert outputs[1][0] == f"pid (0, 0, 0) idx (0) tile: {float(a[0, 0]):f}"
+
+
 @tritile.jit(out_idx=[-2, -1])
 def scalar_control_flow(M, N):
     """`T.alloc_var` counters in a serial loop, an `if` and a `while` on runtime values."""

@@ -16,7 +16,9 @@ executor, enabled for this call only: see `interpreting`).  Both take the tensor
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
+import types
 
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
@@ -30,7 +32,7 @@ _ABSENT = object()  # an attribute a patch adds, deleted again afterwards
 
 
 @contextlib.contextmanager
-def interpreting():
+def interpreting(module):
     """Calls of ``@triton.jit`` functions (the generated helpers, triton.language's own
     `tl.sum`, `tl.zeros`, ...) run through Triton's interpreter while this is held.
 
@@ -39,7 +41,7 @@ def interpreting():
     as an `InterpretedFunction` and the JIT functions it calls are rewritten the same way
     here.  The interpreter patches triton.language while a kernel runs (`_patch_lang`), so
     one kernel is interpreted at a time, process-wide; `_interpreter_repairs` are in force
-    meanwhile."""
+    meanwhile, and the generated `module`'s `libdevice` is `_INTERPRETED_LIBDEVICE`."""
     import numpy as np
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
@@ -51,7 +53,8 @@ def interpreting():
         return fn(*args, **kwargs)
 
     with _interpreter_lock:
-        patches = [(JITFunction, "__call__", call_interpreted), *_interpreter_repairs()]
+        patches = [(JITFunction, "__call__", call_interpreted), (module, "libdevice", _INTERPRETED_LIBDEVICE),
+                   *_interpreter_repairs()]
         saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
         for owner, name, value in patches:
             setattr(owner, name, value)
@@ -76,11 +79,11 @@ def _interpreter_repairs() -> list:
       stays unmodeled: numpy adds the bits);
     * a scalar's `__index__` (a loop bound: `range(n)` of a runtime dim) is `int()` of a
       1-element array, an error under numpy >= 2.4: `.item()`;
-    * extern library calls have no interpreter: `libdevice.mul_rn` (the floor-modulo helper's
-      unfused product) is numpy's product, which is not fused either."""
+    * `tl.device_print` prints numpy arrays; here it prints as the GPU does, one line per
+      element: ``pid (x, y, z) idx (i, j) msg: value`` (floats as %f; a one-element value is
+      taken for a scalar, ``idx ()``: the builder sees no shape beyond the data's)."""
     import numpy as np
     import triton.language as tl
-    from triton.language.extra import libdevice
     from triton.runtime import interpreter
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
@@ -107,7 +110,26 @@ def _interpreter_repairs() -> list:
             (InterpreterBuilder, "create_minnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)),
             (InterpreterBuilder, "create_dot", create_dot_bf16),
             (interpreter, "_patch_lang_tensor", patch_tensor_index),
-            (libdevice, "mul_rn", lambda a, b: a * b)]
+            (InterpreterBuilder, "create_print", _print_as_the_gpu_does)]
+
+
+def _print_as_the_gpu_does(builder, prefix, hex, values, is_signed):
+    pid = "pid ({}, {}, {})".format(*builder.grid_idx)
+    if not values:
+        print(pid + prefix)
+    for value in values:
+        data = value.data
+        if data.size == 1 and data.ndim <= 1:
+            data = data.reshape(())
+        for index in itertools.product(*(range(n) for n in data.shape)):
+            element = data[index].item()
+            text = f"{element:f}" if isinstance(element, float) else str(int(element))
+            print(f"{pid} idx ({', '.join(map(str, index))}){prefix}{text}")
+
+
+# what the generated helpers call of libdevice, under Triton's interpreter (which runs no extern
+# library call): mul_rn, the floor-modulo helper's unfused product, is numpy's (never fused)
+_INTERPRETED_LIBDEVICE = types.SimpleNamespace(mul_rn=lambda a, b: a * b)
 
 
 class TritonKernel:
@@ -201,7 +223,7 @@ class TritonKernel:
         interpreted = InterpretedFunction(self._jit_fn.fn)
 
         def launch(grid, args):
-            with interpreting():
+            with interpreting(self._module):
                 interpreted[grid](*args)
 
         self._module.tritile_launch(launch, *tensors, *self._dims(dim_values))
