@@ -1,8 +1,8 @@
 """`torch.compile(..., backend="tritile")`: matmuls become tritile GEMMs (run by the reference
-interpreter on CPU), everything else stays eager, and results match eager PyTorch."""
+interpreter on CPU), everything else goes to inductor (or eager with fallback="eager"), results
+match eager PyTorch, and `explain` says what went where."""
 import pytest
 import torch
-from torch._dynamo.backends.common import aot_autograd
 
 from tritile.contrib import torch_backend
 from tritile.ops import matmul as tritile_matmul
@@ -25,26 +25,18 @@ def kernel_calls() -> int:
     return info.hits + info.misses
 
 
-def recording_backend(graphs: list):
-    """The tritile compiler behind aot_autograd, keeping each rewritten ATen graph's call targets."""
-    def compile_and_record(gm, example_inputs):
-        compiled = torch_backend.compile_aten_graph(gm, example_inputs)
-        graphs.append([n.target for n in gm.graph.nodes if n.op == "call_function"])
-        return compiled
-
-    return aot_autograd(fw_compiler=compile_and_record)
-
-
 def assert_close(actual, expected):
     tol = TOLERANCE[expected.dtype]
     torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_compiled_matmul_bias_relu_matches_eager(dtype):
+@pytest.mark.parametrize("dtype, fallback", [(torch.float32, "inductor"), (torch.float32, "eager"),
+                                             (torch.float16, "eager")])
+def test_compiled_matmul_bias_relu_matches_eager(dtype, fallback):
+    torch._dynamo.reset()
     model = MatmulBiasRelu(96, 128, dtype)
     x = torch.randn(64, 96, dtype=dtype)
-    compiled = torch.compile(model, backend="tritile")
+    compiled = torch.compile(model, backend="tritile", options={"fallback": fallback})
     calls = kernel_calls()
     with torch.no_grad():
         actual = compiled(x)
@@ -53,21 +45,47 @@ def test_compiled_matmul_bias_relu_matches_eager(dtype):
     assert_close(actual, expected)
 
 
-def test_rewritten_graph_calls_tritile_mm():
-    graphs = []
+def test_inductor_fuses_around_the_tritile_gemm():
+    """The default composes with inductor: its generated code calls tritile.mm as an extern
+    kernel and fuses the bias add and the ReLU into one kernel of its own."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    model = MatmulBiasRelu(64, 32, torch.float32)
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        actual, code = run_and_get_code(torch.compile(model, backend="tritile"), x)
+    assert_close(actual, model(x))
+    source = "\n".join(code)
+    assert "torch.ops.tritile.mm.default" in source
+    assert "aten.mm" not in source and "extern_kernels.mm" not in source
+    fused = [line for line in source.splitlines() if "def kernel" in line or "cpp_fused" in line]
+    assert fused, source  # bias + relu: one inductor kernel
+
+
+def test_explain_reports_what_went_where():
     linear = torch.nn.Linear(96, 48)
     model = torch.nn.Sequential(MatmulBiasRelu(64, 96, torch.float32), linear)
     x = torch.randn(80, 64)
-    with torch.no_grad():
-        actual = torch.compile(model, backend=recording_backend(graphs))(x)
-        expected = model(x)
-    targets = [t for graph in graphs for t in graph]
-    assert targets.count(torch.ops.tritile.mm.default) == 2  # x @ weight, and the Linear's addmm
-    assert torch.ops.aten.mm.default not in targets and torch.ops.aten.addmm.default not in targets
-    assert_close(actual, expected)
+    report = torch_backend.explain(model, x, fallback="eager", backward=False)
+    assert [d.kernel for d in report.tritile_ops] == ["tritile.mm", "tritile.mm"]  # x @ weight, the addmm
+    assert not report.fallback_ops
+    assert "2 op(s) ran as tritile kernels" in str(report)
+    ints = torch_backend.explain(lambda a, b: torch.mm(a, b) * 2, torch.randint(-8, 8, (32, 48)),
+                                 torch.randint(-8, 8, (48, 16)), fallback="eager")
+    (refused,) = ints.fallback_ops
+    assert "dtype torch.int64" in refused.reason and "stayed with eager" in str(ints)
+
+
+def test_explain_covers_the_backward_graph():
+    model = MatmulBiasRelu(48, 32, torch.float32)
+    x = torch.randn(16, 48, requires_grad=True)
+    report = torch_backend.explain(model, x, fallback="eager")
+    assert len(report.tritile_ops) == 3  # forward x @ W; backward dX = dY @ W^T, dW = X^T @ dY
 
 
 def test_backward_through_compiled_model_matches_eager():
+    torch._dynamo.reset()
     model = MatmulBiasRelu(96, 64, torch.float32)
     x = torch.randn(64, 96, requires_grad=True)
     grad_out = torch.randn(64, 64)
@@ -86,18 +104,27 @@ def test_backward_through_compiled_model_matches_eager():
     lambda: (torch.randint(-8, 8, (32, 48)), torch.randint(-8, 8, (48, 16))),  # integer mm
     lambda: (torch.randn(3, 32, 48), torch.randn(3, 48, 16)),                   # 3-D: bmm
 ], ids=["int", "bmm"])
-def test_unsupported_matmul_falls_back_to_eager(make_inputs):
+def test_unsupported_matmul_falls_back(make_inputs):
     a, b = make_inputs()
-    graphs = []
     calls = kernel_calls()
-    actual = torch.compile(lambda a, b: torch.matmul(a, b) * 2, backend=recording_backend(graphs))(a, b)
+    report = torch_backend.explain(lambda a, b: torch.matmul(a, b) * 2, a, b, fallback="eager")
+    actual = torch.compile(lambda a, b: torch.matmul(a, b) * 2, backend="tritile",
+                           options={"fallback": "eager"})(a, b)
     expected = torch.matmul(a, b) * 2
     if a.is_floating_point():
         assert_close(actual, expected)
     else:
         assert torch.equal(actual, expected)
-    assert graphs and all(torch.ops.tritile.mm.default not in graph for graph in graphs)
+    assert not report.tritile_ops
     assert kernel_calls() == calls
+
+
+def test_backend_options_are_checked():
+    gm = torch.fx.symbolic_trace(torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="fallback"):
+        torch_backend.tritile_backend(gm, [torch.randn(2, 4)], options={"fallback": "cuda-graphs"})
+    with pytest.raises(ValueError, match="inductor options"):
+        torch_backend.tritile_backend(gm, [torch.randn(2, 4)], options={"fallback": "eager", "max_autotune": True})
 
 
 def test_backend_name_is_registered():

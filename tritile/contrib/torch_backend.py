@@ -1,29 +1,57 @@
-"""`torch.compile(model, backend="tritile")`: matrix products of the model run as tritile GEMMs.
+"""`torch.compile(model, backend="tritile")`: tritile's kernels for the ops it owns, inductor for the rest.
 
 Contract:
-* `tritile_backend(gm, example_inputs)` is an AOTAutograd backend: its compiler receives the
-  functionalised ATen graphs (forward, backward or inference) and rewrites, in place,
+* By default the backend is inductor plus one post-grad pass (`TritileOpsPass`, an inductor
+  `CustomGraphPass`): the pass rewrites, in the functionalised ATen graph inductor is about to
+  lower,
     - `aten.mm.default(a, b)`         → `tritile.mm(a, b)`
     - `aten.addmm.default(c, a, b)`   → `aten.add(c, tritile.mm(a, b))` (default beta = alpha = 1 only)
   when `a` and `b` are 2-D tensors of one supported dtype (fp16 / bf16 / fp32) on one device
-  (read from the nodes' fake-tensor metadata).  Every other node, including unsupported
-  matmuls (integer dtypes, bmm, mixed dtypes), is left alone and runs in eager PyTorch.
+  (read from the nodes' fake-tensor metadata).  Inductor then fuses everything around them
+  (LayerNorm, GELU, residuals, casts) and calls tritile's kernels as extern kernels; the ops the
+  pass leaves alone are inductor's as without tritile.  The pass's `uuid` covers this file and
+  tritile's version, so inductor's FX graph cache never serves a graph rewritten by another one.
+* `options={"fallback": "eager"}` runs the same rewrite in AOTAutograd and everything else in
+  eager PyTorch (debugging a model without inductor); any other option is an inductor config
+  patch (`options={"max_autotune": True}`), as with `backend="inductor"`.
+* `explain(model, *inputs)` compiles `model` once and reports every candidate op: which ran as
+  a tritile kernel and which stayed with inductor (or eager), and why.
 * Importing this module registers the backend name "tritile" with Dynamo, unless Dynamo knows
   the name already (registered before, or found through the `torch_dynamo_backends` entry point,
   whose loading registers it).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
 import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends import registry
 from torch._dynamo.backends.common import aot_autograd
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
+import tritile
 from tritile.ops.matmul import SUPPORTED_DTYPES  # also registers torch.ops.tritile.mm
 
 BACKEND_NAME = "tritile"
+FALLBACKS = ("inductor", "eager")
 
 aten = torch.ops.aten
+
+
+@dataclass
+class Decision:
+    """What the rewrite did with one candidate ATen op: `kernel` names the tritile op it became,
+    or is None and `reason` says why the op stayed with the fallback."""
+
+    op: str
+    shapes: list
+    dtypes: list
+    kernel: Optional[str] = None
+    reason: str = ""
 
 
 def _tensor_meta(node):
@@ -31,25 +59,36 @@ def _tensor_meta(node):
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _is_supported_gemm(a, b) -> bool:
-    """Both operands are 2-D tensors of one supported dtype on one device."""
+def _gemm_refusal(a, b) -> str:
+    """'' when both operands are 2-D tensors of one supported dtype on one device, else why not."""
     a, b = _tensor_meta(a), _tensor_meta(b)
-    return (a is not None and b is not None and a.dim() == 2 and b.dim() == 2
-            and a.dtype == b.dtype and a.dtype in SUPPORTED_DTYPES and a.device == b.device)
+    if a is None or b is None:
+        return "an operand without tensor metadata"
+    if a.dim() != 2 or b.dim() != 2:
+        return f"operands of rank {a.dim()} and {b.dim()} (tritile.mm takes 2-D matrices)"
+    if a.dtype != b.dtype:
+        return f"mixed dtypes {a.dtype} and {b.dtype}"
+    if a.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {a.dtype} (tritile.mm takes float16, bfloat16, float32)"
+    if a.device != b.device:
+        return f"operands on {a.device} and {b.device}"
+    return ""
 
 
-def _rewrite_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
-    a, b = node.args
-    if not _is_supported_gemm(a, b):
-        return False
-    node.target = torch.ops.tritile.mm.default
-    return True
+def _rewrite_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> str:
+    refusal = _gemm_refusal(*node.args)
+    if not refusal:
+        node.target = torch.ops.tritile.mm.default
+    return refusal
 
 
-def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> str:
     bias, a, b = node.args
-    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1 or not _is_supported_gemm(a, b):
-        return False
+    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+        return "addmm with beta or alpha other than 1"
+    refusal = _gemm_refusal(a, b)
+    if refusal:
+        return refusal
     with graph.inserting_before(node):
         product = graph.call_function(torch.ops.tritile.mm.default, (a, b))
         product.meta["val"] = node.meta.get("val")
@@ -57,34 +96,136 @@ def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     total.meta.update(node.meta)
     node.replace_all_uses_with(total)
     graph.erase_node(node)
-    return True
+    return ""
 
 
-_REWRITES = {aten.mm.default: _rewrite_mm, aten.addmm.default: _rewrite_addmm}
+# candidate ATen op -> (rule: (graph, node) -> '' when rewritten, else the reason; the tritile op)
+_REWRITES = {aten.mm.default: (_rewrite_mm, "tritile.mm"), aten.addmm.default: (_rewrite_addmm, "tritile.mm")}
 
 
-def rewrite_matmuls(gm: torch.fx.GraphModule) -> int:
-    """Rewrite the supported matmuls of an ATen graph into `tritile.mm` calls, in place; return
-    how many were rewritten (the graph module is recompiled when any was)."""
-    graph = gm.graph
-    rewritten = 0
+def _describe(node: torch.fx.Node) -> tuple:
+    metas = [_tensor_meta(a) for a in node.args]
+    return [list(m.shape) for m in metas if m is not None], [str(m.dtype) for m in metas if m is not None]
+
+
+def rewrite_graph(graph: torch.fx.Graph) -> list:
+    """Rewrite the supported ops of an ATen graph into tritile ops, in place; one `Decision` per
+    candidate op, rewritten or not."""
+    decisions = []
     for node in list(graph.nodes):
-        rule = _REWRITES.get(node.target) if node.op == "call_function" else None
-        if rule is not None and rule(graph, node):
-            rewritten += 1
-    if rewritten:
+        entry = _REWRITES.get(node.target) if node.op == "call_function" else None
+        if entry is None:
+            continue
+        rule, kernel = entry
+        shapes, dtypes = _describe(node)
+        op = str(node.target)
+        reason = rule(graph, node)
+        decisions.append(Decision(op, shapes, dtypes, None if reason else kernel, reason))
+    if any(d.kernel for d in decisions):
         graph.lint()
+    collecting = getattr(_recording, "decisions", None)  # set while `explain` runs on this thread
+    if collecting is not None:
+        collecting.extend(decisions)
+    return decisions
+
+
+_recording = threading.local()
+
+
+class TritileOpsPass(CustomGraphPass):
+    """Inductor's post-grad pass that hands tritile's ops to tritile (`rewrite_graph`)."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        rewrite_graph(graph)
+
+    def uuid(self):
+        return (get_hash_for_files((__file__,)), tritile.__version__)
+
+
+def _compile_eager(gm: torch.fx.GraphModule, example_inputs):
+    """AOTAutograd's compiler for the eager fallback: rewrite, then run the graph eagerly."""
+    if any(d.kernel for d in rewrite_graph(gm.graph)):
         gm.recompile()
-    return rewritten
-
-
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs):
-    """AOTAutograd's compiler: rewrite the matmuls, run the graph eagerly (boxed calling convention)."""
-    rewrite_matmuls(gm)
     return make_boxed_func(gm.forward)
 
 
-tritile_backend = aot_autograd(fw_compiler=compile_aten_graph)
+_eager_backend = aot_autograd(fw_compiler=_compile_eager)
+
+
+def tritile_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = None, mode=None):
+    """Dynamo backend: inductor with `TritileOpsPass` (default), or `options={"fallback": "eager"}`."""
+    options = dict(options or {})
+    fallback = options.pop("fallback", "inductor")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"torch.compile(backend='tritile'): options['fallback'] must be one of {FALLBACKS}, "
+                         f"got {fallback!r}")
+    if fallback == "eager":
+        if options:
+            raise ValueError(f"torch.compile(backend='tritile'): options {sorted(options)} are inductor options; "
+                             f"they mean nothing with fallback='eager'")
+        return _eager_backend(gm, example_inputs)
+    from torch._inductor.compile_fx import compile_fx
+
+    patches = dict(options, post_grad_custom_post_pass=TritileOpsPass())
+    if mode is not None:
+        from torch._inductor import list_mode_options
+
+        patches = {**list_mode_options(mode), **patches}
+    return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+@dataclass
+class Explanation:
+    """`explain`'s report: every candidate op of the compiled graphs (forward and backward)."""
+
+    decisions: list = field(default_factory=list)
+    fallback: str = "inductor"
+
+    @property
+    def tritile_ops(self) -> list:
+        return [d for d in self.decisions if d.kernel]
+
+    @property
+    def fallback_ops(self) -> list:
+        return [d for d in self.decisions if not d.kernel]
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.tritile_ops)} op(s) ran as tritile kernels, {len(self.fallback_ops)} stayed with "
+                 f"{self.fallback}"]
+        for d in self.decisions:
+            where = d.kernel if d.kernel else f"{self.fallback}: {d.reason}"
+            lines.append(f"  {d.op} {' x '.join(map(str, d.shapes))} {'/'.join(sorted(set(d.dtypes)))} -> {where}")
+        return "\n".join(lines)
+
+
+def explain(model, *inputs, fallback: str = "inductor", backward: bool = None) -> Explanation:
+    """Compile `model` with backend="tritile" on `inputs` (running it once, and its backward when
+    an output requires grad, unless `backward` says otherwise) and report what went where."""
+    torch._dynamo.reset()  # a fresh compile, so every graph passes through the rewrite
+    decisions = []
+    _recording.decisions = decisions
+    try:
+        with _no_fx_graph_cache():
+            compiled = torch.compile(model, backend=BACKEND_NAME, options={"fallback": fallback})
+            out = compiled(*inputs)
+            outputs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+            if backward is None:
+                backward = any(o.requires_grad for o in outputs)
+            if backward:
+                sum(o.float().sum() for o in outputs if o.requires_grad).backward()
+    finally:
+        _recording.decisions = None
+        torch._dynamo.reset()
+    return Explanation(decisions, fallback)
+
+
+@contextlib.contextmanager
+def _no_fx_graph_cache():
+    """A cached inductor graph skips the post-grad passes, so `explain` would see nothing."""
+    from torch._inductor import config
+
+    with config.patch(fx_graph_cache=False):
+        yield
 
 
 def _register() -> None:
