@@ -1,0 +1,147 @@
+"""torch.compile(backend="tritile") against eager and inductor on one GPU, in one run (issue #18).
+
+Two workloads, bf16:
+* train - 4 pre-LN transformer blocks (d_model 1024, 16 heads, causal SDPA, GELU-tanh MLP of 4096),
+  batch 8 x 2048 tokens, one forward + backward of ``out.float().square().mean()``;
+* decode - the same blocks in inference, batch 64, one new token attending to a 4096-token cache.
+For each backend: the first call (compile included) and the median step of timed repeats, and
+for tritile the `explain` report.  With --profile, the top CUDA kernels of one train step under
+inductor and tritile (where the time goes).
+
+    python bench/torch_compile_h100.py --out bench/results/torch_compile_h100.json [--profile]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import tritile.contrib.torch_backend as tritile_backend
+
+D_MODEL, HEADS, D_FF, LAYERS = 1024, 16, 4096, 4
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(D_MODEL), torch.nn.LayerNorm(D_MODEL)
+        self.qkv = torch.nn.Linear(D_MODEL, 3 * D_MODEL)
+        self.proj = torch.nn.Linear(D_MODEL, D_MODEL)
+        self.fc1, self.fc2 = torch.nn.Linear(D_MODEL, D_FF), torch.nn.Linear(D_FF, D_MODEL)
+
+    def attend(self, x, cache=None):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, HEADS, D_MODEL // HEADS).permute(2, 0, 3, 1, 4)
+        if cache is not None:  # decode: the new token against the cache (and itself)
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+        return x + self.proj(o.transpose(1, 2).reshape(b, t, D_MODEL))
+
+    def forward(self, x, cache=None):
+        x = self.attend(x, cache)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(LAYERS))
+
+    def forward(self, x, caches=None):
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return x
+
+
+def _timed(fn, repeats: int) -> float:
+    """Median milliseconds of `fn` over `repeats` calls (CUDA events, synchronised)."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _compiled(model, backend: str):
+    torch._dynamo.reset()
+    return model if backend == "eager" else torch.compile(model, backend=backend)
+
+
+def measure(workload: str, backend: str, model, inputs, repeats: int) -> dict:
+    fn = _compiled(model, backend)
+    if workload == "train":
+        def step():
+            model.zero_grad(set_to_none=True)
+            fn(*inputs).float().square().mean().backward()
+    else:
+        def step():
+            with torch.no_grad():
+                fn(*inputs)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    for _ in range(3):
+        step()
+    return {"first_call_s": round(first, 2), "step_ms": round(_timed(step, repeats), 3)}
+
+
+def profile_step(model, inputs, backend: str, top: int = 12) -> list:
+    fn = _compiled(model, backend)
+    for _ in range(3):
+        model.zero_grad(set_to_none=True)
+        fn(*inputs).float().square().mean().backward()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        model.zero_grad(set_to_none=True)
+        fn(*inputs).float().square().mean().backward()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: e.device_time_total, reverse=True)[:top]
+    return [{"kernel": r.key[:120], "calls": r.count, "cuda_ms": round(r.device_time_total / 1e3, 3)} for r in rows]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--backends", default="eager,inductor,tritile")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model = Stack().cuda().to(torch.bfloat16)
+    train_inputs = (torch.randn(8, 2048, D_MODEL, device="cuda", dtype=torch.bfloat16),)
+    cache_shape = (64, HEADS, 4096, D_MODEL // HEADS)
+    caches = [tuple(torch.randn(cache_shape, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+              for _ in range(LAYERS)]
+    decode_inputs = (torch.randn(64, 1, D_MODEL, device="cuda", dtype=torch.bfloat16), caches)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "model": f"{LAYERS} blocks, d_model {D_MODEL}, {HEADS} heads, MLP {D_FF}, bf16", "runs": {}}
+    for workload, inputs in (("train", train_inputs), ("decode", decode_inputs)):
+        for backend in args.backends.split(","):
+            run = measure(workload, backend, model, inputs, args.repeats)
+            result["runs"][f"{workload}/{backend}"] = run
+            print(f"{workload:6s} {backend:9s} step {run['step_ms']:8.3f} ms  first call {run['first_call_s']:6.2f} s",
+                  flush=True)
+    report = tritile_backend.explain(model, *train_inputs)
+    result["explain_train"] = str(report)
+    print(report)
+    if args.profile:
+        result["profile_train"] = {b: profile_step(model, train_inputs, b) for b in ("inductor", "tritile")}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
