@@ -51,6 +51,7 @@ class JITKernel:
         self._bind = ArgumentBinder(self.func, self._written, func.kernel.grid)
         self._compiled = {}  # str(target) -> codegen result
         self._device_kernel = None  # the codegen result for the device target, once compiled
+        self._inspected_stages = None  # the whole pass list's stages, when inspected past self.stages
         if verbose:
             print(format_func(self.func))
 
@@ -104,30 +105,37 @@ class JITKernel:
 
     # ---------------------------------------------------------------- sources
     def get_source(self, stage: str = "tile") -> str:
-        """The program at `stage`: "tile" (frontend IR), a pass name (those the chosen backends
-        need), "gluon", "triton" (generated sources), or "ttir", "ttgir", "llir", "ptx" /
-        "amdgcn" (Triton's stages for the planned target; "ttir" exists only on the
-        triton.language backend, which it then uses)."""
-        for name, func in self.stages:
-            if name == stage:
-                return format_func(func)
+        """The program at `stage`: "tile" (frontend IR), a pass name, "gluon", "triton"
+        (generated sources), or "ttir", "ttgir", "llir", "ptx" / "amdgcn" (Triton's stages of the
+        chosen backend for the planned target; "ttir" exists only on the triton.language
+        backend, which it then uses).  Passes and the Gluon source past where the chosen backends
+        start are run for inspection on demand."""
         if stage in ("triton", "ttir"):
             kernel = self._triton_kernel(self.plan_target)
             return kernel.source if stage == "triton" else kernel.asm["ttir"]
         if stage == "gluon":
             from tritile.codegen.gluon import compile_kernel
 
-            if codegen.BACKENDS["gluon"] not in self.backends:
-                raise ValueError(f"stage 'gluon' does not exist for backend={self.backend!r}")
-
-            return compile_kernel(self.func, self.plan_target).source
+            return compile_kernel(self._all_stages()[-1][1], self.plan_target).source
         if stage in _CODEGEN_STAGES:
             asm = self._codegen(self.plan_target).asm
             if stage not in asm:
                 raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
             return asm[stage]
-        valid = ", ".join(["tile", *[name for name, _ in self.stages[1:]], *_CODEGEN_STAGES])
+        for name, func in self.stages if stage in dict(self.stages) else self._all_stages():
+            if name == stage:
+                return format_func(func)
+        valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
+
+    def _all_stages(self) -> list:
+        """The stages of the whole pass list: `self.stages`, or, when the chosen backends start
+        earlier, the rest run once for inspection."""
+        if len(self.stages) == len(PASS_NAMES) + 1:
+            return self.stages
+        if self._inspected_stages is None:
+            self._inspected_stages = run_passes(self.stages[0][1], self.plan_target)
+        return self._inspected_stages
 
     def get_profiler(self, tensor_supply_type=None):
         """TileLang's profiler: `assert_allclose(ref_prog)`, `do_bench()`, `run_once()`."""
