@@ -209,7 +209,7 @@ def lower_store(em: Emitter, s: ir.Store):
     dims = frozenset().union(v.dims, *[i.dims for i in idx])
     if buf.scope == "global":
         ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
-        if par is None or not dims:
+        if par is None or not (dims or par.cond):  # one element, one value: a single store
             em.emit(f"tl.store({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
             return
         mask = _bounds_mask(em, s.indices, idx, buf) + (f" & {par.cond}" if par.cond else "")
@@ -553,7 +553,7 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
     dims = frozenset().union(v.dims, *[i.dims for i in idx])
     par = em.par
-    if par is None or not dims:
+    if par is None or not dims:  # one address, one value: one atomic per program, as in the interpreter
         em.emit(f"tl.atomic_add({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
         return
     full = par.shape
