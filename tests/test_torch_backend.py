@@ -141,3 +141,29 @@ def test_tritile_mm_rejects_bad_arguments():
         torch.ops.tritile.mm(torch.randn(2, 8, 4), torch.randn(4, 8))
     with pytest.raises(ValueError, match="'b'"):
         torch.ops.tritile.mm(a, torch.randn(5, 8))
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(True, False), (False, True), (True, True)])
+def test_transposed_operands_are_read_in_place(trans_a, trans_b, monkeypatch):
+    """The backward's `w.t()` reaches the kernel as the contiguous matrix and a transpose flag."""
+    a = torch.randn(48, 40).t() if trans_a else torch.randn(40, 48)  # (40, 48)
+    b = torch.randn(24, 48).t() if trans_b else torch.randn(48, 24)  # (48, 24)
+    seen = []
+    kernel = tritile_matmul.matmul
+
+    def spy(x, y, **kwargs):
+        seen.append((x.is_contiguous(), y.is_contiguous(), kwargs["trans_A"], kwargs["trans_B"]))
+        return kernel(x, y, **kwargs)
+
+    monkeypatch.setattr(tritile_matmul, "matmul", spy)
+    assert_close(torch.ops.tritile.mm(a, b), a @ b)
+    assert seen == [(True, True, trans_a, trans_b)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_transposed_operands_on_the_gpu(trans_a, trans_b):
+    m, n, k = 512, 384, 256
+    a = (torch.randn(k, m, device="cuda").t() if trans_a else torch.randn(m, k, device="cuda")).half()
+    b = (torch.randn(n, k, device="cuda").t() if trans_b else torch.randn(k, n, device="cuda")).half()
+    torch.testing.assert_close(torch.ops.tritile.mm(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=5e-2)

@@ -6,8 +6,10 @@ Contract:
 * `tile_config(device_type, M, N, K, dtype)` picks its tile sizes: small tiles on the CPU (the
   reference interpreter), shape-dependent ones on CUDA.
 * `mm(a, b)` (registered as `torch.ops.tritile.mm`) checks its arguments (TypeError for
-  type / dtype / device, ValueError for rank / shape, before anything runs), runs the kernel on
-  contiguous copies of the inputs and returns a new contiguous (M, N) tensor.  It has a fake
+  type / dtype / device, ValueError for rank / shape, before anything runs), runs the kernel
+  and returns a new contiguous (M, N) tensor.  An operand that is the transpose of a
+  contiguous matrix (`w.t()`, as every backward has) is read in place through the kernel's
+  `trans_A` / `trans_B` flags; other layouts are copied contiguous first.  It has a fake
   implementation (for Dynamo / AOTAutograd tracing) and a backward made of `tritile.mm` calls.
 """
 from __future__ import annotations
@@ -22,26 +24,43 @@ SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.
 
 @tritile.jit
 def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
-           threads: int = 128, dtype=T.float16, accum_dtype=T.float32, panel_size: int = 10):
+           threads: int = 128, dtype=T.float16, accum_dtype=T.float32, panel_size: int = 10,
+           trans_A: bool = False, trans_B: bool = False):
     M, N, K = T.const("M, N, K")
-    A: T.Tensor[[M, K], dtype]
-    B: T.Tensor[[K, N], dtype]
+    A: T.Tensor((K, M) if trans_A else (M, K), dtype)  # trans_A: A holds the (K, M) matrix A^T
+    B: T.Tensor((N, K) if trans_B else (K, N), dtype)
     C = T.empty((M, N), dtype)
 
     with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-        A_shared = T.alloc_shared((block_M, block_K), dtype)
-        B_shared = T.alloc_shared((block_K, block_N), dtype)
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), dtype)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), dtype)
         C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
         T.use_swizzle(panel_size=panel_size)  # launch order in panels, for L2 reuse of A and B tiles
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            T.copy(A[by * block_M, k * block_K], A_shared)
-            T.copy(B[k * block_K, bx * block_N], B_shared)
-            T.gemm(A_shared, B_shared, C_local)
+            if trans_A:
+                T.copy(A[k * block_K, by * block_M], A_shared)
+            else:
+                T.copy(A[by * block_M, k * block_K], A_shared)
+            if trans_B:
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+            else:
+                T.copy(B[k * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
 
         T.copy(C_local, C[by * block_M, bx * block_N])
     return C
+
+
+def _as_operand(t: torch.Tensor) -> tuple:
+    """(tensor to pass, transposed): a transposed view of a contiguous matrix (the backward's
+    `w.t()`) is passed as that contiguous matrix with the kernel's transpose flag, never copied;
+    any other layout is made contiguous."""
+    rows, cols = t.shape
+    if not t.is_contiguous() and t.stride() == (1, rows) and cols > 1:
+        return t.t(), True
+    return t.contiguous(), False
 
 
 def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
@@ -93,7 +112,8 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if M == 0 or N == 0 or K == 0:  # no tiles to launch; an empty sum is zero
         return a.new_zeros((M, N))
     config = tile_config(a.device.type, M, N, K, a.dtype)
-    return matmul(a.contiguous(), b.contiguous(), dtype=SUPPORTED_DTYPES[a.dtype], **config)
+    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
+    return matmul(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a, trans_B=trans_b, **config)
 
 
 @mm.register_fake
