@@ -16,7 +16,8 @@ import torch
 
 import tritile
 from kernels import gemm, gemm_reference, make_operands
-from tritile.runtime import cache, compiler
+from tritile.codegen import generated_module
+from tritile.runtime import cache
 
 SHAPE = (64, 64, 64)
 
@@ -122,7 +123,7 @@ def test_module_published_only_once_executed(cold):
 
     def load():
         start.wait()
-        module = compiler._load_module(name, source, "<published once>")
+        module = generated_module.load_module(name, source, "<published once>")
         modules.append((module, hasattr(module, "LAST")))  # complete when handed out?
 
     threads = [threading.Thread(target=load) for _ in range(8)]

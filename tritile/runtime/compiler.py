@@ -23,12 +23,10 @@ Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
 from __future__ import annotations
 
 import hashlib
-import linecache
-import sys
-import types
 
 import torch
 
+from tritile.codegen.generated_module import load_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
@@ -129,8 +127,8 @@ def _compile(func: ir.PrimFunc, target, key: str) -> GluonKernel:
         raise CompileError(f"the Gluon backend cannot lower kernel {func.name!r}: {type(err).__name__}: {err}",
                            func.loc) from err
     path = cache.store_module(key, gen.source)
-    module = _load_module(f"tritile_gluon_k_{key}", gen.source,
-                          str(path) if path is not None else f"<tritile gluon module k_{key}>")
+    module = load_module(f"tritile_gluon_k_{key}", gen.source,
+                         str(path) if path is not None else f"<tritile gluon module k_{key}>")
     compiled = _triton_compile(func, target, gen, module)
     _check_shared_memory(func, target, compiled)
     from tritile.runtime.launcher import DescriptorSpec
@@ -159,24 +157,6 @@ def _specialization(func) -> tuple:
     from tritile.codegen.gluon.rings import codegen_options
 
     return ("ptr-align-16",) + codegen_options()
-
-
-def _load_module(name: str, source: str, filename: str):
-    """The generated module `name`, executed from `source` (not read back from the cache file,
-    which another process may be rewriting or removing) and published in `sys.modules` only
-    once it has finished executing: a thread that finds it there sees every name defined.
-    `filename` (the cache file, or a pseudo-name when the module lives in memory only) is
-    registered in `linecache` with `source`, where `@gluon.jit` reads the kernel's source
-    (`inspect.getsourcelines`) and tracebacks read their lines; an entry without an mtime is
-    never invalidated by `linecache.checkcache`."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    module = types.ModuleType(name)
-    module.__file__ = filename
-    exec(compile(source, filename, "exec"), module.__dict__)
-    return sys.modules.setdefault(name, module)
 
 
 def _triton_compile(func, target, gen, module):

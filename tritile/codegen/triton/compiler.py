@@ -20,6 +20,7 @@ import itertools
 import threading
 import types
 
+from tritile.codegen.generated_module import load_module
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -233,7 +234,6 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
     """`func` (at the backend's start stage) as a `TritonKernel` for `target` (a GPU target;
     CPU callers pass the target they plan for), from the memory cache when a program that
     prints the same was generated before."""
-    from tritile.runtime.compiler import _load_module  # the generated-module loader both backends share
 
     key = cache.cache_key(format_func(func), ("triton.language",), target)
     hit = cache.lookup(key)
@@ -243,7 +243,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
             if hit is None:
                 gen = emit_module(func, target, target.warp_size)
                 path = cache.store_module(key, gen.source)
-                module = _load_module(f"tritile_triton_k_{key}", gen.source,
+                module = load_module(f"tritile_triton_k_{key}", gen.source,
                                      str(path) if path is not None else f"<tritile triton module k_{key}>")
                 hit = cache.remember(key, TritonKernel(func, gen, module, target))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
