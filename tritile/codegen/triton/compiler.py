@@ -10,127 +10,20 @@ without a GPU - and refuses a kernel whose shared memory outgrows the target wit
 
 `TritonKernel.launch_bound(tensors, dim_values)` launches on GPU tensors; `interpret(...)`
 runs the same kernel on CPU tensors in Triton's interpreter (`TRITON_INTERPRET=1`'s
-executor, enabled for this call only: see `interpreting`).  Both take the tensors in
+executor, enabled for this call only and repaired: `interpreter.py`).  Both take the tensors in
 `func.params` order, outputs allocated, as an `ArgumentBinder` checked them.
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import threading
-import types
 
 from tritile.codegen.generated_module import load_module
+from tritile.codegen.triton.interpreter import interpreting
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.runtime import cache
-
-_interpreter_lock = threading.Lock()
-_rewritten = {}  # a @triton.jit function's Python function -> its interpreter rewrite
-_ABSENT = object()  # an attribute a patch adds, deleted again afterwards
-
-
-@contextlib.contextmanager
-def interpreting(module):
-    """Calls of ``@triton.jit`` functions (the generated helpers, triton.language's own
-    `tl.sum`, `tl.zeros`, ...) run through Triton's interpreter while this is held.
-
-    Triton switches its interpreter on at import time (`TRITON_INTERPRET=1` makes every
-    ``@triton.jit`` an `InterpretedFunction`); tritile chooses it per call, so the kernel runs
-    as an `InterpretedFunction` and the JIT functions it calls are rewritten the same way
-    here.  The interpreter patches triton.language while a kernel runs (`_patch_lang`), so
-    one kernel is interpreted at a time, process-wide; `_interpreter_repairs` are in force
-    meanwhile, and the generated `module`'s `libdevice` is `_INTERPRETED_LIBDEVICE`."""
-    import numpy as np
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    def call_interpreted(self, *args, **kwargs):
-        fn = _rewritten.get(self.fn)
-        if fn is None:
-            fn = _rewritten[self.fn] = InterpretedFunction(self.fn).rewrite()
-        return fn(*args, **kwargs)
-
-    with _interpreter_lock:
-        patches = [(JITFunction, "__call__", call_interpreted), (module, "libdevice", _INTERPRETED_LIBDEVICE),
-                   *_interpreter_repairs()]
-        saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
-        for owner, name, value in patches:
-            setattr(owner, name, value)
-        try:
-            with np.errstate(all="ignore"):  # IEEE results (x / 0, inf - inf) warn in numpy only
-                yield
-        finally:
-            for owner, name, value in saved:
-                if value is _ABSENT:
-                    delattr(owner, name)
-                else:
-                    setattr(owner, name, value)
-
-
-def _interpreter_repairs() -> list:
-    """(owner, attribute, replacement) for where Triton 3.6's interpreter departs from what the
-    compiled kernel computes (docs/semantics.md):
-    * `tl.maximum` / `tl.minimum` (maxnumf / minnumf, NaN-ignoring) are numpy's NaN-propagating
-      maximum / minimum there: np.fmax / np.fmin;
-    * bfloat16 `tl.dot` operands are multiplied as their uint16 bits: widened to float32 (exact);
-      bfloat16 constants (`tl.full`) have no builder: rounded from float32 (bfloat16 arithmetic
-      stays unmodeled: numpy adds the bits);
-    * a scalar's `__index__` (a loop bound: `range(n)` of a runtime dim) is `int()` of a
-      1-element array, an error under numpy >= 2.4: `.item()`;
-    * `tl.device_print` prints numpy arrays; here it prints as the GPU does, one line per
-      element: ``pid (x, y, z) idx (i, j) msg: value`` (floats as %f; a one-element value is
-      taken for a scalar, ``idx ()``: the builder sees no shape beyond the data's)."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
-
-    create_dot, patch_tensor = InterpreterBuilder.create_dot, interpreter._patch_lang_tensor
-
-    def widened(x):
-        if x.dtype.scalar != tl.bfloat16:
-            return x
-        return TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
-
-    def create_dot_bf16(builder, a, b, d, *precision):
-        return create_dot(builder, widened(a), widened(b), d, *precision)
-
-    def patch_tensor_index(tensor, scope):
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
-
-    def get_bf16(builder, value):  # the float32 bits rounded to their upper half, to nearest even
-        bits = np.array([value], dtype=np.float32).view(np.uint32)
-        return TensorHandle(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16), tl.bfloat16)
-
-    return [(InterpreterBuilder, "get_bf16", get_bf16),
-            (InterpreterBuilder, "create_maxnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)),
-            (InterpreterBuilder, "create_minnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)),
-            (InterpreterBuilder, "create_dot", create_dot_bf16),
-            (interpreter, "_patch_lang_tensor", patch_tensor_index),
-            (InterpreterBuilder, "create_print", _print_as_the_gpu_does)]
-
-
-def _print_as_the_gpu_does(builder, prefix, hex, values, is_signed):
-    pid = "pid ({}, {}, {})".format(*builder.grid_idx)
-    if not values:
-        print(pid + prefix)
-    for value in values:
-        data = value.data
-        if data.size == 1 and data.ndim <= 1:
-            data = data.reshape(())
-        for index in itertools.product(*(range(n) for n in data.shape)):
-            element = data[index].item()
-            text = f"{element:f}" if isinstance(element, float) else str(int(element))
-            print(f"{pid} idx ({', '.join(map(str, index))}){prefix}{text}")
-
-
-# what the generated helpers call of libdevice, under Triton's interpreter (which runs no extern
-# library call): mul_rn, the floor-modulo helper's unfused product, is numpy's (never fused)
-_INTERPRETED_LIBDEVICE = types.SimpleNamespace(mul_rn=lambda a, b: a * b)
 
 
 class TritonKernel:
