@@ -123,13 +123,14 @@ def rewrite_graph(graph: torch.fx.Graph) -> list:
         decisions.append(Decision(op, shapes, dtypes, None if reason else kernel, reason))
     if any(d.kernel for d in decisions):
         graph.lint()
-    collecting = getattr(_recording, "decisions", None)  # set while `explain` runs on this thread
-    if collecting is not None:
-        collecting.extend(decisions)
+    with _recording_lock:
+        if _recording is not None:  # `explain` is running (the backward compiles on autograd's threads)
+            _recording.extend(decisions)
     return decisions
 
 
-_recording = threading.local()
+_recording = None  # the list `explain` collects decisions into, while it runs
+_recording_lock = threading.Lock()
 
 
 class TritileOpsPass(CustomGraphPass):
@@ -201,9 +202,11 @@ class Explanation:
 def explain(model, *inputs, fallback: str = "inductor", backward: bool = None) -> Explanation:
     """Compile `model` with backend="tritile" on `inputs` (running it once, and its backward when
     an output requires grad, unless `backward` says otherwise) and report what went where."""
+    global _recording
     torch._dynamo.reset()  # a fresh compile, so every graph passes through the rewrite
     decisions = []
-    _recording.decisions = decisions
+    with _recording_lock:
+        _recording = decisions
     try:
         with _no_fx_graph_cache():
             compiled = torch.compile(model, backend=BACKEND_NAME, options={"fallback": fallback})
@@ -214,7 +217,8 @@ def explain(model, *inputs, fallback: str = "inductor", backward: bool = None) -
             if backward:
                 sum(o.float().sum() for o in outputs if o.requires_grad).backward()
     finally:
-        _recording.decisions = None
+        with _recording_lock:
+            _recording = None
         torch._dynamo.reset()
     return Explanation(decisions, fallback)
 
