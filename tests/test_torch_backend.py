@@ -167,3 +167,36 @@ def test_transposed_operands_on_the_gpu(trans_a, trans_b):
     a = (torch.randn(k, m, device="cuda").t() if trans_a else torch.randn(m, k, device="cuda")).half()
     b = (torch.randn(n, k, device="cuda").t() if trans_b else torch.randn(k, n, device="cuda")).half()
     torch.testing.assert_close(torch.ops.tritile.mm(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=5e-2)
+
+
+def test_a_gemm_cublas_does_faster_stays_with_the_fallback(monkeypatch):
+    from tritile.contrib import gemm_choice
+
+    monkeypatch.setattr(gemm_choice, "choose", lambda *args: gemm_choice.Choice(False, 0.30, 0.20))
+    model = MatmulBiasRelu(48, 32, torch.float32)
+    report = torch_backend.explain(model, torch.randn(16, 48), fallback="eager", backward=False)
+    (refused,) = report.fallback_ops
+    assert "cuBLAS is faster on this shape (0.200 ms against tritile's 0.300 ms)" == refused.reason
+    forced = torch_backend.explain(model, torch.randn(16, 48), fallback="eager", gemms="tritile", backward=False)
+    assert len(forced.tritile_ops) == 1
+
+
+def test_gemm_choices_are_measured_once_and_kept_on_disk(monkeypatch, tmp_path):
+    from tritile.contrib import gemm_choice
+
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_choice, "_memory", {})
+    monkeypatch.setattr(gemm_choice, "_key", lambda device, *problem: f"gpu|{problem}")
+    measured = []
+
+    def measure(*problem):
+        measured.append(problem)
+        return gemm_choice.Choice(True, 0.1, 0.2)
+
+    monkeypatch.setattr(gemm_choice, "measure", measure)
+    problem = (4096, 1024, 1024, torch.bfloat16, False, True)
+    assert gemm_choice.choose(*problem, "cuda") == gemm_choice.Choice(True, 0.1, 0.2)
+    monkeypatch.setattr(gemm_choice, "_memory", {})  # a new process: read back from disk
+    assert gemm_choice.choose(*problem, "cuda").tritile and len(measured) == 1
+    assert (tmp_path / "torch_backend" / "gemm_choice.json").exists()
+    assert gemm_choice.choose(*problem, "cpu") == gemm_choice.Choice(True) and len(measured) == 1

@@ -7,7 +7,9 @@ Contract:
     - `aten.mm.default(a, b)`         → `tritile.mm(a, b)`
     - `aten.addmm.default(c, a, b)`   → `aten.add(c, tritile.mm(a, b))` (default beta = alpha = 1 only)
   when `a` and `b` are 2-D tensors of one supported dtype (fp16 / bf16 / fp32) on one device
-  (read from the nodes' fake-tensor metadata).  Inductor then fuses everything around them
+  (read from the nodes' fake-tensor metadata) and, on a GPU, tritile.mm is not slower than the
+  cuBLAS call it replaces on that shape and layout (`gemm_choice`: measured once, cached;
+  `options={"gemms": "tritile"}` skips the measurement).  Inductor then fuses everything around them
   (LayerNorm, GELU, residuals, casts) and calls tritile's kernels as extern kernels; the ops the
   pass leaves alone are inductor's as without tritile.  The pass's `uuid` covers this file and
   tritile's version, so inductor's FX graph cache never serves a graph rewritten by another one.
@@ -32,12 +34,15 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends import registry
 from torch._dynamo.backends.common import aot_autograd
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 import tritile
-from tritile.ops.matmul import SUPPORTED_DTYPES  # also registers torch.ops.tritile.mm
+from tritile.contrib import gemm_choice
+from tritile.ops.matmul import SUPPORTED_DTYPES, is_transposed_contiguous  # also registers torch.ops.tritile.mm
 
 BACKEND_NAME = "tritile"
 FALLBACKS = ("inductor", "eager")
+GEMM_POLICIES = ("measured", "tritile")
 
 aten = torch.ops.aten
 
@@ -59,8 +64,9 @@ def _tensor_meta(node):
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _gemm_refusal(a, b) -> str:
-    """'' when both operands are 2-D tensors of one supported dtype on one device, else why not."""
+def _gemm_refusal(a, b, measured: bool) -> str:
+    """'' when both operands are 2-D tensors of one supported dtype on one device and (when
+    `measured`) tritile.mm is not slower there than the GEMM it replaces (`gemm_choice`), else why not."""
     a, b = _tensor_meta(a), _tensor_meta(b)
     if a is None or b is None:
         return "an operand without tensor metadata"
@@ -72,21 +78,26 @@ def _gemm_refusal(a, b) -> str:
         return f"dtype {a.dtype} (tritile.mm takes float16, bfloat16, float32)"
     if a.device != b.device:
         return f"operands on {a.device} and {b.device}"
-    return ""
+    if not measured:
+        return ""
+    with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
+        choice = gemm_choice.choose(a.shape[0], b.shape[1], a.shape[1], a.dtype, is_transposed_contiguous(a),
+                                    is_transposed_contiguous(b), a.device)
+    return choice.reason
 
 
-def _rewrite_mm(graph: torch.fx.Graph, node: torch.fx.Node) -> str:
-    refusal = _gemm_refusal(*node.args)
+def _rewrite_mm(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
+    refusal = _gemm_refusal(*node.args, measured)
     if not refusal:
         node.target = torch.ops.tritile.mm.default
     return refusal
 
 
-def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> str:
+def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
     bias, a, b = node.args
     if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
         return "addmm with beta or alpha other than 1"
-    refusal = _gemm_refusal(a, b)
+    refusal = _gemm_refusal(a, b, measured)
     if refusal:
         return refusal
     with graph.inserting_before(node):
@@ -99,7 +110,7 @@ def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> str:
     return ""
 
 
-# candidate ATen op -> (rule: (graph, node) -> '' when rewritten, else the reason; the tritile op)
+# candidate ATen op -> (rule: (graph, node, measured) -> '' when rewritten, else the reason; the tritile op)
 _REWRITES = {aten.mm.default: (_rewrite_mm, "tritile.mm"), aten.addmm.default: (_rewrite_addmm, "tritile.mm")}
 
 
@@ -108,9 +119,10 @@ def _describe(node: torch.fx.Node) -> tuple:
     return [list(m.shape) for m in metas if m is not None], [str(m.dtype) for m in metas if m is not None]
 
 
-def rewrite_graph(graph: torch.fx.Graph) -> list:
+def rewrite_graph(graph: torch.fx.Graph, measured: bool = True) -> list:
     """Rewrite the supported ops of an ATen graph into tritile ops, in place; one `Decision` per
-    candidate op, rewritten or not."""
+    candidate op, rewritten or not.  `measured`: a GPU op goes to tritile only where it is not
+    slower (`gemm_choice`); else every supported op does."""
     decisions = []
     for node in list(graph.nodes):
         entry = _REWRITES.get(node.target) if node.op == "call_function" else None
@@ -119,7 +131,7 @@ def rewrite_graph(graph: torch.fx.Graph) -> list:
         rule, kernel = entry
         shapes, dtypes = _describe(node)
         op = str(node.target)
-        reason = rule(graph, node)
+        reason = rule(graph, node, measured)
         decisions.append(Decision(op, shapes, dtypes, None if reason else kernel, reason))
     if any(d.kernel for d in decisions):
         graph.lint()
@@ -136,38 +148,44 @@ _recording_lock = threading.Lock()
 class TritileOpsPass(CustomGraphPass):
     """Inductor's post-grad pass that hands tritile's ops to tritile (`rewrite_graph`)."""
 
+    def __init__(self, measured: bool = True):
+        self.measured = measured
+
     def __call__(self, graph: torch.fx.Graph) -> None:
-        rewrite_graph(graph)
+        rewrite_graph(graph, self.measured)
 
     def uuid(self):
-        return (get_hash_for_files((__file__,)), tritile.__version__)
+        return (get_hash_for_files((__file__, gemm_choice.__file__)), tritile.__version__, self.measured)
 
 
-def _compile_eager(gm: torch.fx.GraphModule, example_inputs):
-    """AOTAutograd's compiler for the eager fallback: rewrite, then run the graph eagerly."""
-    if any(d.kernel for d in rewrite_graph(gm.graph)):
-        gm.recompile()
-    return make_boxed_func(gm.forward)
+def _eager_backend(measured: bool):
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        """AOTAutograd's compiler for the eager fallback: rewrite, then run the graph eagerly."""
+        if any(d.kernel for d in rewrite_graph(gm.graph, measured)):
+            gm.recompile()
+        return make_boxed_func(gm.forward)
 
-
-_eager_backend = aot_autograd(fw_compiler=_compile_eager)
+    return aot_autograd(fw_compiler=compile_graph)
 
 
 def tritile_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = None, mode=None):
     """Dynamo backend: inductor with `TritileOpsPass` (default), or `options={"fallback": "eager"}`."""
     options = dict(options or {})
     fallback = options.pop("fallback", "inductor")
-    if fallback not in FALLBACKS:
-        raise ValueError(f"torch.compile(backend='tritile'): options['fallback'] must be one of {FALLBACKS}, "
-                         f"got {fallback!r}")
+    gemms = options.pop("gemms", "measured")
+    for name, value, valid in (("fallback", fallback, FALLBACKS), ("gemms", gemms, GEMM_POLICIES)):
+        if value not in valid:
+            raise ValueError(f"torch.compile(backend='tritile'): options['{name}'] must be one of {valid}, "
+                             f"got {value!r}")
+    measured = gemms == "measured"
     if fallback == "eager":
         if options:
             raise ValueError(f"torch.compile(backend='tritile'): options {sorted(options)} are inductor options; "
                              f"they mean nothing with fallback='eager'")
-        return _eager_backend(gm, example_inputs)
+        return _eager_backend(measured)(gm, example_inputs)
     from torch._inductor.compile_fx import compile_fx
 
-    patches = dict(options, post_grad_custom_post_pass=TritileOpsPass())
+    patches = dict(options, post_grad_custom_post_pass=TritileOpsPass(measured))
     if mode is not None:
         from torch._inductor import list_mode_options
 
@@ -199,7 +217,7 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(model, *inputs, fallback: str = "inductor", backward: bool = None) -> Explanation:
+def explain(model, *inputs, fallback: str = "inductor", gemms: str = "measured", backward: bool = None) -> Explanation:
     """Compile `model` with backend="tritile" on `inputs` (running it once, and its backward when
     an output requires grad, unless `backward` says otherwise) and report what went where."""
     global _recording
@@ -209,7 +227,7 @@ def explain(model, *inputs, fallback: str = "inductor", backward: bool = None) -
         _recording = decisions
     try:
         with _no_fx_graph_cache():
-            compiled = torch.compile(model, backend=BACKEND_NAME, options={"fallback": fallback})
+            compiled = torch.compile(model, backend=BACKEND_NAME, options={"fallback": fallback, "gemms": gemms})
             out = compiled(*inputs)
             outputs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
             if backward is None:

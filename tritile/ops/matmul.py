@@ -53,12 +53,17 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
     return C
 
 
-def _as_operand(t: torch.Tensor) -> tuple:
-    """(tensor to pass, transposed): a transposed view of a contiguous matrix (the backward's
-    `w.t()`) is passed as that contiguous matrix with the kernel's transpose flag, never copied;
-    any other layout is made contiguous."""
+def is_transposed_contiguous(t: torch.Tensor) -> bool:
+    """Is the matrix `t` the transpose of a contiguous one (the backward's `w.t()`)?"""
     rows, cols = t.shape
-    if not t.is_contiguous() and t.stride() == (1, rows) and cols > 1:
+    return not t.is_contiguous() and tuple(t.stride()) == (1, rows) and cols > 1
+
+
+def _as_operand(t: torch.Tensor) -> tuple:
+    """(tensor to pass, transposed): a transposed view of a contiguous matrix is passed as that
+    contiguous matrix with the kernel's transpose flag, never copied; any other layout is made
+    contiguous."""
+    if is_transposed_contiguous(t):
         return t.t(), True
     return t.contiguous(), False
 
