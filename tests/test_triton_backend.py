@@ -457,13 +457,30 @@ def test_jit_backend_keyword(assert_close):
     assert_close(kernel(a), a * 3)
 
 
+def test_parallel_of_any_extent_three_ways(assert_close):
+    """A T.Parallel over 24 x 40 lanes on global tensors: 32 x 64 lanes, those past the extents
+    masked off."""
+
+    @T.prim_func
+    def shifted(A: T.Tensor((24, 40), "float32"), B: T.Tensor((24, 40), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            for i, j in T.Parallel(24, 40):
+                B[i, j] = A[i, j] * 2.0 + i
+
+    kernel = tritile.compile(shifted, out_idx=[-1])
+    a = torch.randn(24, 40)
+    three_ways(kernel, (a,), a * 2 + torch.arange(24)[:, None], assert_close)
+    assert "tl.arange(0, 64)" in on_triton(kernel).get_source("triton")
+
+
 def test_program_no_backend_takes_names_each_refusal():
     def build():
         @T.prim_func
         def odd(A: T.Tensor((24,), "float32"), B: T.Tensor((24,), "float32")):
             with T.Kernel(1, threads=128) as _:
-                for i in T.Parallel(24):
-                    B[i] = A[i] + 1.0
+                tile = T.alloc_fragment((24,), "float32")
+                T.copy(A, tile)
+                T.copy(tile, B)
 
         return codegen.compile_kernel(tritile.compile(odd, target="cuda:90").stages, Target("cuda", 90),
                                       codegen.candidates("auto", Target("cuda", 90)))
@@ -471,7 +488,9 @@ def test_program_no_backend_takes_names_each_refusal():
     message = K.compile_error(build)
     assert "no backend compiles kernel 'odd' for cuda:90" in message
     assert "gluon:" in message and "triton:" in message
-    assert "T.Parallel(24,)" in message  # both refuse the non-power-of-two extent, at its line
+    # both refuse the 24-element tile, each at its line
+    assert "non-power-of-two dimension 24 is not supported by the Gluon backend" in message
+    assert "dimension of 24 (register tiles need powers of two) is not supported by the triton.language" in message
 
 
 def test_partial_register_tile_is_a_compile_error_at_the_users_line():

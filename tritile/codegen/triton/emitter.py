@@ -38,20 +38,14 @@ def unsupported(what: str, loc=None) -> CompileError:
 
 @dataclass
 class ParallelContext:
-    """A `T.Parallel` being emitted: its loop, each var's index text (``i[:, None]``), and the
-    predicate of the enclosing `if`s inside it."""
+    """A `T.Parallel` being emitted: its loop, the shape of its lane tensors (the extents, each
+    rounded up to a power of two), each var's index text (``i[:, None]``), and the predicate of
+    the lanes that write: inside the extents and the enclosing `if`s inside the loop."""
 
     loop: ir.Parallel
+    shape: list
     index: dict = field(default_factory=dict)  # Var -> index tensor text
     cond: str = None
-
-    @property
-    def shape(self) -> list:
-        return list(self.loop.extents)
-
-    @property
-    def all_dims(self) -> frozenset:
-        return frozenset(range(len(self.loop.vars)))
 
 
 def axis_index(text: str, axis: int, rank: int) -> str:

@@ -227,7 +227,10 @@ def lower_store(em: Emitter, s: ir.Store):
                           f"lane", s.loc)
     view = _lanes_view(em, buf, s.indices)
     shape = par.shape
-    value = em.splat(s.value, v, buf.dtype, shape)
+    if v.dims == frozenset(range(len(shape))):  # already a tile of the Parallel's shape
+        value = cast_text(v.text, s.value.dtype, buf.dtype, "tl")
+    else:
+        value = em.splat(s.value, v, buf.dtype, shape)
     if par.cond:
         value = f"tl.where({par.cond}, {value}, {view})"
     if list(buf.shape) != shape:
@@ -257,13 +260,18 @@ def lower_parallel(em: Emitter, s: ir.Parallel):
     if em.par is not None:
         raise unsupported("nested T.Parallel", s.loc)
     extents = list(s.extents)
-    if not all(is_pow2(e) for e in extents):
-        raise unsupported(f"T.Parallel{tuple(extents)} (tile extents must be powers of two)", s.loc)
-    par = ParallelContext(s)
-    for k, (var, ext) in enumerate(zip(s.vars, extents)):
+    if not all(isinstance(e, int) and e > 0 for e in extents):
+        raise unsupported(f"T.Parallel{tuple(extents)} with a runtime extent", s.loc)
+    # an extent that is not a power of two runs on the next one, the lanes past it masked off
+    # (they may read, never write)
+    par = ParallelContext(s, shape=[1 << (e - 1).bit_length() for e in extents])
+    for k, (var, ext, lanes) in enumerate(zip(s.vars, extents, par.shape)):
         name = em.name(var)
-        em.emit(f"{name} = tl.arange(0, {ext})")
+        em.emit(f"{name} = tl.arange(0, {lanes})")
         par.index[var] = axis_index(name, k, len(extents))
+        if lanes != ext:
+            inside = f"({par.index[var]} < {ext})"
+            par.cond = inside if par.cond is None else f"({par.cond} & {inside})"
     em.par = par
     try:
         em.body(s.body)
