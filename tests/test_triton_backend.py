@@ -425,6 +425,8 @@ def test_inspection_stages_on_cpu():
 def test_backend_table():
     assert [b.name for b in codegen.candidates("auto", Target("cuda", 90))] == ["gluon", "triton"]
     assert [b.name for b in codegen.candidates("auto", Target("hip", "gfx950"))] == ["triton"]
+    assert [b.name for b in codegen.candidates("auto", Target("cuda", 100))] == ["triton"]  # tcgen05
+    assert [b.name for b in codegen.candidates("gluon", Target("cuda", 100))] == ["gluon"]
     with pytest.raises(ValueError, match="does not compile for hip:gfx942"):
         codegen.candidates("gluon", Target("hip", "gfx942"))
     with pytest.raises(ValueError, match="unknown backend 'tvm'"):

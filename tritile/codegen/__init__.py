@@ -10,7 +10,7 @@ a kernel module, `compile_kernel(func, target)`):
   and, on CPU tensors, Triton's interpreter.
 
 `BACKENDS` says what each needs and takes; `AUTO` which backends ``backend="auto"`` tries, in
-order, per target kind.  `compile_kernel(stages, target, names)` returns the first backend's
+order, per target kind (Gluon on NVIDIA up to Hopper, then triton; triton on AMD).  `compile_kernel(stages, target, names)` returns the first backend's
 kernel that compiles, or one `CompileError` quoting what each backend refused.
 """
 from __future__ import annotations
@@ -30,10 +30,13 @@ class Backend:
     start_stage: Optional[str]  # the stage of tritile/lowering's pass list it starts from (None: the last)
     target_kinds: tuple  # target kinds it compiles for
     lazy: bool = False  # its compile_kernel only generates; `.compile()` runs Triton
+    auto_max_arch: Optional[int] = None  # auto skips it on newer CUDA archs than this
 
 
 BACKENDS = {
-    "gluon": Backend("gluon", "tritile.codegen.gluon", None, ("cuda",)),
+    # its instruction selection knows Ampere and Hopper (mma_v2, wgmma, TMA): on Blackwell auto
+    # takes Triton's tcgen05 path (backend="gluon" still compiles there, through mma_v2)
+    "gluon": Backend("gluon", "tritile.codegen.gluon", None, ("cuda",), auto_max_arch=90),
     "triton": Backend("triton", "tritile.codegen.triton", "accumulator_init", ("cuda", "hip"), lazy=True),
 }
 AUTO = {"cuda": ("gluon", "triton"), "hip": ("triton",)}
@@ -50,7 +53,11 @@ def backend_name(backend=None) -> str:
 
 def candidates(backend: str, target) -> list:
     """The backends `backend` tries for `target` (a GPU target), in order."""
-    names = AUTO.get(target.kind, ()) if backend == "auto" else (backend,)
+    if backend == "auto":
+        names = [n for n in AUTO.get(target.kind, ())
+                 if BACKENDS[n].auto_max_arch is None or target.arch <= BACKENDS[n].auto_max_arch]
+    else:
+        names = [backend]
     chosen = [BACKENDS[n] for n in names if target.kind in BACKENDS[n].target_kinds]
     if not chosen:
         raise ValueError(f"backend {backend!r} does not compile for {target}; the triton backend compiles for "
