@@ -1,8 +1,8 @@
 """triton.language source emitter: the state and helpers the per-node rules (`rules.py`) share.
 
-Input: a `PrimFunc` at the backend's start stage (`START_STAGE` in `__init__.py`: after
-`accumulator_init`, before any pipeline pass), so on-chip buffers have no versions and the
-program has no async statements.  Output (`kernel_module.emit_module`): a module with one
+Input: a `PrimFunc` at the backend's start stage (`start_stage` in `tritile/codegen`'s
+`BACKENDS`: after `accumulator_init`, before any pipeline pass), so on-chip buffers have no
+versions and the program has no async statements.  Output (`kernel_module.emit_module`): a module with one
 ``@triton.jit`` kernel and its host launcher.
 
 The model of the generated code: every on-chip buffer (shared, fragment) is one register
@@ -11,7 +11,8 @@ every write - Triton decides what lives in shared memory, and its pipeliner stag
 loads of a ``tl.range(..., num_stages=S)`` loop.  A `T.alloc_var` / unit `T.alloc_local`
 is a 0-d tensor; a larger `T.alloc_local` a 1-D tensor of its flattened (power-of-two padded)
 elements, read and written through a lane mask.  A `T.Parallel` is one tile expression:
-each loop variable is a ``tl.arange`` broadcast along its own axis (``i[:, None]``).
+each loop variable is a ``tl.arange`` broadcast along its own axis (``i[:, None]``), over
+the next power of two of its extent with the extra lanes masked off.
 
 Conventions: names come from the user's program (clashes get a numeric suffix,
 temporaries start with ``_``); global tensors are contiguous (row-major strides derived
