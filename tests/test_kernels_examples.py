@@ -10,7 +10,7 @@ import pytest
 import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["gemm", "flash_attention"]
+NAMES = ["gemm", "flash_attention", "flash_attention_bwd"]
 
 
 def load_example(name: str):
@@ -38,8 +38,23 @@ def flash_attention_cuda_config(is_causal: bool):
 
 # The kernels the examples' main() launches, with their CUDA tile configs and sizes, for
 # tests/test_kernels_compile.py (sm_90 and sm_80).
+def flash_attention_bwd_cuda_config(kernel: str, is_causal: bool):
+    """A kernel examples/flash_attention_bwd.py's main() launches on CUDA."""
+    module = load_example("flash_attention_bwd")
+    config = module.tile_config("cuda", 64)
+    if kernel == "fwd":
+        return module.flashattn_fwd(2, 4, 1024, 64, is_causal, **config["fwd"])
+    if kernel == "preprocess":
+        return module.flashattn_bwd_preprocess(2, 4, 1024, 64)
+    return module.flashattn_bwd(2, 4, 1024, 64, is_causal, **config["bwd"])
+
+
 COMPILE_CASES = {
     "gemm-cuda_config": lambda: load_example("gemm").build_matmul_kernel(1024, 1024, 1024, "cuda"),
     "flash_attention-cuda_config-full": lambda: flash_attention_cuda_config(False),
     "flash_attention-cuda_config-causal": lambda: flash_attention_cuda_config(True),
+    "flash_attention_bwd-fwd_lse-causal": lambda: flash_attention_bwd_cuda_config("fwd", True),
+    "flash_attention_bwd-preprocess": lambda: flash_attention_bwd_cuda_config("preprocess", False),
+    "flash_attention_bwd-bwd-full": lambda: flash_attention_bwd_cuda_config("bwd", False),
+    "flash_attention_bwd-bwd-causal": lambda: flash_attention_bwd_cuda_config("bwd", True),
 }
