@@ -1,0 +1,103 @@
+"""FlashAttention backward: examples/flash_attention_bwd.py against SDPA's cuDNN backend, one run.
+
+For each shape (fp16, [batch, heads, seq, dim]): the backward time of both (tritile: preprocess +
+backward + the dQ cast; cuDNN: `out.backward(do)` of an SDPA forward under
+`sdpa_kernel(CUDNN_ATTENTION)`, its forward excluded by timing the backward alone), as TFLOP/s
+with the backward counted as 2.5x the forward's 4 * b * h * s^2 * d (half when causal), and the
+largest difference of tritile's dq / dk / dv from cuDNN's.
+
+    python bench/attention_bwd_h100.py --out bench/results/attention_bwd_h100.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SHAPES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True)]
+
+
+def _example():
+    path = Path(__file__).resolve().parent.parent / "examples" / "flash_attention_bwd.py"
+    spec = importlib.util.spec_from_file_location("flash_attention_bwd", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _median_ms(fn, repeats=20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def run_shape(F, batch, heads, seq, dim, causal) -> dict:
+    q, k, v, do = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16) for _ in range(4))
+    config = F.tile_config("cuda", dim)
+    fwd = F.flashattn_fwd(batch, heads, seq, dim, causal, **config["fwd"])
+    pre = F.flashattn_bwd_preprocess(batch, heads, seq, dim)
+    bwd = F.flashattn_bwd(batch, heads, seq, dim, causal, **config["bwd"])
+    o, lse = fwd(q, k, v)
+    dq32 = torch.zeros(q.shape, dtype=torch.float32, device="cuda")
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+
+    def tritile_backward():
+        dq32.zero_()
+        delta = pre(o, do)
+        bwd(q, k, v, do, lse, delta, dq32, dk, dv)
+        return dq32.to(torch.float16)
+
+    ours_ms = _median_ms(tritile_backward)
+    dq = tritile_backward()
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+
+        def cudnn_backward():
+            qr.grad = kr.grad = vr.grad = None
+            out.backward(do, retain_graph=True)
+
+        cudnn_ms = _median_ms(cudnn_backward)
+        cudnn_backward()
+    flops = 2.5 * 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
+    errors = {name: (ours.float() - theirs.float()).abs().max().item()
+              for name, ours, theirs in (("dq", dq, qr.grad), ("dk", dk, kr.grad), ("dv", dv, vr.grad))}
+    return {"shape": [batch, heads, seq, dim], "causal": causal, "tritile_ms": round(ours_ms, 4),
+            "cudnn_ms": round(cudnn_ms, 4), "tritile_tflops": round(flops / ours_ms / 1e9, 1),
+            "cudnn_tflops": round(flops / cudnn_ms / 1e9, 1), "ratio": round(cudnn_ms / ours_ms, 3),
+            "max_abs_diff": {n: round(e, 4) for n, e in errors.items()}}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    F = _example()
+    rows = []
+    for shape in SHAPES:
+        row = run_shape(F, *shape)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "rows": rows}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
