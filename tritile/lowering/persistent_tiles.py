@@ -13,7 +13,7 @@ dims.  Output: the same program with
 where ``tiles`` = the product of the grid and P = the number of programs.  Programs running
 at the same time work on consecutive `tile` values, which map to block vars as a plain launch
 orders its blocks (the first grid dim fastest) or, on a 2-D grid with a `T.use_swizzle` hint,
-by TileLang's panel rasterisation (codegen/gluon/block_order.py's mapping), so the tiles in
+by TileLang's panel rasterisation (codegen/block_order.py's mapping), so the tiles in
 flight share operands as in a plain launch.  Rounds alternate direction (pid, then P - 1 -
 pid): when a tile's cost grows along the launch order (causal attention's row blocks), each
 program's rounds then alternate cheap and dear tiles - for 4x32x32 causal tiles on 132
