@@ -44,6 +44,13 @@ def _scale_hypothesis_examples(items):
                 current, max_examples=max(1, round(current.max_examples * scale)))
 
 
+@pytest.fixture
+def gluon_backend(monkeypatch):
+    """Tests of the Gluon backend's own generated code, caches and schedules run on it whatever
+    `TRITILE_BACKEND` says (CI also runs the kernel suites with TRITILE_BACKEND=triton)."""
+    monkeypatch.setenv("TRITILE_BACKEND", "gluon")
+
+
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request) -> str:
     """The torch device a kernel test runs on: "cpu" (interpreter) or "cuda" (Gluon kernel)."""

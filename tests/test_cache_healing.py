@@ -22,6 +22,8 @@ from kernels import gemm, gemm_reference, make_operands
 from tritile.runtime import cache
 from tritile.runtime.cache import CacheWarning
 
+pytestmark = pytest.mark.usefixtures("gluon_backend")  # the Gluon backend's own code
+
 SHAPE = (64, 64, 64)
 # Parsed once, here: the threads of the tests below compile; they do not parse Python, which
 # CPython before 3.11.8 / 3.12.2 cannot do in several threads at once (gh-106905).

@@ -19,6 +19,8 @@ from kernels import gemm, gemm_reference, make_operands
 from tritile.codegen import generated_module
 from tritile.runtime import cache
 
+pytestmark = pytest.mark.usefixtures("gluon_backend")  # the Gluon backend's own code
+
 SHAPE = (64, 64, 64)
 
 

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_warp_specialization import attention_ir, function, gemm_ir  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("gluon_backend")  # the Gluon backend's own code
+
 H100 = Target("cuda", 90)
 
 

@@ -111,6 +111,7 @@ def test_kernels_the_direct_path_cannot_run_take_tritons(metadata):
     assert isinstance(kernel_launcher(compiled, SPECS, NAMES), TritonLaunch)
 
 
+@pytest.mark.usefixtures("gluon_backend")  # TMA descriptors are the Gluon backend's
 def test_compiled_kernels_carry_their_descriptor_specs():
     from examples.flash_attention import flashattn, tile_config
     from tritile.runtime.kernel import JITKernel

@@ -12,6 +12,8 @@ import tritile.language as T
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import Target
 
+pytestmark = pytest.mark.usefixtures("gluon_backend")  # the Gluon backend's own code
+
 H100 = Target("cuda", 90)
 
 

@@ -19,6 +19,8 @@ from tritile.lowering import run_passes
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import Target
 
+pytestmark = pytest.mark.usefixtures("gluon_backend")  # the Gluon backend's own code
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 H100, A100 = Target("cuda", 90), Target("cuda", 80)
