@@ -167,16 +167,17 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
 
 
 def tile_config(device_type: str, dim: int) -> dict:
-    """Small tiles for the CPU interpreter.  On CUDA: head dim <= 64, one warpgroup on 64-key
-    blocks and 64-query steps; head dim 128, two warpgroups on 128-key blocks and 32-query steps
-    (TileLang's backward examples' choice: dK and dV, 128 x 128 float32 each, fill the registers)."""
+    """Small tiles for the CPU interpreter.  On CUDA the backward runs two warpgroups on 128-key
+    blocks: 128-query steps at head dim <= 64, 64 at head dim 128 (dK and dV, 128 x 128 float32
+    each, fill the registers) - the best of seven configurations on an H100 (bench/NOTES.md,
+    session 16: 76 and 78 TFLOP/s, against 43 and 74 for one warpgroup on 64x64 / 128x32)."""
     if device_type != "cuda":
         return dict(fwd=dict(block_M=32, block_N=32), bwd=dict(block_M=32, block_N=32))
     if dim <= 64:
         return dict(fwd=dict(block_M=64, block_N=64, num_stages=2),
-                    bwd=dict(block_M=64, block_N=64, num_stages=2))
+                    bwd=dict(block_M=128, block_N=128, num_stages=2, threads=256))
     return dict(fwd=dict(block_M=128, block_N=128, num_stages=2, threads=256),
-                bwd=dict(block_M=128, block_N=32, num_stages=2, threads=256))
+                bwd=dict(block_M=128, block_N=64, num_stages=2, threads=256))
 
 
 class _Attention(torch.autograd.Function):
