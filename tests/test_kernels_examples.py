@@ -10,7 +10,7 @@ import pytest
 import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["gemm", "flash_attention", "flash_attention_bwd"]
+NAMES = ["gemm", "flash_attention", "flash_attention_bwd", "gemm_fp8"]
 
 
 def load_example(name: str):
@@ -57,4 +57,6 @@ COMPILE_CASES = {
     "flash_attention_bwd-preprocess": lambda: flash_attention_bwd_cuda_config("preprocess", False),
     "flash_attention_bwd-bwd-full": lambda: flash_attention_bwd_cuda_config("bwd", False),
     "flash_attention_bwd-bwd-causal": lambda: flash_attention_bwd_cuda_config("bwd", True),
+    "gemm_fp8-cuda_config": lambda: load_example("gemm_fp8").gemm_fp8(1024, 1024, 4096,
+                                                                      **load_example("gemm_fp8").tile_config("cuda")),
 }
