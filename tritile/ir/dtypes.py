@@ -1,22 +1,42 @@
 """Scalar element types of the tile IR.
 
-One `DType` object per type; they are compared by name.  `T.float16`, the string
-"float16" and `torch.float16` all normalise to the same object via `as_dtype`.
-`dtype.max` / `dtype.min` are the largest / lowest finite values as typed constants (TVM's
-`max_value` / `min_value`, which TileLang kernels use as `T.max_value(dtype)`).
+One `DType` object per type.  As in TileLang (whose dtypes are TVM `DataType`s that behave as
+strings), a `DType` *is* a `str`: its string value is TileLang's spelling of the type, so
+`str(T.float16) == "float16"`, `getattr(torch, T.float8_e4m3fn)` is `torch.float8_e4m3fn`, and a
+dtype compares equal to, hashes like, and can stand in a dict for its string.  `name` is the
+IR's own name of the type (what the code generators key their tables by); it equals the string
+value except where TileLang's spelling differs (`float8_e4m3` is the string "float8_e4m3fn").
+`T.float16`, the string "float16" and `torch.float16` all normalise to the same object via
+`as_dtype`.  `dtype.max` / `dtype.min` are the largest / lowest finite values as typed
+constants (TVM's `max_value` / `min_value`, which TileLang kernels use as `T.max_value(dtype)`).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
 
-@dataclass(frozen=True)
-class DType:
-    name: str
-    bits: int
-    kind: str  # "float" | "int" | "uint" | "bool"
+class DType(str):
+    """An element type: `bits` per lane, `kind` ("float" | "int" | "uint" | "bool"), `lanes`
+    (1 for a scalar; TileLang's vector types such as `float32x2` have more)."""
+
+    def __new__(cls, name: str, bits: int, kind: str, spelling: str | None = None, lanes: int = 1):
+        self = super().__new__(cls, spelling or name)
+        self.name, self.bits, self.kind, self.lanes = name, bits, kind, lanes
+        return self
+
+    def __setattr__(self, key, value):
+        if key in self.__dict__:
+            raise AttributeError(f"DType is immutable ({key!r})")
+        super().__setattr__(key, value)
+
+    def __reduce__(self):  # copies and pickles are the one object of that name
+        return as_dtype, (str(self),)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     @property
     def is_float(self) -> bool:
@@ -31,8 +51,20 @@ class DType:
         return max(1, self.bits // 8)
 
     @property
+    def bytes(self) -> int:
+        """TVM's spelling of `itemsize` (bytes of one element, all lanes)."""
+        return max(1, self.bits * self.lanes // 8)
+
+    @property
     def torch(self) -> torch.dtype:
-        return _TO_TORCH[self.name]
+        try:
+            return _TO_TORCH[self.name]
+        except KeyError:
+            raise TypeError(f"dtype {self} has no torch equivalent") from None
+
+    def as_torch(self) -> torch.dtype:
+        """TileLang's spelling of `torch`: the torch dtype of this type."""
+        return self.torch
 
     def __repr__(self) -> str:
         return self.name
@@ -60,7 +92,7 @@ float16 = DType("float16", 16, "float")
 bfloat16 = DType("bfloat16", 16, "float")
 float32 = DType("float32", 32, "float")
 float64 = DType("float64", 64, "float")
-float8_e4m3 = DType("float8_e4m3", 8, "float")
+float8_e4m3 = DType("float8_e4m3", 8, "float", spelling="float8_e4m3fn")
 float8_e5m2 = DType("float8_e5m2", 8, "float")
 int8 = DType("int8", 8, "int")
 int16 = DType("int16", 16, "int")
@@ -71,11 +103,20 @@ uint16 = DType("uint16", 16, "uint")
 uint32 = DType("uint32", 32, "uint")
 uint64 = DType("uint64", 64, "uint")
 bool_ = DType("bool", 8, "bool")
+float8_e8m0fnu = DType("float8_e8m0fnu", 8, "float")  # exponent-only scale type (MX formats)
+tfloat32 = DType("tfloat32", 32, "float")  # float32 storage, TF32 tensor-core inputs
 
 ALL = [float16, bfloat16, float32, float64, float8_e4m3, float8_e5m2, int8, int16, int32, int64,
-       uint8, uint16, uint32, uint64, bool_]
+       uint8, uint16, uint32, uint64, bool_, float8_e8m0fnu, tfloat32]
 
-_BY_NAME = {d.name: d for d in ALL}
+# TileLang's vector types (`T.float32x2`, ...): known by name; no tile operation takes them yet.
+VECTORS = [DType(f"{d.name}x{n}", d.bits, d.kind, lanes=n)
+           for d in (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+                     uint64, float8_e4m3, float8_e5m2)
+           for n in (2, 4, 8, 16, 32, 64)]
+
+_BY_NAME = {d.name: d for d in ALL + VECTORS}
+_BY_NAME.update({str(d): d for d in ALL})
 # TileLang / TVM spellings
 _BY_NAME.update({
     "float": float32, "half": float16, "double": float64, "fp16": float16, "bf16": bfloat16,
@@ -88,9 +129,12 @@ _TO_TORCH = {
     "float64": torch.float64, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
     "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64,
-    "bool": torch.bool,
+    "bool": torch.bool, "float8_e8m0fnu": torch.float8_e8m0fnu, "tfloat32": torch.float32,
 }
-_FROM_TORCH = {v: _BY_NAME[k] for k, v in _TO_TORCH.items()}
+_FROM_TORCH = {v: _BY_NAME[k] for k, v in _TO_TORCH.items() if k != "tfloat32"}
+
+
+_FROM_PYTHON = {float: float32, int: int32, bool: bool_}  # TileLang accepts Python types
 
 
 def _extremes(dtype: DType) -> tuple:
@@ -107,6 +151,8 @@ def as_dtype(value) -> DType:
         return value
     if isinstance(value, str) and value in _BY_NAME:
         return _BY_NAME[value]
+    if isinstance(value, type) and value in _FROM_PYTHON:
+        return _FROM_PYTHON[value]
     if isinstance(value, torch.dtype) and value in _FROM_TORCH:
         return _FROM_TORCH[value]
     raise TypeError(f"unknown dtype {value!r}")

@@ -15,18 +15,23 @@ Contract
 """
 from __future__ import annotations
 
+import builtins as _builtins
 import math
 
 from tritile.ir import nodes as _ir
+from tritile.ir import dtypes as _dtypes
 from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
-    DType, as_dtype, bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, float64, int8,
-    int16, int32, int64, uint8, uint16, uint32, uint64,
+    DType, as_dtype, bfloat16, bool_, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
+    float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64,
 )
 
 bool = bool_  # noqa: A001 - TileLang spells it T.bool
+float = float32  # noqa: A001 - TileLang's T.float
 float8_e4m3fn = float8_e4m3
 float8_e5m2fn = float8_e5m2
 dtype = as_dtype
+dtypes = _dtypes.ALL  # TileLang's list of the scalar dtypes
+globals().update({d.name: d for d in _dtypes.VECTORS})  # T.float32x2, T.float16x8, ...
 
 # The frontend's table: stub function -> how it is lowered.  Filled by `_tile_op`.
 TILE_OPS = {}
@@ -54,7 +59,7 @@ def _foldable(name, fn):
 
     def helper(*args, **kwargs):
         values = list(args) + list(kwargs.values())
-        if all(v is None or isinstance(v, (int, float, str, DType)) for v in values):
+        if all(v is None or isinstance(v, (int, _builtins.float, str, DType)) for v in values):
             return fn(*args, **kwargs)
         raise RuntimeError(f"T.{name} on runtime values can only be used inside a kernel compiled "
                            f"by tritile")
@@ -292,7 +297,7 @@ def _if_then_else(cond, true_value, false_value):
 
 def _cast(value, dtype):
     dt = as_dtype(dtype)
-    return float(value) if dt.is_float else (value != 0) if dt.kind == "bool" else int(value)
+    return _builtins.float(value) if dt.is_float else (value != 0) if dt.kind == "bool" else int(value)
 
 
 def _infinity(dtype):
