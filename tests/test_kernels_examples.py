@@ -10,7 +10,7 @@ import pytest
 import torch
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ["gemm", "flash_attention", "flash_attention_bwd", "gemm_fp8"]
+NAMES = ["gemm", "flash_attention", "flash_attention_bwd", "gemm_fp8", "flash_decoding"]
 
 
 def load_example(name: str):
@@ -57,6 +57,9 @@ COMPILE_CASES = {
     "flash_attention_bwd-preprocess": lambda: flash_attention_bwd_cuda_config("preprocess", False),
     "flash_attention_bwd-bwd-full": lambda: flash_attention_bwd_cuda_config("bwd", False),
     "flash_attention_bwd-bwd-causal": lambda: flash_attention_bwd_cuda_config("bwd", True),
+    "flash_decoding-split": lambda: load_example("flash_decoding").decode_split(
+        8, 64, 8, 32768, 128, **load_example("flash_decoding").tile_config("cuda", 8, 8, 32768)),
+    "flash_decoding-combine": lambda: load_example("flash_decoding").decode_combine(8, 64, 4, 128),
     "gemm_fp8-cuda_config": lambda: load_example("gemm_fp8").gemm_fp8(1024, 1024, 4096,
                                                                       **load_example("gemm_fp8").tile_config("cuda")),
 }
