@@ -236,15 +236,22 @@ def _reduce(kind):
         p.require_kernel(name, loc)
         src = acc.region(a["buffer"], loc, f"{name} buffer")
         dst = acc.region(a["out"], loc, f"{name} out")
-        rank = len(src.tile_shape)
+        # `dim` counts the input's own dimensions, unit ones included (TileLang's `[1, N]`
+        # fragment reduced over dim=1); the IR's Reduce counts those of its tile shape.
+        extents = tuple(src.extents)
+        rank = len(extents)
         dim = _int(a["dim"], f"{name} dim", loc)
         if not -rank <= dim < rank:
-            raise CompileError(f"{name}: dim {dim} is out of range for a {rank}-D input {list(src.tile_shape)}", loc)
+            raise CompileError(f"{name}: dim {dim} is out of range for a {rank}-D input {list(extents)}", loc)
         dim %= rank
-        expected = tuple(s for i, s in enumerate(src.tile_shape) if i != dim) or (1,)
+        if extents[dim] == 1:
+            raise CompileError(f"{name}: dim {dim} of the input {list(extents)} has extent 1; there is nothing "
+                               f"to reduce (copy it with T.copy instead)", loc)
+        expected = tuple(s for i, s in enumerate(extents) if i != dim and s != 1) or (1,)
         if dst.tile_shape != expected:
             raise CompileError(f"{name}: output {dst.buffer.name} has shape {list(dst.tile_shape)}, expected "
-                               f"{list(expected)} (the input {list(src.tile_shape)} without dim {dim})", loc)
+                               f"{list(expected)} (the input {list(extents)} without dim {dim})", loc)
+        dim = sum(1 for s in extents[:dim] if s != 1)
         clear_flag = _bool(a.get("clear", True), "clear", loc)
         nan_propagate = _bool(a.get("nan_propagate", False), "nan_propagate", loc)
         p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc, nan_propagate=nan_propagate))

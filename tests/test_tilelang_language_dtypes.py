@@ -1,0 +1,75 @@
+"""TileLang's dtypes in tritile: a `T` dtype is a string (`str`, comparisons, hashing,
+`getattr(torch, dtype)`), has `.as_torch()`, and TileLang's extra names exist; kernels take
+the string and `T` spellings alike.  Also `tritile.language.fp8` and `T.reduce_*` over a
+`[1, N]` fragment (TileLang counts the unit dimension)."""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+from tritile.language.fp8 import determine_fp8_type, determine_torch_fp8_type
+
+
+@pytest.mark.parametrize("dtype,name,torch_dtype", [
+    (T.float16, "float16", torch.float16), (T.bfloat16, "bfloat16", torch.bfloat16),
+    (T.float, "float32", torch.float32), (T.float32, "float32", torch.float32),
+    (T.float8_e4m3fn, "float8_e4m3fn", torch.float8_e4m3fn), (T.float8_e5m2, "float8_e5m2", torch.float8_e5m2),
+    (T.float8_e8m0fnu, "float8_e8m0fnu", torch.float8_e8m0fnu), (T.int8, "int8", torch.int8),
+    (T.bool, "bool", torch.bool),
+])
+def test_dtype_is_its_string(dtype, name, torch_dtype):
+    assert str(dtype) == name and dtype == name and name == dtype
+    assert hash(dtype) == hash(name) and {dtype: 1}[name] == 1 and {name: 2}[dtype] == 2
+    assert getattr(torch, dtype) is torch_dtype
+    assert dtype.as_torch() is torch_dtype
+    assert T.dtype(name) is dtype and T.dtype(torch_dtype) is dtype
+
+
+def test_dtype_names_of_tilelang():
+    assert T.tfloat32 == "tfloat32" and T.tfloat32.bits == 32
+    assert T.float32x2 == "float32x2" and T.float32x2.lanes == 2 and T.float16x8.bytes == 16
+    assert T.float32 in T.dtypes and T.float16 in T.dtypes
+    assert T.dtype(float) is T.float32 and T.dtype(int) is T.int32
+    assert T.float16 != T.bfloat16 and T.float16 != "float32"
+
+
+def test_fp8_choice():
+    assert determine_fp8_type() == "float8_e4m3fn" and determine_fp8_type("e5m2") == "float8_e5m2"
+    assert determine_torch_fp8_type() is torch.float8_e4m3fn
+    with pytest.raises(ValueError):
+        determine_fp8_type("e3m4")
+
+
+@tritile.jit(out_idx=[-1])
+def _scale_rows(M, N, dtype):
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(M, threads=128) as bx:
+            row = T.alloc_fragment((1, N), T.float)
+            total = T.alloc_fragment((1,), T.float)
+            T.copy(A[bx, 0], row)
+            T.reduce_sum(row, total, dim=1)
+            for i, j in T.Parallel(1, N):
+                row[i, j] = row[i, j] / total[0]
+            T.copy(row, B[bx, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float32", T.float, T.float16])
+def test_string_and_T_dtypes_in_a_kernel_and_unit_dim_reduce(dtype):
+    a = torch.rand(8, 64, dtype=getattr(torch, dtype)) + 0.5
+    b = _scale_rows(8, 64, dtype)(a)
+    ref = (a.float() / a.float().sum(dim=1, keepdim=True)).to(a.dtype)
+    torch.testing.assert_close(b, ref, rtol=1e-2 if dtype == T.float16 else 1e-5, atol=1e-3)
+
+
+def test_reduce_over_a_unit_dim_is_an_error():
+    with pytest.raises(tritile.CompileError, match="extent 1"):
+        @T.prim_func
+        def bad(A: T.Tensor((4, 8), T.float32)):
+            with T.Kernel(1, threads=128) as bx:
+                row = T.alloc_fragment((1, 8), T.float32)
+                out = T.alloc_fragment((8,), T.float32)
+                T.copy(A[0, 0], row)
+                T.reduce_max(row, out, dim=0)
