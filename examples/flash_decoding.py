@@ -111,13 +111,15 @@ def decode_combine(batch, heads, num_split, dim, threads=128):
 
 def tile_config(device_type: str, batch: int, kv_heads: int, seq: int) -> dict:
     """Small tiles for the CPU interpreter.  On CUDA: 128-key tiles, and as many splits (a power
-    of two, up to 16) as it takes for batch * kv_heads * splits to cover the H100's 132 SMs."""
+    of two, up to 16) as it takes for batch * kv_heads * splits to cover the H100's 132 SMs;
+    three stages without a split, two with (an H100 sweep, bench/NOTES.md session 16: 2.92
+    against 2.71 TB/s unsplit at 64x32/8x8192x128; at 8x64/8x32768 four splits, 2.79)."""
     if device_type != "cuda":
         return dict(block_N=32, block_H=16, num_split=2, num_stages=1)
     splits = 1
     while splits < 16 and batch * kv_heads * splits < 132 and seq // (splits * 2) >= 128:
         splits *= 2
-    return dict(block_N=128, block_H=64, num_split=splits, num_stages=2)
+    return dict(block_N=128, block_H=64, num_split=splits, num_stages=3 if splits == 1 else 2)
 
 
 def gqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
