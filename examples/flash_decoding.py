@@ -128,8 +128,8 @@ def gqa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     kv_heads, seq = k.shape[1], k.shape[2]
     config = tile_config(q.device.type, batch, kv_heads, seq)
     o_partial, lse_partial = decode_split(batch, heads, kv_heads, seq, dim, **config)(q, k, v)
-    if config["num_split"] == 1:  # one split is already normalised (and T.reduce_* would read a
-        return o_partial[:, :, 0].to(q.dtype)  # [1, dim] fragment as 1-D: a known frontend gap, #20)
+    if config["num_split"] == 1:  # one split is already normalised: nothing to combine
+        return o_partial[:, :, 0].to(q.dtype)
     return decode_combine(batch, heads, config["num_split"], dim)(o_partial, lse_partial)
 
 
