@@ -33,6 +33,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
+from tritile.frontend import warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -78,6 +79,7 @@ class Parser:
         self.name_hint = None
         self.buffer_names = set()
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
+        self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.global_reads = GlobalReads()
 
     # ---------------------------------------------------------------- helpers for handlers
@@ -401,6 +403,9 @@ class Parser:
             raise CompileError("use one `with T.Kernel(...)` per with-statement", loc)
         item = node.items[0]
         spec = self.eval(item.context_expr)
+        if isinstance(spec, warp_groups.WarpGroupSpec):
+            self._warp_groups(spec, node, loc)
+            return
         if not isinstance(spec, tile_ops.KernelSpec):
             raise CompileError("the only supported with-statement is `with T.Kernel(...) as ...`", loc)
         if self.kernel is not None:
@@ -427,6 +432,7 @@ class Parser:
                 for n, v in zip(names, block_vars):
                     self._bind(n, v)
         self.in_kernel = True
+        self.kernel_threads = spec.threads
         self.blocks.append([])
         try:
             self.statements(node.body)
@@ -434,6 +440,19 @@ class Parser:
             body = self.blocks.pop()
             self.in_kernel = False
         self.kernel = ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle, loc=loc)
+
+    def _warp_groups(self, spec, node, loc):
+        """`with T.ws(*groups):` - the body as an `ir.WarpGroups` block."""
+        if node.items[0].optional_vars is not None:
+            raise CompileError("`with T.ws(...)` binds no name", loc)
+        if self.parallel_depth:
+            raise CompileError("`with T.ws(...)` inside T.Parallel is not supported", loc)
+        self.blocks.append([])
+        try:
+            self.statements(node.body)
+        finally:
+            body = self.blocks.pop()
+        self.emit(ir.WarpGroups(spec.groups, ir.Seq(body), loc=loc))
 
     def stmt_If(self, node):
         loc = self.source.loc(node)
@@ -732,7 +751,8 @@ class Parser:
                 return impl(*bound.args, **bound.kwargs)
             except Exception as exc:  # noqa: BLE001
                 raise CompileError(f"T.{name}: {type(exc).__name__}: {exc}", loc) from None
-        return tile_ops.HANDLERS[name](self, dict(bound.arguments), loc)
+        handler = tile_ops.HANDLERS.get(name) or warp_groups.HANDLERS[name]
+        return handler(self, dict(bound.arguments), loc)
 
     def _inline_macro(self, macro, args, kwargs, loc):
         if len(self.sources) > MACRO_DEPTH:

@@ -33,6 +33,7 @@ import torch
 
 from tritile.errors import CompileError
 from tritile.interpreter import tile_ops
+from tritile.interpreter.barriers import Barriers
 from tritile.interpreter import values as V
 from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.hazards import AsyncTracker
@@ -53,7 +54,7 @@ def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
         block = tuple(reversed(block))
         env = dict(scalars)
         env.update(zip(kernel.block_vars, block))
-        runner = BlockRunner(env, Memory(AsyncTracker(block), storage))
+        runner = BlockRunner(env, Memory(AsyncTracker(block), storage), kernel.threads)
         runner.exec(kernel.body)
         runner.tracker.check_drained()
 
@@ -61,10 +62,12 @@ def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
 class BlockRunner(Evaluator):
     """Executes statements of one thread block."""
 
-    def __init__(self, env: dict, memory: Memory):
+    def __init__(self, env: dict, memory: Memory, threads: int):
         super().__init__(env, memory)
         self.tracker = memory.tracker
         self.lane_ndim = 0  # number of lane dimensions of the enclosing T.Parallel loops
+        self.threads = threads  # threads running the current statement (a `T.ws` narrows them)
+        self.barriers = Barriers()
 
     def exec(self, s):
         handler = self._STMTS.get(type(s))
@@ -122,6 +125,30 @@ class BlockRunner(Evaluator):
                  ir.CommitGroup: tile_ops.commit_group, ir.WaitGroup: tile_ops.wait_group,
                  ir.Gemm: tile_ops.gemm, ir.WaitMMA: tile_ops.wait_mma, ir.Fill: tile_ops.fill,
                  ir.Reduce: tile_ops.reduce, ir.Cumsum: tile_ops.cumsum, ir.AtomicAdd: tile_ops.atomic_add}
+
+    # ------------------------------------------------------------------ warp specialization
+    def _alloc_barrier(self, s: ir.AllocBarrier):
+        self.barriers.allocate(s.buffer, s.arrive_counts)
+
+    def _barrier_op(self, s):
+        if self.lane_ndim:
+            raise self.error(f"{type(s).__name__} inside T.Parallel")
+        index = int(self.scalar(s.index))
+        try:
+            if isinstance(s, ir.BarrierArrive):
+                self.barriers.arrive(s.buffer, index, self.threads)
+            else:
+                self.barriers.wait(s.buffer, index, int(self.scalar(s.parity)))
+        except ValueError as err:
+            raise self.error(str(err)) from None
+
+    def _warp_groups(self, s: ir.WarpGroups):
+        outer = self.threads
+        self.threads = s.threads
+        try:
+            self.exec(s.body)
+        finally:
+            self.threads = outer
 
     # ------------------------------------------------------------------ control flow
     def _for(self, s: ir.For):
@@ -211,6 +238,8 @@ class BlockRunner(Evaluator):
               ir.Print: _print,
               ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
               ir.ConsumerPartitions: _consumer_partitions,
+              ir.AllocBarrier: _alloc_barrier, ir.BarrierArrive: _barrier_op, ir.BarrierWait: _barrier_op,
+              ir.WarpGroups: _warp_groups,
               **dict.fromkeys(_TILE_OPS, _tile_op)}
 
 

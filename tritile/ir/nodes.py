@@ -462,6 +462,60 @@ class While(Stmt):
     loc: Optional[SourceLoc] = None
 
 
+# Explicit warp specialization (TileLang's `T.alloc_barrier`, `T.ws`, `T.barrier_*`): the
+# program itself names which warp groups run which code and synchronises them through
+# mbarriers.  A barrier is a `Buffer` of scope "barrier" (one mbarrier per element); it
+# starts in phase 0 with no arrivals; a phase completes once `arrive_counts[i]` threads
+# have arrived, and `BarrierWait(parity=p)` returns once the phase of parity p has
+# completed (so it returns at once for p = 1 on a fresh barrier: mbarrier try_wait.parity).
+
+
+@dataclass
+class AllocBarrier(Stmt):
+    """`T.alloc_barrier(arrive_count)`: declares the mbarriers of `buffer`, element i
+    expecting `arrive_counts[i]` thread arrivals per phase."""
+
+    buffer: Buffer
+    arrive_counts: tuple
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class BarrierArrive(Stmt):
+    """Every thread running this statement arrives once at mbarrier `buffer[index]`."""
+
+    buffer: Buffer
+    index: Expr
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class BarrierWait(Stmt):
+    """Blocks until the phase of parity `parity` (0 or 1) of mbarrier `buffer[index]` completed."""
+
+    buffer: Buffer
+    index: Expr
+    parity: Expr
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class WarpGroups(Stmt):
+    """`with T.ws(*groups):` - `body` runs only on the warp groups (128 threads each, by thread
+    index) listed in `groups`; other warp groups skip it."""
+
+    groups: tuple
+    body: Seq
+    loc: Optional[SourceLoc] = None
+
+    @property
+    def threads(self) -> int:
+        return WARP_GROUP_THREADS * len(self.groups)
+
+
+WARP_GROUP_THREADS = 128
+
+
 @dataclass
 class ConsumerPartitions(Stmt):
     """The kernel's compute split across `count` consumer partitions of a warp-specialized

@@ -146,6 +146,16 @@ class _Printer:
         elif isinstance(s, ir.While):
             self.emit(d, f"while {expr_str(s.cond)}:")
             self.seq(s.body, d + 1)
+        elif isinstance(s, ir.AllocBarrier):
+            counts = list(s.arrive_counts)
+            self.emit(d, f"{s.buffer.name} = T.alloc_barrier({counts[0] if len(counts) == 1 else counts})")
+        elif isinstance(s, ir.BarrierArrive):
+            self.emit(d, f"T.barrier_arrive({s.buffer.name}[{expr_str(s.index)}])")
+        elif isinstance(s, ir.BarrierWait):
+            self.emit(d, f"T.barrier_wait({s.buffer.name}[{expr_str(s.index)}], {expr_str(s.parity)})")
+        elif isinstance(s, ir.WarpGroups):
+            self.emit(d, f"with T.ws({', '.join(map(str, s.groups))}):")
+            self.seq(s.body, d + 1)
         elif isinstance(s, ir.ConsumerPartitions):
             self.emit(d, f"for {s.var.name} in T.consumer_partitions({s.count}):  # concurrently, private fragments")
             self.seq(s.body, d + 1)

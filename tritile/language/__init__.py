@@ -181,6 +181,36 @@ def alloc_var(dtype, init=None, scope="local.var"):
 
 
 @_tile_op
+def alloc_barrier(arrive_count):
+    """mbarriers (one, or one per entry of a list of arrive counts) for explicit warp
+    specialization; see `tritile.ir.nodes.AllocBarrier` for their semantics."""
+
+
+@_tile_op
+def barrier_arrive(mbarrier):
+    """Every thread running it arrives once at `mbarrier` (a barrier or `mbars[i]`)."""
+
+
+@_tile_op
+def barrier_wait(mbarrier, parity):
+    """Wait until the phase of parity `parity` (0 / 1) of `mbarrier` has completed."""
+
+
+@_tile_op
+def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=None,
+             eviction_policy=None, annotations=None):
+    """A copy the program synchronises itself through `barrier` (TileLang's split-phase TMA)."""
+
+
+@_tile_op
+def ws(*warp_group_idx):
+    """`with T.ws(0):` - code run only by the listed warp groups (128 threads each)."""
+
+
+WarpSpecialize = ws
+
+
+@_tile_op
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
          prefer_instruction=None, annotations=None, loop_layout=None):
     pass

@@ -905,6 +905,13 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
 
 
+def lower_explicit_warp_specialization(em: Emitter, s):
+    """The program's own warp groups and mbarriers (`T.ws`, `T.alloc_barrier`, ...): not lowered
+    yet (tritile specializes warps itself, lowering/warp_specialization.py)."""
+    raise unsupported("explicit warp specialization (T.alloc_barrier / T.ws / T.barrier_arrive / "
+                      "T.barrier_wait)", s.loc)
+
+
 RULES = {
     ir.Seq: lower_seq,
     ir.Alloc: lower_alloc,
@@ -927,4 +934,6 @@ RULES = {
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
     ir.ConsumerPartitions: lower_consumer_partitions,
+    **dict.fromkeys((ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups),
+                    lower_explicit_warp_specialization),
 }
