@@ -11,38 +11,14 @@ largest difference of tritile's dq / dk / dv from cuDNN's.
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import json
-from pathlib import Path
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from timing import load_example, median_ms, save
+
 SHAPES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True)]
-
-
-def _example():
-    path = Path(__file__).resolve().parent.parent / "examples" / "flash_attention_bwd.py"
-    spec = importlib.util.spec_from_file_location("flash_attention_bwd", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _median_ms(fn, repeats=20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def run_shape(F, batch, heads, seq, dim, causal) -> dict:
@@ -61,7 +37,7 @@ def run_shape(F, batch, heads, seq, dim, causal) -> dict:
         bwd(q, k, v, do, lse, delta, dq32, dk, dv)
         return dq32.to(torch.float16)
 
-    ours_ms = _median_ms(tritile_backward)
+    ours_ms = median_ms(tritile_backward)
     dq = tritile_backward()
     qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -71,7 +47,7 @@ def run_shape(F, batch, heads, seq, dim, causal) -> dict:
             qr.grad = kr.grad = vr.grad = None
             out.backward(do, retain_graph=True)
 
-        cudnn_ms = _median_ms(cudnn_backward)
+        cudnn_ms = median_ms(cudnn_backward)
         cudnn_backward()
     flops = 2.5 * 4 * batch * heads * seq * seq * dim * (0.5 if causal else 1.0)
     errors = {name: (ours.float() - theirs.float()).abs().max().item()
@@ -86,17 +62,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    F = _example()
+    F = load_example("flash_attention_bwd")
     rows = []
     for shape in SHAPES:
         row = run_shape(F, *shape)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    save(args.out, rows)
 
 
 if __name__ == "__main__":

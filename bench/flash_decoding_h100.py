@@ -10,58 +10,34 @@ tensor the size of K and V together).
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import json
-from pathlib import Path
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from timing import load_example, median_ms, save
+
 SHAPES = [(64, 32, 8, 8192, 128), (8, 64, 8, 32768, 128)]
-
-
-def _example():
-    path = Path(__file__).resolve().parent.parent / "examples" / "flash_decoding.py"
-    spec = importlib.util.spec_from_file_location("flash_decoding", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _median_ms(fn, repeats=30) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    D = _example()
+    D = load_example("flash_decoding")
     rows = []
     for batch, heads, kv_heads, seq, dim in SHAPES:
         q = torch.randn(batch, heads, dim, device="cuda", dtype=torch.float16)
         k, v = (torch.randn(batch, kv_heads, seq, dim, device="cuda", dtype=torch.float16) for _ in range(2))
         cache_bytes = 2 * k.numel() * k.element_size()
-        ours_ms = _median_ms(lambda: D.gqa_decode(q, k, v))
+        ours_ms = median_ms(lambda: D.gqa_decode(q, k, v))
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)  # noqa: E731
-            sdpa_ms = _median_ms(sdpa)
+            sdpa_ms = median_ms(sdpa)
             error = (D.gqa_decode(q, k, v).float() - sdpa()[:, :, 0].float()).abs().max().item()
         src = torch.empty(cache_bytes // 2, device="cuda", dtype=torch.float16)
         dst = torch.empty_like(src)
-        copy_ms = _median_ms(lambda: dst.copy_(src))
+        copy_ms = median_ms(lambda: dst.copy_(src))
         row = {"shape": [batch, heads, kv_heads, seq, dim], "config": D.tile_config("cuda", batch, kv_heads, seq),
                "tritile_ms": round(ours_ms, 4), "cudnn_ms": round(sdpa_ms, 4),
                "tritile_tb_s": round(cache_bytes / ours_ms / 1e9, 3), "cudnn_tb_s": round(cache_bytes / sdpa_ms / 1e9, 3),
@@ -69,11 +45,7 @@ def main(argv=None):
                "max_abs_diff": round(error, 5)}
         print(json.dumps(row), flush=True)
         rows.append(row)
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    save(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -9,39 +9,15 @@ many outputs are off by more than 2 % of max |C| / 1000).  A few tile configs of
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import json
-from pathlib import Path
 
 import torch
+
+from timing import load_example, median_ms, save
 
 CONFIGS = [dict(block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4),
            dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=4),
            dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=8)]
-
-
-def _example():
-    path = Path(__file__).resolve().parent.parent / "examples" / "gemm_fp8.py"
-    spec = importlib.util.spec_from_file_location("gemm_fp8", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _median_ms(fn, repeats=20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def _accuracy(c, exact) -> dict:
@@ -54,7 +30,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    G = _example()
+    G = load_example("gemm_fp8")
     rows = []
     for n in (4096, 8192):
         a8, sa = G.quantize(torch.randn(n, n, device="cuda"))
@@ -62,24 +38,20 @@ def main(argv=None):
         exact = (a8.double() @ b8.double().t()) * (sa.double() * sb.double())
         flops = 2 * n ** 3
         cublas = lambda: torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float16)  # noqa: E731
-        ms = _median_ms(cublas)
+        ms = median_ms(cublas)
         row = {"size": n, "cublaslt": {"ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1), **_accuracy(cublas(), exact)},
                "tritile": []}
         scales = torch.stack([sa.float().reshape(()), sb.float().reshape(())])
         for config in CONFIGS:
             kernel = G.gemm_fp8(n, n, n, **config)
             ours = lambda: kernel(a8, b8, scales)  # noqa: E731
-            t = _median_ms(ours)
+            t = median_ms(ours)
             row["tritile"].append({**config, "ms": round(t, 4), "tflops": round(flops / t / 1e9, 1),
                                    "ratio": round(ms / t, 3), **_accuracy(ours(), exact)})
         print(json.dumps(row), flush=True)
         rows.append(row)
         del exact
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    save(args.out, rows)
 
 
 if __name__ == "__main__":

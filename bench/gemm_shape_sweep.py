@@ -9,15 +9,7 @@ import json, os, sys, time
 import torch
 sys.path.insert(0, os.getcwd())
 from tritile.ops.matmul import matmul, tile_config, _as_operand, SUPPORTED_DTYPES
-
-def bench(fn, reps=30):
-    for _ in range(3): fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    ts.sort(); return ts[len(ts) // 2]
+from timing import median_ms
 
 M = 16384
 shapes = []
@@ -34,7 +26,7 @@ out = []
 for name, m, n, k, ta, tb in shapes:
     a = (torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t() if ta else torch.randn(m, k, device="cuda", dtype=torch.bfloat16))
     b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if tb else torch.randn(k, n, device="cuda", dtype=torch.bfloat16))
-    ref = bench(lambda: torch.mm(a, b))
+    ref = median_ms(lambda: torch.mm(a, b), 30)
     (aa, fa), (bb, fb) = _as_operand(a), _as_operand(b)
     row = {"shape": [name, m, n, k, ta, tb], "cublas_ms": round(ref, 4), "configs": []}
     for cfg in configs:
@@ -42,7 +34,7 @@ for name, m, n, k, ta, tb in shapes:
             f = lambda: matmul(aa, bb, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=fa, trans_B=fb, **cfg)
             got = f(); torch.cuda.synchronize()
             err = (got.float() - (a.float() @ b.float())).abs().max().item()
-            t = bench(f)
+            t = median_ms(f, 30)
             row["configs"].append({**cfg, "ms": round(t, 4), "ratio": round(ref / t, 3), "maxerr": round(err, 3)})
         except Exception as exc:
             row["configs"].append({**cfg, "error": str(exc)[:120]})

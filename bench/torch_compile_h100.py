@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
 import tritile.contrib.torch_backend as tritile_backend
+from timing import median_ms
 
 D_MODEL, HEADS, D_FF, LAYERS = 1024, 16, 4096, 4
 
@@ -58,19 +58,6 @@ class Stack(torch.nn.Module):
         return x
 
 
-def _timed(fn, repeats: int) -> float:
-    """Median milliseconds of `fn` over `repeats` calls (CUDA events, synchronised)."""
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _compiled(model, backend: str):
     torch._dynamo.reset()
     return model if backend == "eager" else torch.compile(model, backend=backend)
@@ -93,7 +80,7 @@ def measure(workload: str, backend: str, model, inputs, repeats: int) -> dict:
     first = time.perf_counter() - start
     for _ in range(3):
         step()
-    return {"first_call_s": round(first, 2), "step_ms": round(_timed(step, repeats), 3)}
+    return {"first_call_s": round(first, 2), "step_ms": round(median_ms(step, repeats), 3)}
 
 
 def profile_step(model, inputs, backend: str, top: int = 12) -> list:

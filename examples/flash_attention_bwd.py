@@ -1,8 +1,8 @@
 """FlashAttention backward (layout [batch, heads, seq, dim]) in TileLang's lazy style.
 
 Three kernels, as in FlashAttention-2:
-* `flashattn_fwd` - the forward of examples/flash_attention.py that also writes the
-  log-sum-exp of each query row, `LSE = max * scale + log2(sum)` in base 2 (scores scaled by
+* `flashattn_fwd` - the forward of examples/flash_attention.py (its `attention_rows` loop) that
+  also writes the log-sum-exp of each query row, `LSE = max * scale + log2(sum)` in base 2 (scores scaled by
   1/sqrt(dim) * log2(e)), which is all the backward needs to rebuild P;
 * `flashattn_bwd_preprocess` - `Delta[i] = sum_d O[i, d] * dO[i, d]`;
 * `flashattn_bwd` - one program per block of `block_M` keys: K and V stay in shared memory, the
@@ -15,10 +15,16 @@ Three kernels, as in FlashAttention-2:
 (q, k, v, o, lse), backward returns dq, dk, dv.  Runs on CUDA when available, else on the CPU
 reference interpreter with small sizes.  Run: ``python examples/flash_attention_bwd.py``.
 """
+import os
+import sys
+
 import torch
 
 import tritile
 import tritile.language as T
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the forward example, beside this one
+from flash_attention import attention_rows  # noqa: E402
 
 LOG2E = 1.44269504
 
@@ -28,50 +34,13 @@ def flashattn_fwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=64, num
     scale = (1.0 / dim) ** 0.5 * LOG2E
     shape = [batch, heads, seq, dim]
     dtype, accum_dtype = "float16", "float"
+    rows = attention_rows(seq, 0, dim, is_causal, block_M, block_N, num_stages, dtype, accum_dtype)
 
     @T.prim_func
     def main(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
              Output: T.Tensor(shape, dtype), LSE: T.Tensor([batch, heads, seq], accum_dtype)):
         with T.Kernel(T.ceildiv(seq, block_M), heads, batch, threads=threads) as (bx, by, bz):
-            Q_shared = T.alloc_shared([block_M, dim], dtype)
-            K_shared = T.alloc_shared([block_N, dim], dtype)
-            V_shared = T.alloc_shared([block_N, dim], dtype)
-            acc_s = T.alloc_fragment([block_M, block_N], accum_dtype)
-            acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
-            acc_o = T.alloc_fragment([block_M, dim], accum_dtype)
-            scores_max = T.alloc_fragment([block_M], accum_dtype)
-            scores_max_prev = T.alloc_fragment([block_M], accum_dtype)
-            scores_scale = T.alloc_fragment([block_M], accum_dtype)
-            scores_sum = T.alloc_fragment([block_M], accum_dtype)
-            logsum = T.alloc_fragment([block_M], accum_dtype)
-
-            T.copy(Q[bz, by, bx * block_M:(bx + 1) * block_M, :], Q_shared)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(scores_max, -T.infinity(accum_dtype))
-            loop_range = T.ceildiv((bx + 1) * block_M, block_N) if is_causal else T.ceildiv(seq, block_N)
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
-                T.copy(K[bz, by, k * block_N:(k + 1) * block_N, :], K_shared)
-                if is_causal:
-                    for i, j in T.Parallel(block_M, block_N):
-                        acc_s[i, j] = T.if_then_else(bx * block_M + i >= k * block_N + j, 0, -T.infinity(accum_dtype))
-                else:
-                    T.clear(acc_s)
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                T.copy(scores_max, scores_max_prev)
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                for i in T.Parallel(block_M):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for i, j in T.Parallel(block_M, block_N):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(block_M):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(block_M, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, by, k * block_N:(k + 1) * block_N, :], V_shared)
-                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            acc_o, logsum, scores_max = rows(Q, K, V, bx, by, bz)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, Output[bz, by, bx * block_M:(bx + 1) * block_M, :])

@@ -1,0 +1,49 @@
+"""What the session-16 benchmark scripts share: CUDA-event timing, loading an example program,
+writing a result.
+
+`median_ms(fn, repeats)` - the median of `repeats` timed calls of `fn` after 3 warm-up calls,
+each call between two CUDA events and synchronised; `load_example(name)` - examples/<name>.py
+as a module (the benchmarks time the examples' own kernels); `save(path, rows)` - the rows as
+json with the run's device, versions and date.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def median_ms(fn, repeats: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def save(path, rows: list) -> None:
+    import triton
+
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
