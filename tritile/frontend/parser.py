@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import builtins as py_builtins
 import inspect
+import sys
 
 import tritile.language as T
 from tritile.errors import CompileError
@@ -553,6 +554,58 @@ class Parser:
         except AttributeError:
             raise CompileError(f"{_type_name(obj)} has no attribute {node.attr!r}", self.source.loc(node)) from None
 
+    def _comprehension(self, node, element):
+        """The values of a comprehension, evaluated while tracing: its iterables must be
+        compile-time (a shape, a list, `range(n)` of ints); `element(node)` makes one value."""
+        loc = self.source.loc(node)
+        out = []
+        self.frames.append({})  # the comprehension's own names do not leak
+        try:
+            self._comprehend(node.generators, 0, lambda: out.append(element(node)), loc)
+        finally:
+            self.frames.pop()
+        return out
+
+    def _comprehend(self, generators, k, emit, loc):
+        if k == len(generators):
+            emit()
+            return
+        gen = generators[k]
+        if gen.is_async:
+            raise CompileError("async comprehensions are not supported in a kernel", loc)
+        iterable = self.eval(gen.iter)
+        if isinstance(iterable, (ir.Expr, ir.Buffer, acc.BufferAccess)):
+            raise CompileError("a comprehension in a kernel iterates while it is traced: it needs a compile-time "
+                               f"iterable, got {_type_name(iterable)}", loc)
+        for value in iterable:
+            self._bind_target(gen.target, value, loc)
+            if all(_as_compile_time_bool(self.eval(cond), loc) for cond in gen.ifs):
+                self._comprehend(generators, k + 1, emit, loc)
+
+    def _bind_target(self, target, value, loc):
+        if isinstance(target, ast.Name):
+            self._bind(target.id, value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            values = list(value)
+            if len(values) != len(target.elts):
+                raise CompileError(f"cannot unpack {value!r} into {len(target.elts)} names", loc)
+            for t, v in zip(target.elts, values):
+                self._bind_target(t, v, loc)
+        else:
+            raise CompileError(f"unsupported comprehension target {type(target).__name__}", loc)
+
+    def expr_ListComp(self, node):
+        return self._comprehension(node, lambda n: self.eval(n.elt))
+
+    def expr_GeneratorExp(self, node):
+        return iter(self._comprehension(node, lambda n: self.eval(n.elt)))
+
+    def expr_SetComp(self, node):
+        return set(self._comprehension(node, lambda n: self.eval(n.elt)))
+
+    def expr_DictComp(self, node):
+        return dict(self._comprehension(node, lambda n: (self.eval(n.key), self.eval(n.value))))
+
     def expr_Tuple(self, node):
         return tuple(self._sequence(node.elts))
 
@@ -730,6 +783,9 @@ class Parser:
         if callee is py_builtins.print:
             raise CompileError("print() in a kernel runs once, when tritile traces it, not when the kernel runs; "
                                "use T.print(value, msg=...) to print at run time", loc)
+        if _is_user_function(callee) and (has_runtime or _calls_tile_ops(callee)):
+            # TileLang traces plain helpers like macros: their T calls emit into the kernel
+            return self._inline_macro(T.Macro(callee), args, kwargs, loc)
         try:
             return callee(*args, **kwargs)
         except CompileError:
@@ -791,6 +847,27 @@ _FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max
 
 def _as_bool(value):
     return exprs.truth(value) if isinstance(value, ir.Expr) else bool(value)
+
+
+def _as_compile_time_bool(value, loc) -> bool:
+    if isinstance(value, (ir.Expr, ir.Buffer, acc.BufferAccess)):
+        raise CompileError("a comprehension's `if` is evaluated while tracing: it needs a compile-time "
+                           "condition", loc)
+    return bool(value)
+
+
+def _is_user_function(fn) -> bool:
+    """A plain Python function of the user's (not tritile's, torch's or the standard library's)."""
+    if not inspect.isfunction(fn) or fn.__name__ == "<lambda>":
+        return False
+    module = fn.__module__ or ""
+    return not module.startswith(("tritile.", "torch", "triton", "numpy")) and module not in sys.stdlib_module_names
+
+
+def _calls_tile_ops(fn) -> bool:
+    """Whether `fn`'s code names one of the `T` tile operations (which only a kernel can run)."""
+    names = set(fn.__code__.co_names)
+    return any(getattr(T, n, None) in T.TILE_OPS for n in names if n not in _FOLDABLE_NAMES)
 
 
 def _type_name(obj) -> str:

@@ -64,7 +64,58 @@ class SourceLoc:
 
 
 class Expr:
+    """A scalar expression.  Python's arithmetic operators build IR (folding and promoting as
+    in a kernel body), so helper code run by Python on runtime sizes - `M // block_M`,
+    `n % 4` on a `T.dynamic` dimension - works as in TileLang.  Comparisons are not
+    overloaded: IR nodes compare as values (or, Vars, by identity)."""
+
     dtype: DType
+
+    def _binary(self, op, lhs, rhs):
+        from tritile.frontend.exprs import binary  # the frontend owns folding and promotion rules
+
+        return binary(op, lhs, rhs)
+
+    def __add__(self, other):
+        return self._binary("+", self, other)
+
+    def __radd__(self, other):
+        return self._binary("+", other, self)
+
+    def __sub__(self, other):
+        return self._binary("-", self, other)
+
+    def __rsub__(self, other):
+        return self._binary("-", other, self)
+
+    def __mul__(self, other):
+        return self._binary("*", self, other)
+
+    def __rmul__(self, other):
+        return self._binary("*", other, self)
+
+    def __truediv__(self, other):
+        return self._binary("/", self, other)
+
+    def __rtruediv__(self, other):
+        return self._binary("/", other, self)
+
+    def __floordiv__(self, other):
+        return self._binary("//", self, other)
+
+    def __rfloordiv__(self, other):
+        return self._binary("//", other, self)
+
+    def __mod__(self, other):
+        return self._binary("%", self, other)
+
+    def __rmod__(self, other):
+        return self._binary("%", other, self)
+
+    def __neg__(self):
+        from tritile.frontend.exprs import unary
+
+        return unary("-", self)
 
 
 _var_ids = itertools.count()

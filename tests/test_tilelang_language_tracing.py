@@ -1,0 +1,97 @@
+"""Python that runs while TileLang traces a kernel, in tritile: plain helper functions that
+call T operations (inlined like `@T.macro`), comprehensions and generator expressions over
+compile-time values, and Python arithmetic (`//`, `%`, ...) on symbolic sizes in helpers."""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+def _scale_into(src, dst, factor, n):
+    """A plain helper (no @T.macro) that emits a T.Parallel loop."""
+    for i in T.Parallel(n):
+        dst[i] = src[i] * factor
+
+
+def _split(m):
+    return m // 4, m % 4
+
+
+def test_plain_helper_calling_T_ops():
+    @T.prim_func
+    def main(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((64,), T.float32)
+            T.copy(A[0], tile)
+            _scale_into(tile, tile, 3.0, 64)
+            T.copy(tile, B[0])
+
+    kernel = tritile.compile(main, out_idx=[1])
+    a = torch.randn(64)
+    torch.testing.assert_close(kernel(a), a * 3)
+    assert "gl." in tritile.compile(main, out_idx=[1], target="cuda:90").get_source("gluon")
+
+
+def test_floordiv_and_mod_of_a_symbolic_size_in_a_helper():
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((M,), T.float32), B: T.Tensor((M,), T.float32)):
+        with T.Kernel(T.ceildiv(M, 64), threads=128) as bx:
+            quarters, rest = _split(M)
+            for i in T.Parallel(64):
+                if bx * 64 + i < M:
+                    B[bx * 64 + i] = A[bx * 64 + i] + quarters * 10 + rest
+
+    kernel = tritile.compile(main, out_idx=[1])
+    for m in (100, 67):
+        a = torch.randn(m)
+        torch.testing.assert_close(kernel(a), a + (m // 4) * 10 + m % 4)
+
+
+def test_python_operators_on_symbolic_sizes_build_ir():
+    M = T.dynamic("M")
+    assert isinstance(M // 4, tritile.ir.nodes.BinOp) and (M % 4).op == "%"
+    assert (2 * M + 1).dtype == T.int32 and (-M).op == "-"
+
+
+def test_comprehensions_and_generator_expressions():
+    shape = (8, 16)
+
+    @T.prim_func
+    def main(A: T.Tensor(shape, T.float32), B: T.Tensor(shape, T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment(tuple(s for s in shape), T.float32)
+            T.copy(A[0, 0], tile)
+            offsets = {d: s * 2 for d, s in enumerate(shape) if s > 8}
+            total = sum(s for s in shape) + offsets[1]
+            for i, j in T.Parallel(*[s for s in shape]):
+                tile[i, j] = tile[i, j] + total
+            T.copy(tile, B[0, 0])
+
+    kernel = tritile.compile(main, out_idx=[1])
+    a = torch.randn(8, 16)
+    torch.testing.assert_close(kernel(a), a + 24 + 32)
+
+
+def test_comprehension_over_a_runtime_value_is_an_error():
+    with pytest.raises(tritile.CompileError, match="compile-time iterable"):
+        @T.prim_func
+        def main(A: T.Tensor((8,), T.int32)):
+            with T.Kernel(1, threads=128) as bx:
+                xs = [x for x in A[0]]
+
+
+@pytest.mark.gpu
+def test_plain_helper_gpu():
+    @T.prim_func
+    def main(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((64,), T.float32)
+            T.copy(A[0], tile)
+            _scale_into(tile, tile, 3.0, 64)
+            T.copy(tile, B[0])
+
+    a = torch.randn(64, device="cuda")
+    torch.testing.assert_close(tritile.compile(main, out_idx=[1])(a), a * 3)
