@@ -17,6 +17,7 @@ from tritile.frontend import exprs
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import as_dtype
 from tritile.ir.verifier import gemm_mnk
+from tritile.language.layout import Layout
 
 
 @dataclass
@@ -310,8 +311,16 @@ def annotate_layout(p, a, loc):
     for buf, layout in layout_map.items():
         if not isinstance(buf, ir.Buffer):
             raise CompileError(f"T.annotate_layout keys must be buffers, got {buf!r}", loc)
-        buf.annotated_layout = layout
+        if isinstance(layout, Layout) and _static_dims(layout.shape) and _static_dims(buf.shape) and \
+                tuple(map(int, layout.shape)) != tuple(buf.shape):
+            raise CompileError(f"T.annotate_layout: the layout of {buf.name} is for shape {list(layout.shape)}, "
+                               f"the buffer has shape {list(buf.shape)}", loc)
+        buf.annotated_layout = layout  # T.Layout / T.Fragment: see tritile/language/layout.py
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
+
+
+def _static_dims(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
 
 
 def print_(p, a, loc):

@@ -25,6 +25,8 @@ from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
     float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64,
 )
 
+from tritile.language.layout import Fragment, Layout  # noqa: F401,E402  (T.Layout, T.Fragment)
+
 bool = bool_  # noqa: A001 - TileLang spells it T.bool
 float = float32  # noqa: A001 - TileLang's T.float
 float8_e4m3fn = float8_e4m3

@@ -1,0 +1,99 @@
+"""TileLang's layout functions in tritile: `T.Layout` / `T.Fragment` evaluate their index and
+thread maps, and `T.annotate_layout` takes them (a placement hint on on-chip buffers; logical
+addressing kept on global tensors, see tritile/language/layout.py) with results unchanged."""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+def _dq_layout(shape):
+    return T.Layout(shape, lambda b, l, d: [b, l // 8, d // 8, d % 2, 4 * (l % 8) + (d % 8) // 2])
+
+
+def test_layout_maps_indices():
+    layout = _dq_layout((2, 16, 16))
+    assert layout(1, 9, 5) == [1, 1, 0, 1, 6]
+    assert layout.get_input_shape() == (2, 16, 16)
+    assert layout.get_output_shape() == (2, 2, 2, 2, 32)
+
+
+def test_fragment_maps_threads_and_indices():
+    frag = T.Fragment((16, 16), forward_thread_fn=lambda i, j: i * 2 + j // 8, forward_index_fn=lambda i, j: j % 8)
+    assert frag.map_forward_thread([3, 9]) == 7 and frag.map_forward_index([3, 9]) == [1]
+    assert frag.get_thread_size() == 32
+    both = T.Fragment((4, 8), forward_fn=lambda i, j, rep: (i * 8 + j // 2 + rep * 32, j % 2), replicate=2)
+    assert both.map_forward_thread([1, 3], rep=1) == 8 + 1 + 32 and both.get_thread_size() == 3 * 8 + 3 + 32 + 1
+
+
+def _accumulate_then_read(B, L, D, annotate):
+    """Two kernels as in FlashAttention's backward: one atomically accumulates into a float32
+    tensor with a layout annotation, a second (the same annotation) reads it back."""
+
+    @T.prim_func
+    def accumulate(X: T.Tensor((B, L, D), T.float32), Acc: T.Tensor((B, L, D), T.float32)):
+        with T.Kernel(B, threads=128) as b:
+            tile = T.alloc_fragment((L, D), T.float32)
+            if annotate:
+                T.annotate_layout({Acc: _dq_layout(Acc.shape)})
+            T.copy(X[b, 0, 0], tile)
+            T.atomic_add(Acc[b, 0, 0], tile)
+
+    @T.prim_func
+    def read(Acc: T.Tensor((B, L, D), T.float32), Y: T.Tensor((B, L, D), T.float16)):
+        with T.Kernel(B, threads=128) as b:
+            tile = T.alloc_fragment((L, D), T.float32)
+            if annotate:
+                T.annotate_layout({Acc: _dq_layout(Acc.shape)})
+            T.copy(Acc[b, 0, 0], tile)
+            T.copy(tile, Y[b, 0, 0])
+
+    return accumulate, read
+
+
+@pytest.mark.parametrize("annotate", [False, True])
+def test_annotated_global_accumulator_round_trip(annotate):
+    accumulate, read = _accumulate_then_read(2, 16, 32, annotate)
+    x = torch.randn(2, 16, 32)
+    acc = torch.randn(2, 16, 32)
+    expected = (acc + x).half()
+    tritile.compile(accumulate)(x, acc)
+    torch.testing.assert_close(tritile.compile(read, out_idx=[1])(acc), expected)
+
+
+def test_fragment_layout_on_a_fragment_keeps_values():
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), T.float32), B: T.Tensor((16, 16), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((16, 16), T.float32)
+            T.annotate_layout({tile: T.Fragment((16, 16), forward_thread_fn=lambda i, j: (i * 16 + j) // 2,
+                                                 forward_index_fn=lambda i, j: j % 2)})
+            T.copy(A[0, 0], tile)
+            for i, j in T.Parallel(16, 16):
+                tile[i, j] = tile[i, j] * 2.0 + 1.0
+            T.copy(tile, B[0, 0])
+
+    a = torch.randn(16, 16)
+    torch.testing.assert_close(tritile.compile(main, out_idx=[1])(a), a * 2 + 1)
+    assert "gl." in tritile.compile(main, out_idx=[1], target="cuda:90").get_source("gluon")
+
+
+def test_layout_of_the_wrong_shape_is_an_error():
+    with pytest.raises(tritile.CompileError, match="is for shape"):
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), T.float32)):
+            with T.Kernel(1, threads=128) as bx:
+                tile = T.alloc_shared((16, 16), T.float32)
+                T.annotate_layout({tile: T.Layout((8, 16), lambda i, j: [i, j])})
+                T.copy(A[0, 0], tile)
+
+
+@pytest.mark.gpu
+def test_annotated_global_accumulator_round_trip_gpu():
+    accumulate, read = _accumulate_then_read(2, 16, 32, True)
+    x = torch.randn(2, 16, 32, device="cuda")
+    acc = torch.randn(2, 16, 32, device="cuda")
+    expected = (acc + x).half()
+    tritile.compile(accumulate)(x, acc)
+    torch.testing.assert_close(tritile.compile(read, out_idx=[1])(acc), expected)
