@@ -260,18 +260,30 @@ def _reduce(kind):
     return handler
 
 
-def cumsum(p, a, loc):
-    p.require_kernel("T.cumsum", loc)
-    src = acc.region(a["src"], loc, "T.cumsum src")
-    dst = src if a["dst"] is None else acc.region(a["dst"], loc, "T.cumsum dst")
+def _scan_operands(p, a, loc, name):
+    """(src, dst, dim, reverse) of a scan `T.<name>(src, dst=None, dim=0, reverse=False)`."""
+    p.require_kernel(f"T.{name}", loc)
+    src = acc.region(a["src"], loc, f"T.{name} src")
+    dst = src if a["dst"] is None else acc.region(a["dst"], loc, f"T.{name} dst")
     if src.tile_shape != dst.tile_shape:
-        raise CompileError(f"T.cumsum: dst shape {list(dst.tile_shape)} differs from src shape "
+        raise CompileError(f"T.{name}: dst shape {list(dst.tile_shape)} differs from src shape "
                            f"{list(src.tile_shape)}", loc)
     rank = len(src.tile_shape)
-    dim = _int(a["dim"], "T.cumsum dim", loc)
+    dim = _int(a["dim"], f"T.{name} dim", loc)
     if not -rank <= dim < rank:
-        raise CompileError(f"T.cumsum: dim {dim} is out of range for a {rank}-D input", loc)
-    p.emit(ir.Cumsum(src, dst, dim % rank, _bool(a["reverse"], "reverse", loc), loc=loc))
+        raise CompileError(f"T.{name}: dim {dim} is out of range for a {rank}-D input", loc)
+    return src, dst, dim % rank, _bool(a["reverse"], "reverse", loc)
+
+
+def cumsum(p, a, loc):
+    p.emit(ir.Cumsum(*_scan_operands(p, a, loc, "cumsum"), loc=loc))
+
+
+def _cum_extremum(kind):
+    def handler(p, a, loc):
+        p.emit(ir.CumExtremum(kind, *_scan_operands(p, a, loc, f"cum{kind}"), loc=loc))
+
+    return handler
 
 
 def atomic_add(p, a, loc):
@@ -444,14 +456,15 @@ HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
-    "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "atomic_add": atomic_add,
+    "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "atomic_add": atomic_add,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
-    "if_then_else": if_then_else, "cast": cast, "infinity": infinity,
+    "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
     **{fn: _intrinsic(fn) for fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "tanh", "sin",
                                      "cos", "floor", "ceil", "sigmoid")},
 }

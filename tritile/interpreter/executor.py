@@ -124,7 +124,8 @@ class BlockRunner(Evaluator):
     _TILE_OPS = {ir.Copy: tile_ops.copy, ir.AsyncCopy: tile_ops.async_copy,
                  ir.CommitGroup: tile_ops.commit_group, ir.WaitGroup: tile_ops.wait_group,
                  ir.Gemm: tile_ops.gemm, ir.WaitMMA: tile_ops.wait_mma, ir.Fill: tile_ops.fill,
-                 ir.Reduce: tile_ops.reduce, ir.Cumsum: tile_ops.cumsum, ir.AtomicAdd: tile_ops.atomic_add}
+                 ir.Reduce: tile_ops.reduce, ir.Cumsum: tile_ops.cumsum,
+                 ir.CumExtremum: tile_ops.cum_extremum, ir.AtomicAdd: tile_ops.atomic_add}
 
     # ------------------------------------------------------------------ warp specialization
     def _alloc_barrier(self, s: ir.AllocBarrier):

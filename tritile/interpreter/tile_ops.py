@@ -143,16 +143,26 @@ def reduce(run, s: ir.Reduce):
     _write(run, s.dst, result)
 
 
-def cumsum(run, s: ir.Cumsum):
+def _scan(run, s, name, scan):
+    """`scan(tile, dim)` of `s.src` along `s.dim` (from the end when `s.reverse`) into `s.dst`."""
     src = _read(run, s.src).reshape(s.src.tile_shape)
     dim = _dim(run, s.src, s.dim)
     if s.reverse:
-        result = src.flip(dim).cumsum(dim).flip(dim)
+        result = scan(src.flip(dim), dim).flip(dim)
     else:
-        result = src.cumsum(dim)
+        result = scan(src, dim)
     if result.numel() != _numel(s.dst.extents):
-        raise run.error(f"T.cumsum: {region_str(s.dst)} and {region_str(s.src)} differ in size")
+        raise run.error(f"T.{name}: {region_str(s.dst)} and {region_str(s.src)} differ in size")
     _write(run, s.dst, result)
+
+
+def cumsum(run, s: ir.Cumsum):
+    _scan(run, s, "cumsum", torch.cumsum)
+
+
+def cum_extremum(run, s: ir.CumExtremum):
+    scan = torch.cummax if s.kind == "max" else torch.cummin
+    _scan(run, s, f"cum{s.kind}", lambda tile, dim: scan(tile, dim).values)
 
 
 def atomic_add(run, s: ir.AtomicAdd):

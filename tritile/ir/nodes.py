@@ -423,6 +423,20 @@ class Cumsum(Stmt):
 
 
 @dataclass
+class CumExtremum(Stmt):
+    """`T.cummax` / `T.cummin` (`kind` "max" / "min"): the running maximum / minimum of `src`
+    along tile dimension `dim` (from the end when `reverse`) into `dst`; NaN propagates
+    (torch.cummax's rule)."""
+
+    kind: str
+    src: Region
+    dst: Region
+    dim: int = 0
+    reverse: bool = False
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
 class AtomicAdd(Stmt):
     """``dst += value`` atomically; `value` is a Region (tile form) or an Expr (scalar form,
     `dst` then has all extents 1)."""

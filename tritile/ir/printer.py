@@ -124,6 +124,8 @@ class _Printer:
             self.emit(d, f"T.reduce_{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, clear={s.clear}{nan})")
         elif isinstance(s, ir.Cumsum):
             self.emit(d, f"T.cumsum({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
+        elif isinstance(s, ir.CumExtremum):
+            self.emit(d, f"T.cum{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):
             self.emit(d, f"T.atomic_add({region_str(s.dst)}, {_operand(s.value)})")
         elif isinstance(s, ir.Evaluate):

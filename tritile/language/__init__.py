@@ -289,6 +289,16 @@ def cumsum(src, dst=None, dim=0, reverse=False, annotations=None):
 
 
 @_tile_op
+def cummax(src, dst=None, dim=0, reverse=False, annotations=None):
+    """Running maximum of `src` along `dim` into `dst` (in place when `dst` is None)."""
+
+
+@_tile_op
+def cummin(src, dst=None, dim=0, reverse=False, annotations=None):
+    """Running minimum of `src` along `dim` into `dst` (in place when `dst` is None)."""
+
+
+@_tile_op
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     pass
 
@@ -359,4 +369,5 @@ sigmoid = _foldable("sigmoid", lambda x: 1.0 / (1.0 + math.exp(-x)))
 pow = _foldable("pow", lambda x, y: x ** y)  # noqa: A001
 if_then_else = _foldable("if_then_else", _if_then_else)
 cast = _foldable("cast", _cast)
+Cast = _foldable("Cast", lambda dtype, value: _cast(value, dtype))  # TileLang's T.Cast(dtype, value)
 infinity = _foldable("infinity", _infinity)

@@ -912,6 +912,11 @@ def lower_explicit_warp_specialization(em: Emitter, s):
                       "T.barrier_wait)", s.loc)
 
 
+def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
+    """`T.cummax` / `T.cummin`: not lowered yet (a max/min combine for gl.associative_scan)."""
+    raise unsupported(f"T.cum{s.kind}", s.loc)
+
+
 RULES = {
     ir.Seq: lower_seq,
     ir.Alloc: lower_alloc,
@@ -934,6 +939,7 @@ RULES = {
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
     ir.ConsumerPartitions: lower_consumer_partitions,
+    ir.CumExtremum: lower_cum_extremum,
     **dict.fromkeys((ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups),
                     lower_explicit_warp_specialization),
 }
