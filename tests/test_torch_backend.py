@@ -200,3 +200,17 @@ def test_gemm_choices_are_measured_once_and_kept_on_disk(monkeypatch, tmp_path):
     assert gemm_choice.choose(*problem, "cuda").tritile and len(measured) == 1
     assert (tmp_path / "torch_backend" / "gemm_choice.json").exists()
     assert gemm_choice.choose(*problem, "cpu") == gemm_choice.Choice(True) and len(measured) == 1
+
+
+def test_dynamic_shapes_compile_once_and_match_eager():
+    """dynamic=True: one graph for every batch size (the CPU path takes tritile.mm on symbolic
+    shapes; a GPU's measured choice leaves symbolic shapes to inductor, see gemm_choice)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = MatmulBiasRelu(32, 48, torch.float32)
+    compiled = torch.compile(model, backend="tritile", dynamic=True, options={"fallback": "eager"})
+    with torch.no_grad():
+        for rows in (8, 13, 21):
+            x = torch.randn(rows, 32)
+            assert_close(compiled(x), model(x))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2
