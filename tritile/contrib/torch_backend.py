@@ -78,9 +78,9 @@ def _gemm_refusal(a, b, measured: bool) -> str:
         return f"dtype {a.dtype} (tritile.mm takes float16, bfloat16, float32)"
     if a.device != b.device:
         return f"operands on {a.device} and {b.device}"
-    if not measured or a.device.type != "cuda":
+    if not measured:
         return ""
-    if not all(isinstance(d, int) for d in (*a.shape, *b.shape)):
+    if a.device.type == "cuda" and not all(isinstance(d, int) for d in (*a.shape, *b.shape)):
         return "a dynamic shape (tritile.mm is measured against cuBLAS per static shape; gemms='tritile' skips that)"
     with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
         choice = gemm_choice.choose(a.shape[0], b.shape[1], a.shape[1], a.dtype, is_transposed_contiguous(a),
