@@ -73,3 +73,25 @@ def test_reduce_over_a_unit_dim_is_an_error():
                 out = T.alloc_fragment((8,), T.float32)
                 T.copy(A[0, 0], row)
                 T.reduce_max(row, out, dim=0)
+
+
+def test_tfloat32_buffers_store_float32_and_vector_dtypes_are_rejected():
+    @T.prim_func
+    def main(A: T.Tensor((16, 16), T.tfloat32), B: T.Tensor((16, 16), T.tfloat32), C: T.Tensor((16, 16), T.float)):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_shared((16, 16), T.tfloat32)
+            b = T.alloc_shared((16, 16), T.tfloat32)
+            c = T.alloc_fragment((16, 16), T.float)
+            T.copy(A[0, 0], a)
+            T.copy(B[0, 0], b)
+            T.gemm(a, b, c, clear_accum=True)
+            T.copy(c, C[0, 0])
+
+    kernel = tritile.compile(main, out_idx=[2])
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(tritile.CompileError, match="vector dtype float32x2"):
+        @T.prim_func
+        def vec(A: T.Tensor((16,), T.float32)):
+            with T.Kernel(1, threads=128) as bx:
+                v = T.alloc_fragment((8,), T.float32x2)

@@ -15,7 +15,7 @@ from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.ir import nodes as ir
-from tritile.ir.dtypes import as_dtype
+from tritile.ir.dtypes import element_dtype
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 
@@ -43,9 +43,9 @@ class KernelSpec:
 
 def _dtype(value, loc):
     try:
-        return as_dtype(value)
-    except TypeError:
-        raise CompileError(f"unknown dtype {value!r}", loc) from None
+        return element_dtype(value)
+    except TypeError as exc:
+        raise CompileError(str(exc), loc) from None
 
 
 def _static_shape(shape, what, loc) -> tuple:

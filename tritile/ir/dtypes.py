@@ -158,5 +158,16 @@ def as_dtype(value) -> DType:
     raise TypeError(f"unknown dtype {value!r}")
 
 
+def element_dtype(value) -> DType:
+    """The dtype a buffer of `value` elements stores: `as_dtype(value)`, with `tfloat32` stored
+    as `float32` (TF32 is an MMA input precision, not a storage type; tritile's GEMMs keep
+    float32's precision).  TypeError for a vector dtype (`float32x2`): no tile operation takes
+    one yet."""
+    dtype = as_dtype(value)
+    if dtype.lanes != 1:
+        raise TypeError(f"vector dtype {dtype} is not supported as a buffer element type yet")
+    return float32 if dtype is tfloat32 else dtype
+
+
 def from_torch(dtype: torch.dtype) -> DType:
     return as_dtype(dtype)

@@ -85,7 +85,7 @@ class Tensor:
         if isinstance(shape, (int, _ir.Expr)):
             shape = (shape,)
         self.shape = tuple(shape)
-        self.dtype = as_dtype(dtype)
+        self.dtype = _dtypes.element_dtype(dtype)
 
     def __class_getitem__(cls, item):
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (tuple, list)):
