@@ -452,10 +452,23 @@ def infinity(p, a, loc):
     return ir.Call("infinity", (), _dtype(a["dtype"], loc))
 
 
+def _not_yet(construct, advice):
+    """A TileLang construct tritile does not implement yet: a CompileError at the call."""
+
+    def handler(p, a, loc):
+        raise CompileError(f"{construct} is not supported by tritile yet: {advice}", loc)
+
+    return handler
+
+
 HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
+    "alloc_global": _not_yet("T.alloc_global (a global workspace tensor)", "pass the tensor as a kernel parameter"),
+    "alloc_reducer": _not_yet("T.alloc_reducer", "accumulate into a T.alloc_fragment and use T.reduce_*"),
+    "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
+    "view": _not_yet("T.view", "index the buffer with the viewed indices"),
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": atomic_add,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),

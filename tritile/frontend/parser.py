@@ -167,6 +167,10 @@ class Parser:
                 if isinstance(spec, T.Tensor):
                     self._declare_param(name, spec, loc)
                     continue
+                if isinstance(spec, DType) and name not in self.consts:
+                    raise CompileError(f"scalar kernel parameters ({name}: {spec}) are not supported yet: pass the "
+                                       f"value as a compile-time argument of the @tritile.jit function, or as a "
+                                       f"one-element tensor", loc)
             if name in self.consts:
                 self._bind(name, self.consts[name])
             elif signature.parameters[name].default is not inspect.Parameter.empty:

@@ -213,6 +213,26 @@ WarpSpecialize = ws
 
 
 @_tile_op
+def alloc_global(shape, dtype, scope="global"):
+    """A global workspace tensor of the launch (not supported yet: a CompileError)."""
+
+
+@_tile_op
+def alloc_reducer(shape, dtype, op="sum", replication=None):
+    """A deferred-reduction buffer (not supported yet: a CompileError)."""
+
+
+@_tile_op
+def reshape(src, shape):
+    """A view of `src` with another shape (not supported yet: a CompileError)."""
+
+
+@_tile_op
+def view(src, shape=None, dtype=None):
+    """A view of `src` with another shape / dtype (not supported yet: a CompileError)."""
+
+
+@_tile_op
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
          prefer_instruction=None, annotations=None, loop_layout=None):
     pass
