@@ -95,3 +95,33 @@ def test_tfloat32_buffers_store_float32_and_vector_dtypes_are_rejected():
         def vec(A: T.Tensor((16,), T.float32)):
             with T.Kernel(1, threads=128) as bx:
                 v = T.alloc_fragment((8,), T.float32x2)
+
+
+@pytest.mark.parametrize("dtype,value,side", [(T.float32, 1e300, "maximum"), (T.float16, -70000.0, "minimum"),
+                                              (T.bfloat16, 1e39, "maximum")])
+def test_float_literal_beyond_the_type_is_a_ValueError(dtype, value, side):
+    with pytest.raises(ValueError, match=f"exceeds {side} of {dtype}") as err:
+        @T.prim_func
+        def kernel(A: T.Tensor((1,), dtype)):
+            with T.Kernel(1):
+                v = T.alloc_var(dtype, init=value)
+                A[0] = v
+    assert isinstance(err.value, tritile.CompileError)
+
+
+def test_float_literals_in_range_and_infinities_are_kept():
+    @T.prim_func
+    def kernel(A: T.Tensor((3,), T.float32), B: T.Tensor((3,), T.float64)):
+        with T.Kernel(1):
+            big = T.alloc_var(T.float64, init=1e300)
+            A[0] = 3.0e38
+            A[1] = -T.infinity(T.float32)
+            A[2] = float("inf")
+            B[0] = big
+            B[1] = B[0] * 0.5
+            B[2] = -1e300
+
+    a, b = torch.randn(3), torch.randn(3, dtype=torch.float64)
+    tritile.compile(kernel)(a, b)
+    torch.testing.assert_close(a, torch.tensor([3.0e38, -float("inf"), float("inf")]))
+    torch.testing.assert_close(b, torch.tensor([1e300, 5e299, -1e300], dtype=torch.float64))

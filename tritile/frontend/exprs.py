@@ -9,6 +9,7 @@ float32), so backends never need promotion rules of their own.
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Optional
 
@@ -59,10 +60,28 @@ def promote(a: DType, b: DType) -> DType:
     return a if a.bits >= b.bits else b
 
 
+class LiteralRangeError(CompileError, ValueError):
+    """A Python float literal beyond the finite range of the float type it is written as (TVM
+    rejects these with a ValueError, which TileLang's programs and tests expect)."""
+
+
+def _check_float_literal(value, dtype: DType, loc):
+    if not dtype.is_float or isinstance(value, bool) or not math.isfinite(value) or dtype.bits > 32:
+        return
+    if dtype.name not in ("float16", "bfloat16", "float32"):
+        return  # fp8 literals saturate on conversion (docs/semantics.md)
+    low, high = dtype.min.value, dtype.max.value
+    if value > high or value < low:
+        side = "maximum" if value > high else "minimum"
+        raise LiteralRangeError(f"literal value {value!r} exceeds {side} of {dtype}", loc)
+
+
 def cast(value, dtype, loc=None):
-    """`value` converted to `dtype` (a Const for Python numbers, a Cast when types differ)."""
+    """`value` converted to `dtype` (a Const for Python numbers, a Cast when types differ).  A
+    float literal outside a 16/32-bit float type's finite range is a `LiteralRangeError`."""
     dtype = as_dtype(dtype)
     if is_python_scalar(value):
+        _check_float_literal(value, dtype, loc)
         return make_const(value, dtype)
     if not isinstance(value, ir.Expr):
         raise CompileError(f"cannot cast {value!r} to {dtype}", loc)
