@@ -180,6 +180,35 @@ def test_cumsum_1d(reverse, device, assert_close):
     assert_close(cumsum_1d(N, block, reverse)(a), expected)
 
 
+@tritile.jit(out_idx=[-1])
+def rms_norm_rows(M, N, block_M):
+    """TileLang's norm/rms_norm.py shape: with block_M=1 the row tile is a [1, N] fragment whose
+    reduction over dim=1 (TileLang counts the unit dim) gives one value."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            rows = T.alloc_fragment((block_M, N), "float32")
+            squares = T.alloc_fragment((block_M, N), "float32")
+            norm = T.alloc_fragment((block_M,), "float32")
+            T.copy(A[bx * block_M:(bx + 1) * block_M, :], rows)
+            for i, j in T.Parallel(block_M, N):
+                squares[i, j] = rows[i, j] * rows[i, j]
+            T.reduce_sum(squares, norm, dim=1)
+            for i in T.Parallel(block_M):
+                norm[i] = T.rsqrt(norm[i] / N + 1e-12)
+            for i, j in T.Parallel(block_M, N):
+                rows[i, j] *= norm[i]
+            T.copy(rows, B[bx * block_M:(bx + 1) * block_M, :])
+
+    return main
+
+
+@pytest.mark.parametrize("block_M", [1, 4])
+def test_rms_norm_rows_of_one(block_M, device, assert_close):
+    a = torch.randn(16, 256, device=device)
+    assert_close(rms_norm_rows(16, 256, block_M)(a), a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-12))
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel of
 # this module with every reduction kind, dimension, clear/keep_dim and scan variant tested above.
 COMPILE_CASES = {
@@ -195,4 +224,5 @@ COMPILE_CASES = {
        for scope in ("shared", "fragment") for dim in (0, 1) for rev in (False, True) for inp in (True, False)},
     **{f"cumsum_1d-{'reverse' if rev else 'forward'}": (lambda rev=rev: cumsum_1d(256, 64, rev))
        for rev in (False, True)},
+    **{f"rms_norm_rows-block_M{m}": (lambda m=m: rms_norm_rows(1024, 1024, m)) for m in (1, 4)},
 }

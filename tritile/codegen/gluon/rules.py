@@ -849,7 +849,13 @@ def _write_tile(em, region, value, value_layout, value_dtype, loc):
 
 def lower_reduce(em: Emitter, s: ir.Reduce):
     src, layout = _register_tile(em, s.src, s.loc)
+    axis = s.dim  # of the region's tile shape (unit dims dropped)
     rank = len(s.src.tile_shape)
+    if s.src.buffer.scope == "fragment" and len(s.src.buffer.shape) > rank:
+        # a whole fragment is its own register tensor, unit dims kept: a [1, N] one reduces
+        # along its axis 1 into one value
+        axis = [d for d, n in enumerate(s.src.buffer.shape) if n != 1][s.dim]
+        rank = len(s.src.buffer.shape)
     if len(s.dst.tile_shape) != rank - 1 and not (rank == 1 and s.dst.tile_shape == (1,)):
         raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
     if rank != 2:
@@ -861,13 +867,13 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
     if propagate and s.src.buffer.dtype.bits < 32:  # as gl.max does: Triton's combine wants fp32
         src = f"{src}.to(gl.float32)"
     new = em.tmp("red")
-    em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
-    new_layout = lay.slice_of(layout, s.dim)
+    em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
+    new_layout = lay.slice_of(layout, axis)
     if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank:
-        if s.dst.buffer.shape[s.dim] != 1:
+        if s.dst.buffer.shape[axis] != 1:
             raise unsupported(f"T.reduce_{s.kind} along dim {s.dim} into {list(s.dst.buffer.shape)}", s.loc)
         # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
-        em.emit(f"{new} = gl.expand_dims({new}, {s.dim})")
+        em.emit(f"{new} = gl.expand_dims({new}, {axis})")
         new_layout = layout
     new_dtype = dtypes.float32 if propagate and s.src.buffer.dtype.bits < 32 else s.src.buffer.dtype
     if not s.clear:
