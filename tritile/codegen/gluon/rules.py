@@ -52,6 +52,11 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
             return Val(f"gl.load({em.name(buf)} + {offs})")
         mask = _bounds_mask(em, e.indices, idx, buf)
         return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={_zero(buf.dtype)})", dims)
+    if buf.scope == "fragment" and all(n == 1 for n in buf.shape):
+        # a one-element fragment (a `T.reduce_*` result, TileLang's alloc_fragment((1,))) read
+        # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included)
+        return Val(f"gl.max({em.name(buf)}, axis=0)" if len(buf.shape) == 1 else
+                   f"gl.max(gl.reshape({em.name(buf)}, [1]), axis=0)")
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -856,9 +861,10 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         # along its axis 1 into one value
         axis = [d for d, n in enumerate(s.src.buffer.shape) if n != 1][s.dim]
         rank = len(s.src.buffer.shape)
-    if len(s.dst.tile_shape) != rank - 1 and not (rank == 1 and s.dst.tile_shape == (1,)):
+    to_one = rank == 1 and s.dst.tile_shape == (1,) and s.dst.buffer.scope == "fragment"
+    if len(s.dst.tile_shape) != rank - 1 and not to_one:
         raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
-    if rank != 2:
+    if rank != 2 and not to_one:
         raise unsupported(f"T.reduce_{s.kind} over a {rank}-D tile", s.loc)
     propagate = s.nan_propagate and s.src.buffer.dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
     reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
@@ -868,8 +874,13 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         src = f"{src}.to(gl.float32)"
     new = em.tmp("red")
     em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
-    new_layout = lay.slice_of(layout, axis)
-    if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank:
+    if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile
+        want = em.buffer_layout(s.dst.buffer)
+        new_layout = want
+        em.emit(f"{new} = {_filled(new, s.src.buffer.dtype, s.src.buffer.dtype, list(s.dst.buffer.shape), em.layout_name(want, em.name(s.dst.buffer)))}")
+    else:
+        new_layout = lay.slice_of(layout, axis)
+    if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank and not to_one:
         if s.dst.buffer.shape[axis] != 1:
             raise unsupported(f"T.reduce_{s.kind} along dim {s.dim} into {list(s.dst.buffer.shape)}", s.loc)
         # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
