@@ -19,4 +19,13 @@ def __getattr__(name):
         from tritile.runtime.autotune import autotune
 
         return autotune
+    if name == "PassConfigKey":
+        from tritile.transform import PassConfigKey
+
+        return PassConfigKey
     raise AttributeError(f"module 'tritile' has no attribute {name!r}")
+
+
+def cdiv(a: int, b: int) -> int:
+    """`ceil(a / b)` for integers (TileLang's `tilelang.cdiv`)."""
+    return -(-a // b)

@@ -23,6 +23,7 @@ import os
 from tritile import codegen
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
+from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
 from tritile.runtime.arguments import ArgumentBinder, written_params
 from tritile.runtime.target import Target, parse_target
@@ -38,13 +39,15 @@ class JITKernel:
                  execution_backend=None, compile_flags=None, backend=None):
         self.target = parse_target(target)
         self.backend = codegen.backend_name(backend)
-        self.pass_configs = dict(pass_configs or {})
+        self.pass_configs = transform.normalize(pass_configs)
         self.compile_flags = compile_flags
         self.execution_backend = execution_backend
         self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())
         self.backends = codegen.candidates(self.backend, self.plan_target)
-        self.stages = run_passes(func, self.plan_target, stop_after=codegen.last_stage(self.backends, PASS_NAMES))
+        with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+            self.stages = run_passes(func, self.plan_target,
+                                     stop_after=codegen.last_stage(self.backends, PASS_NAMES))
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
@@ -134,7 +137,8 @@ class JITKernel:
         if len(self.stages) == len(PASS_NAMES) + 1:
             return self.stages
         if self._inspected_stages is None:
-            self._inspected_stages = run_passes(self.stages[0][1], self.plan_target)
+            with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+                self._inspected_stages = run_passes(self.stages[0][1], self.plan_target)
         return self._inspected_stages
 
     def get_profiler(self, tensor_supply_type=None):

@@ -83,18 +83,34 @@ class Profiler:
                                      f"{max_mismatched_ratio:.2%}), max abs difference {worst:.4g}")
 
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, input_tensors=None,
-                 return_mode: str = "mean", **_unused) -> float:
-        """Milliseconds per call of the kernel (or of `func(*inputs)`)."""
+                 return_mode: str = "mean", backend: str = "event", **_unused) -> float:
+        """Milliseconds per call of the kernel (or of `func(*inputs)`), see `do_bench`."""
         inputs = input_tensors if input_tensors is not None else self._inputs()
         fn = (lambda: func(*inputs)) if func is not None else (lambda: self.kernel(*inputs))
-        if self.device == "cuda":
-            from triton.testing import do_bench
+        return do_bench(fn, warmup=warmup, rep=rep, return_mode=return_mode, backend=backend)
 
-            return do_bench(fn, warmup=warmup, rep=rep, return_mode=return_mode)
+
+BENCH_BACKENDS = ("event", "cupti", "cudagraph")
+
+
+def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_repeat: int = 0, quantiles=None,
+             fast_flush: bool = True, backend: str = "event", return_mode: str = "mean"):
+    """TileLang's `tilelang.profiler.do_bench`: milliseconds per call of `fn` - on a GPU by
+    `triton.testing.do_bench` (CUDA events over `rep` ms after `warmup` ms, the L2 flushed between
+    calls; every `backend` TileLang names is timed that way), on a CPU machine by a wall clock over
+    three calls after one.  `quantiles` / `return_mode` ("mean", "median", "min", "max", "all") as
+    in Triton; `_n_warmup` / `_n_repeat` (call counts) are accepted and the times rule."""
+    if backend not in BENCH_BACKENDS:
+        raise ValueError(f"do_bench: backend must be one of {BENCH_BACKENDS}, got {backend!r}")
+    if torch.cuda.is_available():
+        from triton.testing import do_bench as triton_do_bench
+
+        return triton_do_bench(fn, warmup=warmup, rep=rep, quantiles=quantiles, return_mode=return_mode)
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
         fn()
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return sorted(times)[1] if return_mode == "median" else sum(times) / len(times)
+        times.append((time.perf_counter() - start) * 1e3)
+    summary = {"mean": sum(times) / len(times), "median": sorted(times)[1], "min": min(times), "max": max(times)}
+    return times if return_mode == "all" else summary[return_mode]

@@ -1,0 +1,97 @@
+"""TileLang's API around the kernels under its TileLang names: `tritile.PassConfigKey` and
+`pass_configs=`, `tritile.profiler.do_bench`, `tritile.testing`, `tritile.cdiv`,
+`tritile.carver.arch.driver` (what TileLang's own example programs and test files call)."""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import tritile
+import tritile.testing
+from tritile import transform
+from tritile.profiler import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+
+def attention_kernel(pass_configs=None):
+    from flash_attention import flashattn
+
+    return tritile.compile(flashattn.fn(1, 2, 1024, 1024, 128, False, block_M=128, block_N=128, num_stages=2,
+                                        threads=256), out_idx=[3], target="cuda:90", pass_configs=pass_configs)
+
+
+def test_pass_config_keys_are_tilelangs_strings():
+    key = tritile.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED
+    assert key == "tl.disable_warp_specialized" and {key: True} == {"tl.disable_warp_specialized": True}
+    assert tritile.PassConfigKey.TL_ENABLE_FAST_MATH.value == "tl.enable_fast_math"
+
+
+def test_disable_warp_specialized_is_honoured():
+    assert "warp_specialize(" in attention_kernel().get_source("gluon")
+    for configs in ({tritile.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}, {"tl.disable_warp_specialized": True}):
+        assert "warp_specialize(" not in attention_kernel(configs).get_source("gluon")
+
+
+def test_unknown_pass_config_is_a_ValueError_listing_the_keys():
+    with pytest.raises(ValueError, match=r"unknown key 'tl.no_such_thing'; valid keys: .*tl.disable_warp_specialized"):
+        transform.normalize({"tl.no_such_thing": True})
+
+
+def test_a_key_without_meaning_here_warns_once(monkeypatch):
+    monkeypatch.setattr(transform, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            transform.normalize({tritile.PassConfigKey.TL_ENABLE_FAST_MATH: True, "tl.disable_warp_specialized": False})
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "'tl.enable_fast_math' has no effect" in messages[0]
+
+
+def test_cdiv():
+    assert [tritile.cdiv(a, 4) for a in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_do_bench_times_a_call_on_the_cpu():
+    calls = []
+    ms = do_bench(lambda: calls.append(sum(range(10000))), warmup=1, rep=1)
+    assert ms > 0 and len(calls) == 4  # one warm-up, three timed (the CPU clock)
+    assert len(do_bench(lambda: None, return_mode="all")) == 3
+    with pytest.raises(ValueError, match="backend"):
+        do_bench(lambda: None, backend="nvprof")
+
+
+def test_torch_assert_close_allows_a_ratio_of_mismatches():
+    a = torch.randn(1000)
+    b = a.clone()
+    b[:3] += 1.0
+    tritile.testing.torch_assert_close(a, b, max_mismatched_ratio=0.005)
+    with pytest.raises(AssertionError, match="3 of 1000 elements"):
+        tritile.testing.torch_assert_close(a, b, max_mismatched_ratio=0.001)
+    with pytest.raises(AssertionError, match="shape"):
+        tritile.testing.torch_assert_close(a, b[:10])
+
+
+def test_set_random_seed_repeats_draws():
+    tritile.testing.set_random_seed(7)
+    first = torch.randn(4)
+    tritile.testing.set_random_seed(7)
+    assert torch.equal(first, torch.randn(4))
+
+
+def test_skip_decorators_follow_the_device():
+    have_cuda = torch.cuda.is_available()
+    assert tritile.testing.requires_cuda.kwargs["reason"] and tritile.testing.requires_cuda.args == (not have_cuda,)
+    never = tritile.testing.requires_cuda_compute_version(99, 0)
+    assert never.args == (True,) and ">= 99.0" in never.kwargs["reason"]
+
+
+@pytest.mark.gpu
+def test_driver_reports_the_gpus_sms():
+    from tritile.carver.arch import driver
+
+    assert driver.get_num_sms() == torch.cuda.get_device_properties(0).multi_processor_count

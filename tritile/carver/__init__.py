@@ -1,0 +1,1 @@
+"""`tilelang.carver` under its TileLang name: only `arch.driver`'s device queries."""
