@@ -180,7 +180,33 @@ def test_dtype_extremes_as_clamp_bounds(device, assert_close):
 
 
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
+@tritile.jit(out_idx=[1])
+def scale_rows_in_band(M, N, block_M, block_N, lo, hi):
+    """TileLang's if_range test shape: indices named inside T.Parallel, an if/else on a chained
+    comparison of them (the Gluon code once stored both branches unconditionally)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                row = by * block_M + i
+                col = bx * block_N + j
+                if lo < row < hi:
+                    B[row, col] = A[row, col] * 2.0
+                else:
+                    B[row, col] = A[row, col] * 0.5
+
+    return main
+
+
+def test_named_indices_under_a_branch_inside_parallel(device, assert_close):
+    a = torch.randn(128, 96, dtype=torch.float16, device=device)
+    rows = torch.arange(128, device=device)[:, None]
+    expected = torch.where((rows > 16) & (rows < 96), a * 2.0, a * 0.5)
+    assert_close(scale_rows_in_band(128, 96, 32, 32, 16, 96)(a), expected)
+
+
 COMPILE_CASES = {
+    "scale_rows_in_band": lambda: scale_rows_in_band(128, 96, 32, 32, 16, 96),
     "bias_add_global": lambda: bias_add_global(128, 256, 64, 64),
     "bias_add_tiles-row": lambda: bias_add_tiles(128, 192, 64, 64, "row"),
     "bias_add_tiles-col": lambda: bias_add_tiles(128, 192, 64, 64, "col"),

@@ -147,6 +147,7 @@ class Emitter(SourceWriter):
         # boundary), oldest first: (accumulator, register A operand name or None)
         self.issued = []
         self.par = None  # ParallelContext inside a T.Parallel
+        self.let_dims = {}  # id(Var) -> the Parallel dims a Let-bound value varies along
         self.rings = {}  # id(stmt) -> Ring (filled by rings.plan)
         self.ring_owner = {}  # id(For) -> Ring
         self.ring_before = {}  # id(stmt) -> [Ring] to allocate before it

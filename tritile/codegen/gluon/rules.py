@@ -32,7 +32,7 @@ def _e_var(em: Emitter, e: ir.Var) -> Val:
     if id(e) not in em.defined:
         raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
                            f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
-    return Val(em.name(e))
+    return Val(em.name(e), em.let_dims.get(id(e), frozenset()))
 
 
 def _identity(indices, par) -> bool:
@@ -182,6 +182,7 @@ def lower_consumer_partitions(em: Emitter, s: ir.ConsumerPartitions):
 
 def lower_let(em: Emitter, s: ir.Let):
     v = em.expr(s.value)
+    em.let_dims[id(s.var)] = v.dims  # inside T.Parallel a name may stand for a tile (row = by * 32 + i)
     em.emit(f"{em.define(s.var)} = {v.text}")
 
 
@@ -205,6 +206,8 @@ def lower_store(em: Emitter, s: ir.Store):
         offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
         dims = frozenset().union(v.dims, *[i.dims for i in idx])
         if par is None or not dims:
+            if par is not None and par.cond:  # one address and value, stored where some lane's condition holds
+                raise unsupported(f"a store to one element of {buf.name} under a condition inside T.Parallel", s.loc)
             value = f"gl.to_tensor({v.text}).to({dt})"
             em.emit(f"gl.store({em.name(buf)} + {offs}, {value})")
             return
