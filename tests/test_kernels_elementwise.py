@@ -215,3 +215,22 @@ COMPILE_CASES = {
     "prefix_sums_by_sign": lambda: prefix_sums_by_sign(16, 64),
     "saturate_to_half": lambda: saturate_to_half(64, 64, 32),
 }
+
+
+@tritile.jit(out_idx=[0])
+def fill_int8(M, N, value):
+    @T.prim_func
+    def main(out: T.Tensor((M, N), "int8")):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((M, N), "int8")
+            T.fill(tile, value)
+            T.copy(tile, out)
+
+    return main
+
+
+@pytest.mark.parametrize("value", [-128, -7, 5])
+def test_a_kernel_without_inputs_allocates_on_the_gpu_when_there_is_one(value):
+    out = fill_int8(8, 128, value)()
+    assert out.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert torch.equal(out.cpu(), torch.full((8, 128), value, dtype=torch.int8))

@@ -15,7 +15,8 @@ does for an empty grid, and returns the outputs as allocated.
 Messages name the parameter: "argument 'B' (param 1): expected dtype float16, got float32".
 Non-contiguous tensors the kernel only reads are made contiguous (a copy); a written one
 cannot be, because the caller would never see the results, so it is rejected.
-Outputs named by `out_idx` are allocated on the inputs' device.
+Outputs named by `out_idx` are allocated on the inputs' device (the GPU when there is one, for a
+kernel without inputs).
 """
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ class ArgumentBinder:
         """`args` (the inputs, or every tensor) with the outputs allocated on their device."""
         if not (self.allocates and len(args) == len(self.inputs)):
             return args
-        device = args[0].device if args else torch.device("cpu")
+        # no input to follow (a kernel that only writes its outputs): the GPU when there is one, as TileLang
+        device = args[0].device if args else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         full = [None] * self.n_params
         for i, t in zip(self.inputs, args):
             full[i] = t
