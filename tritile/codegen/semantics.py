@@ -266,12 +266,23 @@ def is_constant(e) -> bool:
                    for n in walk(e))
 
 
-EXPR_RULES = {ir.Const: lower_const, ir.BinOp: lower_binop, ir.UnaryOp: lower_unary, ir.Call: lower_call,
-              ir.Cast: lower_cast}
+def lower_var(em, e: ir.Var) -> Val:
+    """A T.Parallel loop variable (its index tile), or a bound name (with the Parallel dims of
+    the value a `Let` gave it, `em.let_dims`: inside T.Parallel a name may stand for a tile)."""
+    if em.par is not None and e in em.par.index:
+        return Val(em.par.index[e], frozenset([em.par.loop.vars.index(e)]))
+    if id(e) not in em.defined:
+        raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
+                           f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
+    return Val(em.name(e), em.let_dims.get(id(e), frozenset()))
+
+
+EXPR_RULES = {ir.Var: lower_var, ir.Const: lower_const, ir.BinOp: lower_binop, ir.UnaryOp: lower_unary,
+              ir.Call: lower_call, ir.Cast: lower_cast}
 
 
 def lower_scalar_expr(em, e, backend_rules: dict) -> Val:
-    """`e` lowered by `EXPR_RULES` joined with the backend's rules (Var, Load, TableRead)."""
+    """`e` lowered by `EXPR_RULES` joined with the backend's rules (Load, TableRead)."""
     if isinstance(e, (int, float, bool)):
         return Val(repr(e))
     if isinstance(e, (ir.BinOp, ir.UnaryOp, ir.Call, ir.Cast)) and is_constant(e):

@@ -26,15 +26,6 @@ from tritile.ir.transform import walk
 # ======================================================================================
 
 
-def _e_var(em: Emitter, e: ir.Var) -> Val:
-    if em.par is not None and e in em.par.index:
-        return Val(em.par.index[e], frozenset([em.par.loop.vars.index(e)]))
-    if id(e) not in em.defined:
-        raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
-                           f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
-    return Val(em.name(e), em.let_dims.get(id(e), frozenset()))
-
-
 def _identity(indices, par) -> bool:
     return len(indices) == len(par.loop.vars) and all(a is b for a, b in zip(indices, par.loop.vars))
 
@@ -112,7 +103,7 @@ def _convert(em, text, have, want, want_name) -> str:
 
 # Var, Load and TableRead: where data lives is the backend's; the scalar meaning of the other
 # expression nodes is codegen/semantics.py's, shared with the triton.language backend
-EXPR_RULES = {ir.Var: _e_var, ir.Load: _e_load, ir.TableRead: _e_table_read}
+EXPR_RULES = {ir.Load: _e_load, ir.TableRead: _e_table_read}
 
 
 def lower_expr(em: Emitter, e) -> Val:

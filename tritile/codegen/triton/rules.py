@@ -26,15 +26,6 @@ from tritile.ir import nodes as ir
 # ======================================================================================
 
 
-def _e_var(em: Emitter, e: ir.Var) -> Val:
-    if em.par is not None and e in em.par.index:
-        return Val(em.par.index[e], frozenset([em.par.loop.vars.index(e)]))
-    if id(e) not in em.defined:
-        raise CompileError(f"{e.name} is used in the kernel but is neither a block index, a loop variable, a "
-                           f"bound name nor a T.dynamic dimension of the kernel's parameters", None)
-    return Val(em.name(e), em.let_dims.get(id(e), frozenset()))
-
-
 def _e_load(em: Emitter, e: ir.Load) -> Val:
     buf = e.buffer
     if is_scalar_buffer(buf):
@@ -142,7 +133,7 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     return f"{text}[{', '.join(':' if a in axes else 'None' for a in range(rank))}]"
 
 
-EXPR_RULES = {ir.Var: _e_var, ir.Load: _e_load}
+EXPR_RULES = {ir.Load: _e_load}
 
 
 def lower_expr(em: Emitter, e) -> Val:
