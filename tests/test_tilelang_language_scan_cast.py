@@ -7,6 +7,10 @@ import torch
 import tritile
 import tritile.language as T
 
+# constructs only the tile-IR interpreter runs (the backends refuse them): CPU tensors take it,
+# whatever TRITILE_BACKEND says
+pytestmark = pytest.mark.usefixtures("gluon_backend")
+
 
 def _scan_kernel(op, M, N, dim, reverse, in_place):
     @T.prim_func

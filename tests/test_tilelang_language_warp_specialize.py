@@ -8,6 +8,10 @@ import torch
 import tritile
 import tritile.language as T
 
+# constructs only the tile-IR interpreter runs (the backends refuse them): CPU tensors take it,
+# whatever TRITILE_BACKEND says
+pytestmark = pytest.mark.usefixtures("gluon_backend")
+
 
 @tritile.jit
 def _ws_gemm(A, B, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.float32):
