@@ -266,6 +266,24 @@ def is_constant(e) -> bool:
                    for n in walk(e))
 
 
+
+def zero_literal(dtype) -> str:
+    """The `other` of a masked load (an out-of-bounds read gives 0, docs/semantics.md): a float
+    literal for float buffers (Triton cannot convert an int constant to fp8)."""
+    return "0.0" if dtype.is_float else "0"
+
+
+def bounds_mask(em, indices, emitted, buf) -> str:
+    """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
+    dropped); the lower bound is tested only where an index is not provably >= 0."""
+    tests = []
+    for index, text, size in zip(indices, emitted, buf.shape):
+        if not signs.of(em).proves(index):
+            tests.append(f"({text.text} >= 0)")
+        tests.append(f"({text.text} < {em.shape_text(size)})")
+    return " & ".join(tests)
+
+
 def lower_var(em, e: ir.Var) -> Val:
     """A T.Parallel loop variable (its index tile), or a bound name (with the Parallel dims of
     the value a `Let` gave it, `em.let_dims`: inside T.Parallel a name may stand for a tile)."""

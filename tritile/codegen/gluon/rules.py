@@ -8,7 +8,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 """
 from __future__ import annotations
 
-from tritile.codegen import semantics, signs
+from tritile.codegen import semantics
 from tritile.ir import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
@@ -41,8 +41,8 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         dims = frozenset().union(*[i.dims for i in idx])
         if not dims:
             return Val(f"gl.load({em.name(buf)} + {offs})")
-        mask = _bounds_mask(em, e.indices, idx, buf)
-        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={_zero(buf.dtype)})", dims)
+        mask = semantics.bounds_mask(em, e.indices, idx, buf)
+        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
     if buf.scope == "fragment" and all(n == 1 for n in buf.shape):
         # a one-element fragment (a `T.reduce_*` result, TileLang's alloc_fragment((1,))) read
         # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included)
@@ -71,23 +71,6 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
         return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
-
-
-def _zero(dtype) -> str:
-    """The `other` of a masked load: a float literal for float buffers (Triton cannot convert
-    an int constant to fp8)."""
-    return "0.0" if dtype.is_float else "0"
-
-
-def _bounds_mask(em: Emitter, indices, emitted, buf) -> str:
-    """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
-    dropped); the lower bound is tested only where an index is not provably >= 0."""
-    tests = []
-    for index, text, size in zip(indices, emitted, buf.shape):
-        if not signs.of(em).proves(index):
-            tests.append(f"({text.text} >= 0)")
-        tests.append(f"({text.text} < {em.shape_text(size)})")
-    return " & ".join(tests)
 
 
 def _e_table_read(em: Emitter, e: ir.TableRead) -> Val:
@@ -203,7 +186,7 @@ def lower_store(em: Emitter, s: ir.Store):
             em.emit(f"gl.store({em.name(buf)} + {offs}, {value})")
             return
         value = _full(v, s.value.dtype, buf.dtype, par)
-        mask = _bounds_mask(em, s.indices, idx, buf)
+        mask = semantics.bounds_mask(em, s.indices, idx, buf)
         if par.cond:
             mask += f" & {par.cond}"
         em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
@@ -484,11 +467,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})')}")
+            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})')}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = converted(f"gl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})")
+        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})")
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")

@@ -12,7 +12,7 @@ buffers must cover the buffer (unit dims may be added or dropped).
 """
 from __future__ import annotations
 
-from tritile.codegen import semantics, signs
+from tritile.codegen import semantics
 from tritile.codegen.semantics import Val, cast_text, dtype_text
 from tritile.codegen.source_writer import is_pow2, static_int
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
@@ -36,7 +36,7 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
         if not dims:
             return Val(f"tl.load({ptr})")
-        return Val(f"tl.load({ptr}, mask={_bounds_mask(em, e.indices, idx, buf)}, other={_zero(buf.dtype)})", dims)
+        return Val(f"tl.load({ptr}, mask={semantics.bounds_mask(em, e.indices, idx, buf)}, other={semantics.zero_literal(buf.dtype)})", dims)
     if not dims:  # one element, the same for every lane
         return Val(_pick(em, buf, e.indices, idx))
     if buf.scope == "local":
@@ -47,23 +47,6 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
 def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
     strides = em.strides(buf)
     return " + ".join(i.text if s == "1" else f"{i.text} * ({s})" for i, s in zip(idx, strides))
-
-
-def _zero(dtype) -> str:
-    """The `other` of a masked load: a float literal for float buffers (Triton cannot convert
-    an int constant to fp8)."""
-    return "0.0" if dtype.is_float else "0"
-
-
-def _bounds_mask(em: Emitter, indices, emitted, buf) -> str:
-    """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
-    dropped); the lower bound is tested only where an index is not provably >= 0."""
-    tests = []
-    for index, text, size in zip(indices, emitted, buf.shape):
-        if not signs.of(em).proves(index):
-            tests.append(f"({text.text} >= 0)")
-        tests.append(f"({text.text} < {em.shape_text(size)})")
-    return " & ".join(tests)
 
 
 def _flat_index(em: Emitter, buf: ir.Buffer, idx: list) -> str:
@@ -203,7 +186,7 @@ def lower_store(em: Emitter, s: ir.Store):
         if par is None or not (dims or par.cond):  # one element, one value: a single store
             em.emit(f"tl.store({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
             return
-        mask = _bounds_mask(em, s.indices, idx, buf) + (f" & {par.cond}" if par.cond else "")
+        mask = semantics.bounds_mask(em, s.indices, idx, buf) + (f" & {par.cond}" if par.cond else "")
         full = par.shape
         em.emit(f"tl.store(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
                 f"mask=tl.broadcast_to({mask}, {full}))")
@@ -396,7 +379,7 @@ def lower_copy(em: Emitter, s: ir.Copy):
     if ss == "global":
         shape = list(dst.buffer.shape) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)
-        value = f"tl.load({ptr}, mask={mask}, other={_zero(src.buffer.dtype)})"
+        value = f"tl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
         if ds != "global":
             return _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
         tmp = em.tmp("v")
@@ -556,7 +539,7 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
         em.emit(f"tl.atomic_add({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
         return
     full = par.shape
-    mask = _bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
+    mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
     em.emit(f"tl.atomic_add(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
             f"mask=tl.broadcast_to({mask}, {full}))")
 
