@@ -95,3 +95,13 @@ def test_driver_reports_the_gpus_sms():
     from tritile.carver.arch import driver
 
     assert driver.get_num_sms() == torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def test_utils_tensor_maps_dtype_names_to_torch():
+    from tritile.utils.tensor import TensorSupplyType, map_torch_type
+
+    assert TensorSupplyType is tritile.TensorSupplyType
+    assert map_torch_type("float16") is torch.float16
+    assert map_torch_type("float8_e4m3") is torch.float8_e4m3fn
+    with pytest.raises(ValueError, match="nonsense"):
+        map_torch_type("nonsense")

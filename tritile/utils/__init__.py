@@ -1,0 +1,1 @@
+"""TileLang's `tilelang.utils` paths; the helpers live where tritile uses them."""
