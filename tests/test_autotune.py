@@ -184,11 +184,28 @@ def test_explicit_tunable_argument_skips_tuning(assert_close):
     assert eager.last_result is None
 
 
+def test_tunable_parameters_without_defaults(assert_close, disk_cache):
+    """TileLang's examples tune parameters that have no default (`def flashattn(batch, ...,
+    block_N, num_stages)`): every config gives them and the call leaves them out."""
+
+    @tritile.autotune(configs=GEMM_CONFIGS, **TUNING)
+    @tritile.jit(out_idx=[-1])
+    def matmul(M, N, K, block_M, num_stages, block_N=64, block_K=32):
+        return gemm(M, N, K, block_M, block_N, block_K, num_stages=num_stages)
+
+    kernel = matmul(64, 64, 64)
+    assert kernel.config in GEMM_CONFIGS
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
+    with pytest.raises(TypeError, match="missing required argument.*'K'"):
+        matmul(64, 64)
+
+
 def test_config_errors():
     with pytest.raises(TypeError, match="'block_X' is not a keyword parameter"):
         make_lazy_gemm(configs=[{"block_M": 32}, {"block_X": 32}])
-    with pytest.raises(TypeError, match="'M'.*must have a default"):
-        make_lazy_gemm(configs=[{"M": 32}])
+    with pytest.raises(TypeError, match="'M'.*has no default, so every config must give it"):
+        make_lazy_gemm(configs=[{"M": 32}, {"block_M": 32}])
     with pytest.raises(ValueError, match="empty"):
         make_lazy_gemm(configs=[])
     with pytest.raises(TypeError, match="list of dicts"):

@@ -6,8 +6,10 @@
 
 Contract:
 * `configs` is a non-empty list of dicts, or a callable returning one when given the call's
-  arguments.  Every key is a keyword parameter of the jitted function that has a default (the
-  "tunable" parameters); otherwise TypeError naming the key.  An empty list -> ValueError.
+  arguments.  Every key is a keyword parameter of the jitted function (the "tunable"
+  parameters); otherwise TypeError naming the key.  A tunable parameter without a default (as
+  TileLang's examples write them: `def flashattn(batch, ..., block_N, num_stages)`) must be in
+  every config, and the call leaves it out.  An empty list -> ValueError.
 * A call that passes any tunable parameter explicitly skips tuning: it is the plain jit call.
 * Lazy style (the function returns a `@T.prim_func`): `f(M, N, K)` tunes and returns the best
   `JITKernel`, with `.config` (the chosen dict) and `.latency` (ms) set on it.  Inputs are
@@ -117,6 +119,7 @@ class AutoTunedKernel:
         configs = self._configs_for(args, kwargs)
         if set(bound.arguments) & self._tunable_names(configs):
             return self.jit(*args, **kwargs)
+        self._check_complete(bound, configs)
         result = self._result_for(bound, configs)
         if isinstance(self.jit, LazyJIT):
             return result.kernel
@@ -129,6 +132,7 @@ class AutoTunedKernel:
         tuned = sorted(set(bound.arguments) & self._tunable_names(configs))
         if tuned:
             raise TypeError(f"{self.__name__}.tune(): {', '.join(tuned)} are tuned; don't pass them")
+        self._check_complete(bound, configs)
         return self._result_for(bound, configs)
 
     def clear_cache(self) -> None:
@@ -137,10 +141,20 @@ class AutoTunedKernel:
 
     # ---------------------------------------------------------------- configs
     def _bind(self, args, kwargs) -> inspect.BoundArguments:
+        """The call's arguments; parameters without a default may be missing only if the configs
+        give them (checked by `_check_complete` once the configs are known)."""
         try:
-            return self.signature.bind(*args, **kwargs)
+            return self.signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.__name__}(): {exc}") from None
+
+    def _check_complete(self, bound: inspect.BoundArguments, configs) -> None:
+        tunable = self._tunable_names(configs)
+        missing = [name for name, p in self.signature.parameters.items()
+                   if p.default is p.empty and name not in bound.arguments and name not in tunable
+                   and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if missing:
+            raise TypeError(f"{self.__name__}(): missing required argument(s) {', '.join(map(repr, missing))}")
 
     def _configs_for(self, args, kwargs) -> list:
         if not callable(self.configs):
@@ -164,9 +178,9 @@ class AutoTunedKernel:
                 if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
                     raise TypeError(f"autotune config key {key!r} is not a keyword parameter of {self.__name__}"
                                     f"({', '.join(params)})")
-                if param.default is param.empty:
-                    raise TypeError(f"autotune config key {key!r}: parameter {key!r} of {self.__name__} must "
-                                    f"have a default to be tunable")
+                if param.default is param.empty and any(key not in other for other in configs):
+                    raise TypeError(f"autotune config key {key!r}: parameter {key!r} of {self.__name__} has no "
+                                    f"default, so every config must give it")
 
     @staticmethod
     def _tunable_names(configs) -> set:
