@@ -18,20 +18,7 @@ import torch
 
 import tritile
 import tritile.language as T
-
-
-@T.macro
-def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B):
-    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory; a
-    transposed operand is stored (K, M) / (N, K), so its tile's head address swaps."""
-    if trans_A:
-        T.copy(A[k * block_K, by * block_M], A_shared)
-    else:
-        T.copy(A[by * block_M, k * block_K], A_shared)
-    if trans_B:
-        T.copy(B[bx * block_N, k * block_K], B_shared)
-    else:
-        T.copy(B[k * block_K, bx * block_N], B_shared)
+from tritile.ops.matmul import load_operand_tiles  # noqa: F401  (the GEMM bodies here and in pipeline_kernels)
 
 
 def gemm(M, N, K, block_M, block_N, block_K, trans_A=False, trans_B=False, in_dtype="float16",

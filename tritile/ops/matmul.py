@@ -22,6 +22,20 @@ import tritile.language as T
 SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.float32: T.float32}
 
 
+@T.macro
+def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B):
+    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory; a
+    transposed operand is stored (K, M) / (N, K), so its tile's head address swaps."""
+    if trans_A:
+        T.copy(A[k * block_K, by * block_M], A_shared)
+    else:
+        T.copy(A[by * block_M, k * block_K], A_shared)
+    if trans_B:
+        T.copy(B[bx * block_N, k * block_K], B_shared)
+    else:
+        T.copy(B[k * block_K, bx * block_N], B_shared)
+
+
 @tritile.jit
 def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
            threads: int = 128, dtype=T.float16, accum_dtype=T.float32, panel_size: int = 10,
@@ -39,14 +53,7 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
         T.use_swizzle(panel_size=panel_size)  # launch order in panels, for L2 reuse of A and B tiles
         T.clear(C_local)
         for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            if trans_A:
-                T.copy(A[k * block_K, by * block_M], A_shared)
-            else:
-                T.copy(A[by * block_M, k * block_K], A_shared)
-            if trans_B:
-                T.copy(B[bx * block_N, k * block_K], B_shared)
-            else:
-                T.copy(B[k * block_K, bx * block_N], B_shared)
+            load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B)
             T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
 
         T.copy(C_local, C[by * block_M, bx * block_N])
