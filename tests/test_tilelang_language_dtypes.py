@@ -126,3 +126,29 @@ def test_float_literals_in_range_and_infinities_are_kept():
     tritile.compile(kernel)(a, b)
     torch.testing.assert_close(a, torch.tensor([3.0e38, -float("inf"), float("inf")]))
     torch.testing.assert_close(b, torch.tensor([1e300, 5e299, -1e300], dtype=torch.float64))
+
+
+@tritile.jit(out_idx=-1)
+def _fill_with_infinity(dtype):
+    @T.prim_func
+    def main(A: T.Tensor((32,), dtype)):
+        with T.Kernel(1, threads=32):
+            T.fill(A, T.infinity(dtype))
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", [T.float16, T.bfloat16, T.float32, T.float64, T.float8_e5m2])
+def test_fill_of_a_global_output_with_infinity(dtype):
+    """TileLang's test_tilelang_language_infinity: fp8 has no literal, its infinity is its byte."""
+    out = _fill_with_infinity(dtype)()
+    assert out.dtype == dtype.as_torch() and out.shape == (32,)
+    assert torch.all(out.float() == float("inf"))
+    assert "tl.float8e5" in _fill_with_infinity(dtype).get_source("triton") or dtype.bits > 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [T.float16, T.float32, T.float8_e5m2])
+def test_fill_of_a_global_output_with_infinity_on_the_gpu(dtype):
+    out = _fill_with_infinity(dtype)()
+    assert out.is_cuda and torch.all(out.float() == float("inf"))

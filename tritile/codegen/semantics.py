@@ -148,14 +148,19 @@ class Val:
 # ======================================================================================
 
 
+def fp8_literal(value: float, dtype, lang: str) -> Val:
+    """Triton has no fp8 literals: the value's byte, bitcast."""
+    byte = torch.tensor(value, dtype=dtype.torch).view(torch.int8).item()
+    return Val(f"{lang}.full([], {byte}, {lang}.int8).to({dtype_text(dtype, lang)}, bitcast=True)")
+
+
 def lower_const(em, e: ir.Const) -> Val:
     v, lang = e.value, em.lang
     if isinstance(v, bool):
         return Val(str(v))
     v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
-    if e.dtype.is_float and e.dtype.bits == 8:  # Triton has no fp8 literals: its byte, bitcast
-        byte = torch.tensor(float(v), dtype=e.dtype.torch).view(torch.int8).item()
-        return Val(f"{lang}.full([], {byte}, {lang}.int8).to({dtype_text(e.dtype, lang)}, bitcast=True)")
+    if e.dtype.is_float and e.dtype.bits == 8:
+        return fp8_literal(float(v), e.dtype, lang)
     if e.dtype.is_float or isinstance(v, float):
         v = float(v)
         if v != v:
@@ -233,8 +238,8 @@ _MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sq
 
 
 def lower_call(em, e: ir.Call) -> Val:
-    if e.fn == "infinity":
-        return Val('float("inf")')
+    if e.fn == "infinity":  # e4m3 has none: NaN, as torch converts it
+        return fp8_literal(float("inf"), e.dtype, em.lang) if e.dtype.bits == 8 else Val('float("inf")')
     lang = em.lang
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
