@@ -15,7 +15,7 @@ from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.ir import nodes as ir
-from tritile.ir.dtypes import element_dtype
+from tritile.ir.dtypes import element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 
@@ -147,6 +147,8 @@ def _alloc(scope):
         p.require_kernel(f"T.alloc_{scope}", loc)
         shape = _static_shape(a["shape"], f"T.alloc_{scope}", loc)
         buf = p.new_buffer(shape, _dtype(a["dtype"], loc), scope, loc)
+        if is_tfloat32(a["dtype"]):
+            p.tf32_buffers.add(buf.name)
         p.emit(ir.Alloc(buf, loc=loc))
         return buf
 
@@ -208,6 +210,8 @@ def gemm(p, a, loc):
                    transpose_a=_bool(a["transpose_A"], "transpose_A", loc),
                    transpose_b=_bool(a["transpose_B"], "transpose_B", loc), policy=policy,
                    clear_accum=_bool(a["clear_accum"], "clear_accum", loc), loc=loc)
+    # TileLang's tfloat32 operands: float32 storage, TF32 tensor-core inputs
+    node.tf32 = any(r.buffer.name in p.tf32_buffers for r in (node.a, node.b))
     gemm_mnk(node)
     if node.c.buffer.scope not in ("fragment", "local"):
         raise CompileError(f"T.gemm accumulator C ({node.c.buffer.name}) must be a fragment "

@@ -79,6 +79,7 @@ class Parser:
         self.swizzle = None
         self.name_hint = None
         self.buffer_names = set()
+        self.tf32_buffers = set()  # names of on-chip buffers allocated as T.tfloat32
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.global_reads = GlobalReads()

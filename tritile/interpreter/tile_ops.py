@@ -16,6 +16,7 @@ import torch
 
 from tritile.interpreter import values as V
 from tritile.ir import nodes as ir
+from tritile.ir.dtypes import truncate_to_tf32
 from tritile.ir.printer import region_str
 from tritile.ir.verifier import gemm_mnk
 
@@ -74,8 +75,11 @@ def gemm(run, s: ir.Gemm):
     wide = any(r.buffer.dtype.bits == 64 for r in (s.a, s.b, s.c)) or not (
         s.a.buffer.dtype.is_float and s.b.buffer.dtype.is_float)
     compute = torch.float64 if wide else torch.float32
-    a = _read(run, s.a).reshape(s.a.tile_shape).to(compute)
-    b = _read(run, s.b).reshape(s.b.tile_shape).to(compute)
+    a = _read(run, s.a).reshape(s.a.tile_shape)
+    b = _read(run, s.b).reshape(s.b.tile_shape)
+    if s.tf32:
+        a, b = truncate_to_tf32(a.float()), truncate_to_tf32(b.float())
+    a, b = a.to(compute), b.to(compute)
     product = (a.t() if s.transpose_a else a) @ (b.t() if s.transpose_b else b)
     c_starts = run.starts(s.c)
     c_box = run.memory.region_box(s.c, c_starts, s)

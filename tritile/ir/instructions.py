@@ -10,7 +10,8 @@ Paths:
 * `gemm_engine`: "wgmma" (sm_90, 16/8-bit inputs, B in shared, M a multiple of 64),
   "mma_v2" (mma.sync m16n8, sm_80+, 16/8-bit inputs), or "fma" (everything else, notably
   float32 inputs: we use exact FP32 FMA instead of TF32 tensor cores, so float32 GEMMs match
-  torch's float32 matmul at 1e-4).
+  torch's float32 matmul at 1e-4; a `Gemm(tf32=True)` - TileLang's `T.tfloat32` operands -
+  takes mma.sync's TF32 path).
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
   equal to one whole buffer version, same dtype, static 16-byte aligned row pitch); a
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
@@ -46,6 +47,10 @@ def _is_tensor_core_dtype(dtype) -> bool:
 def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
     m, n, k = gemm_mnk(g)
     a_dt, b_dt = g.a.buffer.dtype, g.b.buffer.dtype
+    if g.tf32 and a_dt == b_dt and a_dt.name == "float32":
+        # mma.sync m16n8k8.tf32 (wgmma's tf32 reads both shared operands K-major only: a lever)
+        ok = k % 8 == 0 and lay.mma_v2_accumulator(m, n, num_warps, g.policy) is not None
+        return "mma_v2" if ok else "fma"
     if a_dt != b_dt or not _is_tensor_core_dtype(a_dt):
         return "fma"
     if a_dt.kind == "int" and g.c.buffer.dtype.name != "int32":

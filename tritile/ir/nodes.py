@@ -369,7 +369,9 @@ GEMM_POLICIES = ("Square", "FullRow", "FullCol")
 @dataclass
 class Gemm(Stmt):
     """``C (+)= op(A) @ op(B)``; transpose_A means A is stored (K, M), transpose_B means B
-    is stored (N, K).  clear_accum=True overwrites C."""
+    is stored (N, K).  clear_accum=True overwrites C.  tf32=True: float32 A and B are read as
+    TF32, their mantissas truncated to 10 bits as the tensor cores do (TileLang's
+    `T.tfloat32` operands); otherwise float32 operands keep float32's precision."""
 
     a: Region
     b: Region
@@ -379,6 +381,7 @@ class Gemm(Stmt):
     policy: str = "Square"
     clear_accum: bool = False
     is_async: bool = False
+    tf32: bool = False
     loc: Optional[SourceLoc] = None
 
 

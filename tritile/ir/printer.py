@@ -114,6 +114,8 @@ class _Printer:
                 args.append("clear_accum=True")
             if s.is_async:
                 args.append("is_async=True")
+            if s.tf32:
+                args.append("tf32=True")
             self.emit(d, f"T.gemm({', '.join(args)})")
         elif isinstance(s, ir.WaitMMA):
             self.emit(d, f"T.wait_mma({s.pending})")

@@ -707,7 +707,8 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
         result = f"warpgroup_mma({a}, {b}, {acc}, use_acc={use_acc}{extra})"
     else:
         fn = "mma_v2" if engine == "mma_v2" else "gl.dot_fma"
-        result = f"{fn}({a}, {b}, {acc})"
+        precision = ', input_precision="tf32"' if s.tf32 and engine == "mma_v2" else ""
+        result = f"{fn}({a}, {b}, {acc}{precision})"
     if converted:
         tmp = em.tmp("acc")
         em.emit(f"{tmp} = {result}")

@@ -402,8 +402,9 @@ _DOT_MIN = 16  # tl.dot needs every dim >= 16
 
 def lower_gemm(em: Emitter, s: ir.Gemm):
     """C (+)= op(A) @ op(B): `tl.dot` (computing in A's dtype; float32 as IEEE fp32, like
-    torch and the interpreter, not TF32), or, for tiles with a dim under 16, a broadcast
-    product summed over K in the accumulator's dtype."""
+    torch and the interpreter, unless the gemm is tf32: then its operands are truncated to TF32
+    first, so Triton's interpreter computes what the tensor cores do), or, for tiles with a dim
+    under 16, a broadcast product summed over K in the accumulator's dtype."""
     c = s.c.buffer
     _whole(s.c, s.loc)
     if len(c.shape) != 2:
@@ -419,13 +420,16 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
             text = f"tl.trans({text})"
         if region.buffer.dtype != compute:
             text = cast_text(text, region.buffer.dtype, compute, "tl")
+        if s.tf32:
+            text = f"({text}.to(tl.int32, bitcast=True) & -{1 << 13}).to(tl.float32, bitcast=True)"
         operands.append(text)
     a, b = operands
     m, n = c.shape
     k = s.a.tile_shape[0] if s.transpose_a else s.a.tile_shape[1]
     cname, acc = em.name(c), dtype_text(c.dtype, "tl")
     if min(m, n, k) >= _DOT_MIN:
-        precision = ', input_precision="ieee"' if compute.name == "float32" else ""
+        precision = (', input_precision="tf32"' if s.tf32 else
+                     ', input_precision="ieee"' if compute.name == "float32" else "")
         if s.clear_accum:
             em.emit(f"{cname} = tl.dot({a}, {b}{precision}, out_dtype={acc})")
         else:
