@@ -19,7 +19,7 @@ from tritile.errors import CompileError
 from tritile.ir import dtypes
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
-from tritile.ir.padding import padded, padded_shape
+from tritile.ir.padding import is_padded, padded, padded_shape
 from tritile.ir.transform import walk
 
 # ======================================================================================
@@ -775,22 +775,31 @@ def lower_fill(em: Emitter, s: ir.Fill):
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
-        em.emit(f"{em.name(buf)} = {_masked_pads(em, _filled(v, s.value.dtype, buf.dtype, padded_shape(buf.shape), layout), buf.shape, layout)}")
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(buf.shape), layout)
+        em.emit(f"{em.name(buf)} = {filled if _is_zero(s.value) else _masked_pads(em, filled, buf.shape, layout)}")
     elif buf.scope == "shared":
         shape = list(s.dst.tile_shape)
         layout = em.layout_name(lay.blocked_for(padded_shape(shape), buf.dtype.bits, em.num_warps))
-        filled = _masked_pads(em, _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), layout), shape, layout)
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), layout)
+        filled = filled if _is_zero(s.value) else _masked_pads(em, filled, shape, layout)
         em.emit(f"{em.shared_view(s.dst, s.loc)}.store({filled})")
         _after_generic_shared_write(em)
     else:
         raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
 
 
-def _masked_pads(em: Emitter, tile: str, shape, layout: str, pad_value: str = "0") -> str:
-    """`tile` (a register tile of `shape`'s padded shape in `layout`) with its pad lanes set to
-    `pad_value` (ir/padding.py); `tile` itself when `shape` has none."""
-    inside = em.inside_mask(shape, layout)
-    return tile if inside is None else f"gl.where({inside}, {tile}, {pad_value})"
+def _is_zero(value) -> bool:
+    """A fill with 0 leaves pad lanes 0 without a mask."""
+    return isinstance(value, ir.Const) and value.value == 0 and not isinstance(value.value, bool)
+
+
+def _masked_pads(em: Emitter, tile: str, shape, layout, pad_value: str = "0") -> str:
+    """`tile` (a register tile of `shape`'s padded shape in `layout`, a layout or its name) with
+    its pad lanes set to `pad_value` (ir/padding.py); `tile` itself when `shape` has none."""
+    if not is_padded(shape):
+        return tile
+    inside = em.inside_mask(shape, layout if isinstance(layout, str) else em.layout_name(layout))
+    return f"gl.where({inside}, {tile}, {pad_value})"
 
 
 def _filled(scalar: str, src, dst, shape: list, layout: str) -> str:
@@ -863,8 +872,7 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         src = f"{src}.to(gl.float32)"
     # pad lanes (ir/padding.py) take the reduction's identity
     src_shape = s.src.buffer.shape if s.src.buffer.scope == "fragment" else s.src.tile_shape
-    src = _masked_pads(em, src, src_shape, em.layout_name(layout),
-                       semantics.reduction_identity(s.kind, s.src.buffer.dtype))
+    src = _masked_pads(em, src, src_shape, layout, semantics.reduction_identity(s.kind, s.src.buffer.dtype))
     new = em.tmp("red")
     em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
     if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile
@@ -886,7 +894,7 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         em.emit(f"{new} = {combine.format(old=old, new=cast_text(new, new_dtype, s.dst.buffer.dtype, 'gl'))}")
         new_dtype = s.dst.buffer.dtype
     dst_shape = s.dst.buffer.shape if s.dst.buffer.scope == "fragment" else s.dst.tile_shape
-    new = _masked_pads(em, new, dst_shape, em.layout_name(new_layout))
+    new = _masked_pads(em, new, dst_shape, new_layout)
     _write_tile(em, s.dst, new, new_layout, new_dtype, s.loc)
 
 
@@ -896,7 +904,7 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
         raise unsupported("T.cumsum with different source and destination shapes", s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
-    tmp = _masked_pads(em, tmp, s.src.tile_shape, em.layout_name(layout))  # a forward scan's pads hold the total
+    tmp = _masked_pads(em, tmp, s.src.tile_shape, layout)  # a forward scan's pads hold the total
     _write_tile(em, s.dst, tmp, layout, s.src.buffer.dtype, s.loc)
 
 
