@@ -413,7 +413,7 @@ def test_inspection_stages_on_cpu():
     with pytest.raises(ValueError, match="'ptx' does not exist"):
         kernel.get_source("ptx")
     # the pass list stops where the triton.language backend starts; later stages on demand
-    assert [name for name, _ in kernel.stages] == ["tile", "accumulator_init"]
+    assert [name for name, _ in kernel.stages] == ["tile", "flat_reshapes", "accumulator_init"]
     assert "T.alloc_shared([2, 64, 32]" in kernel.get_source("buffer_versioning")
     with pytest.raises(ValueError, match="unknown stage 'sass'"):
         kernel.get_source("sass")
@@ -478,10 +478,11 @@ def test_parallel_of_any_extent_three_ways(assert_close):
 def test_program_no_backend_takes_names_each_refusal():
     def build():
         @T.prim_func
-        def odd(A: T.Tensor((24,), "float32"), B: T.Tensor((24,), "float32")):
+        def odd(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
             with T.Kernel(1, threads=128) as _:
-                tile = T.alloc_fragment((24,), "float32")
+                tile = T.alloc_fragment((32,), "float32")
                 T.copy(A, tile)
+                T.cummax(tile)
                 T.copy(tile, B)
 
         return codegen.compile_kernel(tritile.compile(odd, target="cuda:90").stages, Target("cuda", 90),
@@ -490,9 +491,9 @@ def test_program_no_backend_takes_names_each_refusal():
     message = K.compile_error(build)
     assert "no backend compiles kernel 'odd' for cuda:90" in message
     assert "gluon:" in message and "triton:" in message
-    # both refuse the 24-element tile, each at its line
-    assert "non-power-of-two dimension 24 is not supported by the Gluon backend" in message
-    assert "dimension of 24 (register tiles need powers of two) is not supported by the triton.language" in message
+    # both refuse the running max, each at its line
+    assert "T.cummax is not supported by the Gluon backend" in message
+    assert "is not supported by the triton.language backend" in message
 
 
 def test_partial_register_tile_is_a_compile_error_at_the_users_line():

@@ -278,6 +278,17 @@ def zero_literal(dtype) -> str:
     return "0.0" if dtype.is_float else "0"
 
 
+def reduction_identity(kind: str, dtype) -> str:
+    """The value the pad lanes of a padded tile (ir/padding.py) take in a `T.reduce_<kind>`
+    over `dtype` (for abssum / absmax: of the |x| tile), so that they change no result."""
+    if kind in ("sum", "abssum", "absmax"):
+        return zero_literal(dtype)
+    if dtype.is_float:
+        return 'float("-inf")' if kind == "max" else 'float("inf")'
+    info = torch.iinfo(dtype.torch)
+    return str(info.min if kind == "max" else info.max)
+
+
 def bounds_mask(em, indices, emitted, buf) -> str:
     """Lanes whose element lies inside global `buf` (out-of-bounds reads give 0, writes are
     dropped); the lower bound is tested only where an index is not provably >= 0."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded_shape
 from tritile.ir.transform import walk, written_buffer
 from tritile.ir.verifier import gemm_mnk
 
@@ -44,8 +45,14 @@ def _is_tensor_core_dtype(dtype) -> bool:
     return dtype.bits in (8, 16) and dtype.kind in ("float", "int")
 
 
+def padded_mnk(g: ir.Gemm) -> tuple:
+    """The gemm's (M, N, K) as its tiles hold them: padded to powers of two (ir/padding.py;
+    pad lanes of the operands are 0, so a padded K adds nothing)."""
+    return tuple(padded_shape(gemm_mnk(g)))
+
+
 def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
-    m, n, k = gemm_mnk(g)
+    m, n, k = padded_mnk(g)
     a_dt, b_dt = g.a.buffer.dtype, g.b.buffer.dtype
     if g.tf32 and a_dt == b_dt and a_dt.name == "float32":
         # mma.sync m16n8k8.tf32 (wgmma's tf32 reads both shared operands K-major only: a lever)
@@ -68,7 +75,7 @@ def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
 
 
 def accumulator_layout(g: ir.Gemm, target, num_warps: int):
-    m, n, _ = gemm_mnk(g)
+    m, n, _ = padded_mnk(g)
     engine = gemm_engine(g, target, num_warps)
     if engine == "wgmma":
         return lay.wgmma_accumulator(m, n, num_warps, g.policy, g.a.buffer.dtype.bits)
@@ -144,6 +151,8 @@ def _tma_tile_ok(region, box) -> bool:
     dims <= 256 (the hardware limit)."""
     global_buf = region.buffer
     inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    if is_padded(box):  # a box fills whole shared tiles: padded ones take masked loads / stores
+        return False
     return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
             and global_buf.dtype.bits in (8, 16, 32)
             and isinstance(inner, int) and (inner * elem) % 16 == 0 and box[-1] * elem >= 16

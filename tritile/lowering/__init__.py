@@ -11,6 +11,7 @@ import importlib
 
 # (stage name, module under tritile.lowering); the module defines `run(func, target)`.
 PASSES = [
+    ("flat_reshapes", "flat_reshapes"),
     ("accumulator_init", "accumulator_init"),
     ("pipeline_planning", "pipeline_planning"),
     ("buffer_versioning", "buffer_versioning"),

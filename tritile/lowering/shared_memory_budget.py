@@ -9,7 +9,8 @@ each software-pipelined loop is a serial loop with ``pipelined_from = S``.
 Guarantees
 ----------
 * ``func.attrs["shared_buffers"] = {name: bytes}`` for every allocated shared buffer
-  (allocation shape x itemsize, so a versioned buffer counts all its versions), and
+  (allocation shape x itemsize, so a versioned buffer counts all its versions; tile dims
+  padded to powers of two as codegen allocates them, `ir/padding.py`), and
   ``func.attrs["shared_bytes"]`` = their sum + 8 bytes per mbarrier (one per slot of each
   software-pipelined loop; two with warp specialization: a "full" and an "empty" one).
 * Above ``target.shared_memory_limit`` -> `CompileError` naming the buffers and their sizes.
@@ -21,6 +22,7 @@ import dataclasses
 
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
+from tritile.ir.padding import padded_buffer_shape
 from tritile.ir.transform import walk
 
 MBARRIER_BYTES = 8
@@ -31,6 +33,7 @@ def _buffer_bytes(buf: ir.Buffer) -> int:
     for dim in buf.shape:
         if not isinstance(dim, int):
             raise CompileError(f"shared buffer {buf.name} has a non-static shape {list(buf.shape)}", buf.loc)
+    for dim in padded_buffer_shape(buf):
         size *= dim
     return size
 

@@ -14,11 +14,12 @@ from tritile.codegen.gluon import early_loads, rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)
 from tritile.codegen.semantics import Val, cast_text
-from tritile.codegen.source_writer import is_pow2, static_int
+from tritile.codegen.source_writer import static_int
 from tritile.errors import CompileError
 from tritile.ir import dtypes
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded, padded_shape
 from tritile.ir.transform import walk
 
 # ======================================================================================
@@ -117,9 +118,8 @@ def lower_seq(em: Emitter, s: ir.Seq):
 
 
 def emit_shared_alloc(em: Emitter, buf: ir.Buffer):
-    name = em.name(buf)
-    layout = em.layout_name(em.buffer_layout(buf), name)
-    em.emit(f"{name} = gl.allocate_shared_memory({GL_DTYPES[buf.dtype.name]}, {list(buf.shape)}, {layout})")
+    for line in em.shared_alloc(buf):
+        em.emit(line)
 
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
@@ -134,12 +134,9 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
             em.emit(f"# {name}: allocated before the warp-specialized fork")
         elif id(buf) not in em.deferred_buffers:  # else allocated at its first use (shared_lifetimes.py)
             emit_shared_alloc(em, buf)
-    elif buf.scope == "fragment":
-        for d in buf.shape:
-            if not is_pow2(d):
-                raise unsupported(f"fragment {buf.name} with a non-power-of-two dimension {d}", s.loc)
+    elif buf.scope == "fragment":  # padded to powers of two, pad lanes 0 (ir/padding.py)
         layout = em.layout_name(em.buffer_layout(buf), name)
-        em.emit(f"{name} = gl.zeros({list(buf.shape)}, {dt}, layout={layout})")
+        em.emit(f"{name} = gl.zeros({padded_shape(buf.shape)}, {dt}, layout={layout})")
     else:
         raise unsupported(f"T.alloc_local of shape {list(buf.shape)}", s.loc)
 
@@ -187,8 +184,8 @@ def lower_store(em: Emitter, s: ir.Store):
             return
         value = _full(v, s.value.dtype, buf.dtype, par)
         mask = semantics.bounds_mask(em, s.indices, idx, buf)
-        if par.cond:
-            mask += f" & {par.cond}"
+        if par.write_mask:
+            mask += f" & {par.write_mask}"
         em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
         return
     if par is None:
@@ -198,16 +195,16 @@ def lower_store(em: Emitter, s: ir.Store):
         value = _full(v, s.value.dtype, buf.dtype, par)
         have = em.buffer_layout(buf)
         value = _convert(em, value, par.layout, have, em.layout_name(have, em.name(buf)))
-        if par.cond:
-            cond = _convert(em, _full_bool(em, par.cond, par), par.layout, have, em.layout_name(have))
+        if par.write_mask:  # the `if`s inside the loop, and the pad lanes (ir/padding.py) keep their value
+            cond = _convert(em, _full_bool(em, par.write_mask, par), par.layout, have, em.layout_name(have))
             value = f"gl.where({cond}, {value}, {em.name(buf)})"
         em.emit(f"{em.name(buf)} = {value}")
         return
     if buf.scope == "shared" and _identity(s.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "")
         value = _full(v, s.value.dtype, buf.dtype, par)
-        if par.cond:
-            value = f"gl.where({_full_bool(em, par.cond, par)}, {value}, {view}.load({par.layout_name}))"
+        if par.write_mask:
+            value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {view}.load({par.layout_name}))"
         em.emit(f"{view}.store({value})")
         _after_generic_shared_write(em)
         return
@@ -219,11 +216,12 @@ def _full(v: Val, src_dtype, dst_dtype, par) -> str:
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
         return cast_text(v.text, src_dtype, dst_dtype, "gl")
-    return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, list(par.loop.extents), par.layout_name)
+    return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, padded_shape(par.loop.extents),
+                          par.layout_name)
 
 
 def _full_bool(em, cond_text, par) -> str:
-    zeros = f"gl.zeros({list(par.loop.extents)}, gl.int1, layout={par.layout_name})"
+    zeros = f"gl.zeros({padded_shape(par.loop.extents)}, gl.int1, layout={par.layout_name})"
     return f"({zeros} | {cond_text})"
 
 
@@ -241,8 +239,8 @@ def lower_parallel(em: Emitter, s: ir.Parallel):
         raise unsupported("nested T.Parallel", s.loc)
     rank = len(s.vars)
     extents = list(s.extents)
-    if rank not in (1, 2) or not all(is_pow2(e) for e in extents):
-        raise unsupported(f"T.Parallel{tuple(extents)} (rank 1-2, power-of-two extents)", s.loc)
+    if rank not in (1, 2) or not all(isinstance(e, int) and e > 0 for e in extents):
+        raise unsupported(f"T.Parallel{tuple(extents)} (rank 1-2, static extents)", s.loc)
     layout, hint = None, None
     for node in _walk_stmts(s.body):
         if isinstance(node, ir.Store) and node.buffer.scope == "fragment" and tuple(node.buffer.shape) == tuple(extents) \
@@ -250,18 +248,23 @@ def lower_parallel(em: Emitter, s: ir.Parallel):
             layout, hint = em.buffer_layout(node.buffer), em.name(node.buffer)
             break
     if layout is None:
-        layout = lay.blocked_for(extents, 32, em.num_warps)
+        layout = lay.blocked_for(padded_shape(extents), 32, em.num_warps)
     lname = em.layout_name(layout, hint)
     par = ParallelContext(s, lname, layout)
     for k, (var, ext) in enumerate(zip(s.vars, extents)):
-        name = em.name(var)
+        # an extent that is not a power of two runs on the next one, the lanes past it
+        # masked off: they may read, never write (ir/padding.py)
+        name, lanes = em.name(var), padded(ext)
         if rank == 1:
-            em.emit(f"{name} = gl.arange(0, {ext}, layout={lname})")
+            em.emit(f"{name} = gl.arange(0, {lanes}, layout={lname})")
             par.index[var] = name
         else:
             sl = em.layout_name(f"gl.SliceLayout({1 - k}, {lname})")
-            em.emit(f"{name} = gl.arange(0, {ext}, layout={sl})")
+            em.emit(f"{name} = gl.arange(0, {lanes}, layout={sl})")
             par.index[var] = f"{name}[:, None]" if k == 0 else f"{name}[None, :]"
+        if lanes != ext:
+            inside = f"({par.index[var]} < {ext})"
+            par.inside = inside if par.inside is None else f"({par.inside} & {inside})"
     em.par = par
     try:
         em.body(s.body)
@@ -450,6 +453,7 @@ def lower_copy(em: Emitter, s):
     # keep-dim reduction's (1, N)), else the tile's
     frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
     shape = list(frag.shape) if frag is not None else list(dst.tile_shape)
+    tile = padded_shape(shape)  # the register tile (ir/padding.py)
 
     def converted(text: str) -> str:  # docs/semantics.md's conversion (saturating float -> int, fp8)
         return cast_text(text, src.buffer.dtype, dst.buffer.dtype, "gl")
@@ -460,7 +464,7 @@ def lower_copy(em: Emitter, s):
         return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
     if id(s) in em.early_loads:
         return early_loads.emit_issue(em, s)  # waited for before the buffer's first use
-    blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
+    blocked = lay.blocked_for(tile, dst.buffer.dtype.bits, em.num_warps)
     if ss == "global":
         if ds == "fragment":
             _check_whole_fragment(dst, s.loc)
@@ -591,7 +595,7 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
             or not isel.uses_cp_async(s):
         return lower_copy(em, s)  # synchronous: data visible earlier than required, still correct
-    shape = list(s.dst.tile_shape)
+    shape = padded_shape(s.dst.tile_shape)
     lname = em.layout_name(lay.blocked_for(shape, s.dst.buffer.dtype.bits, em.num_warps))
     ptr, mask = em.global_tile(s.src, lname, s.loc)
     em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}, mask={mask})")
@@ -700,7 +704,7 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
         # not the accumulator's old value, even for wgmma (use_acc=False ignores it): passed,
         # it stays live into the gemm (in attention: the previous softmax's P), and the split
         # attention kernel had 1.5x the F2FP packs and 10x the PRMTs in its SASS
-        acc = f"gl.zeros({list(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
+        acc = f"gl.zeros({padded_shape(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
     if engine == "wgmma":
         use_acc = "False" if s.clear_accum else "True"
         extra = ", is_async=True" if s.is_async else ""
@@ -772,14 +776,31 @@ def lower_fill(em: Emitter, s: ir.Fill):
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
-        em.emit(f"{em.name(buf)} = {_filled(v, s.value.dtype, buf.dtype, list(buf.shape), layout)}")
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(buf.shape), layout)
+        em.emit(f"{em.name(buf)} = {filled if _is_zero(s.value) else _masked_pads(em, filled, buf.shape, layout)}")
     elif buf.scope == "shared":
         shape = list(s.dst.tile_shape)
-        layout = em.layout_name(lay.blocked_for(shape, buf.dtype.bits, em.num_warps))
-        em.emit(f"{em.shared_view(s.dst, s.loc)}.store({_filled(v, s.value.dtype, buf.dtype, shape, layout)})")
+        layout = em.layout_name(lay.blocked_for(padded_shape(shape), buf.dtype.bits, em.num_warps))
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), layout)
+        filled = filled if _is_zero(s.value) else _masked_pads(em, filled, shape, layout)
+        em.emit(f"{em.shared_view(s.dst, s.loc)}.store({filled})")
         _after_generic_shared_write(em)
     else:
         raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
+
+
+def _is_zero(value) -> bool:
+    """A fill with 0 leaves pad lanes 0 without a mask."""
+    return isinstance(value, ir.Const) and value.value == 0 and not isinstance(value.value, bool)
+
+
+def _masked_pads(em: Emitter, tile: str, shape, layout, pad_value: str = "0") -> str:
+    """`tile` (a register tile of `shape`'s padded shape in `layout`, a layout or its name) with
+    its pad lanes set to `pad_value` (ir/padding.py); `tile` itself when `shape` has none."""
+    if not is_padded(shape):
+        return tile
+    inside = em.inside_mask(shape, layout if isinstance(layout, str) else em.layout_name(layout))
+    return f"gl.where({inside}, {tile}, {pad_value})"
 
 
 def _filled(scalar: str, src, dst, shape: list, layout: str) -> str:
@@ -809,7 +830,7 @@ def _register_tile(em, region, loc):
         _check_whole_fragment(region, loc)
         return em.name(buf), em.buffer_layout(buf)
     if buf.scope == "shared":
-        layout = lay.blocked_for(list(region.tile_shape), buf.dtype.bits, em.num_warps)
+        layout = lay.blocked_for(padded_shape(region.tile_shape), buf.dtype.bits, em.num_warps)
         return f"{em.shared_view(region, loc)}.load({em.layout_name(layout)})", layout
     raise unsupported(f"a reduction over {buf.scope} buffer {buf.name}", loc)
 
@@ -850,6 +871,9 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         src = f"gl.abs({src})"
     if propagate and s.src.buffer.dtype.bits < 32:  # as gl.max does: Triton's combine wants fp32
         src = f"{src}.to(gl.float32)"
+    # pad lanes (ir/padding.py) take the reduction's identity
+    src_shape = s.src.buffer.shape if s.src.buffer.scope == "fragment" else s.src.tile_shape
+    src = _masked_pads(em, src, src_shape, layout, semantics.reduction_identity(s.kind, s.src.buffer.dtype))
     new = em.tmp("red")
     em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
     if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile
@@ -870,6 +894,8 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
         em.emit(f"{new} = {combine.format(old=old, new=cast_text(new, new_dtype, s.dst.buffer.dtype, 'gl'))}")
         new_dtype = s.dst.buffer.dtype
+    dst_shape = s.dst.buffer.shape if s.dst.buffer.scope == "fragment" else s.dst.tile_shape
+    new = _masked_pads(em, new, dst_shape, new_layout)
     _write_tile(em, s.dst, new, new_layout, new_dtype, s.loc)
 
 
@@ -879,6 +905,7 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
         raise unsupported("T.cumsum with different source and destination shapes", s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    tmp = _masked_pads(em, tmp, s.src.tile_shape, layout)  # a forward scan's pads hold the total
     _write_tile(em, s.dst, tmp, layout, s.src.buffer.dtype, s.loc)
 
 
@@ -893,11 +920,18 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
         dt = GL_DTYPES[dst.buffer.dtype.name]
         em.emit(f"gl.atomic_add({ptr}, {value}.to({dt}), mask={mask})")
         return
-    idx = [em.expr(x).text for x in dst.starts]
+    idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
-    offs = " + ".join(i if st == "1" else f"{i} * ({st})" for i, st in zip(idx, strides))
+    offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
     dt = GL_DTYPES[dst.buffer.dtype.name]
-    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
+    value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+    par = em.par
+    if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
+        em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, {value})")
+        return
+    # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
+    mask = _full_bool(em, par.write_mask, par)
+    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
 
 
 def lower_explicit_warp_specialization(em: Emitter, s):

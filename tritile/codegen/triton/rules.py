@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from tritile.codegen import semantics
 from tritile.codegen.semantics import Val, cast_text, dtype_text
-from tritile.codegen.source_writer import is_pow2, static_int
+from tritile.codegen.source_writer import static_int
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
                                             unsupported)
 from tritile.errors import CompileError
 from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded_shape
 
 # ======================================================================================
 # expressions
@@ -50,8 +51,10 @@ def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
 
 
 def _flat_index(em: Emitter, buf: ir.Buffer, idx: list) -> str:
+    """The element's index in `buf`'s flattened tile: a `T.alloc_local` array flattens its own
+    shape, a shared / fragment tile its padded one (ir/padding.py)."""
     strides, acc = [], 1
-    for d in reversed(buf.shape):
+    for d in reversed(buf.shape if buf.scope == "local" else padded_shape(buf.shape)):
         strides.append(acc)
         acc *= d
     strides.reverse()
@@ -74,18 +77,7 @@ def _pick(em: Emitter, buf: ir.Buffer, indices, idx: list) -> str:
 def _lanes(em: Emitter, buf: ir.Buffer) -> str:
     """`buf`'s flattened lane indices (a tl.arange over its padded size), emitted where used:
     a name bound inside a loop or branch would not reach the uses after it."""
-    size = padded_size(buf)
-    if buf.scope != "local" and size != _numel(buf):
-        raise unsupported(f"an element of {buf.scope} buffer {buf.name} of shape {list(buf.shape)} (not powers of "
-                          f"two)")
-    return f"tl.arange(0, {size})"
-
-
-def _numel(buf: ir.Buffer) -> int:
-    n = 1
-    for d in buf.shape:
-        n *= d
-    return n
+    return f"tl.arange(0, {padded_size(buf)})"
 
 
 def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
@@ -107,7 +99,7 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
                               f"partial view)")
         axes.append(axis)
     text = em.name(buf)
-    kept = [d for d in buf.shape if d != 1]
+    kept = [d for d in padded_shape(buf.shape) if d != 1]
     if len(kept) != len(buf.shape):
         text = f"tl.reshape({text}, {kept})"
     rank = len(par.loop.vars)
@@ -154,12 +146,8 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         if not all(isinstance(d, int) for d in buf.shape):
             raise unsupported(f"T.alloc_local with a runtime shape {list(buf.shape)}", s.loc)
         em.emit(f"{name} = tl.zeros([{padded_size(buf)}], {dtype})")
-    elif buf.scope in ("shared", "fragment"):
-        for d in buf.shape:
-            if not is_pow2(d):
-                raise unsupported(f"{buf.scope} buffer {buf.name} with a dimension of {d} (register tiles need "
-                                  f"powers of two)", s.loc)
-        em.emit(f"{name} = tl.zeros({list(buf.shape)}, {dtype})")
+    elif buf.scope in ("shared", "fragment"):  # padded to powers of two, pad lanes 0 (ir/padding.py)
+        em.emit(f"{name} = tl.zeros({padded_shape(buf.shape)}, {dtype})")
     else:
         raise unsupported(f"an allocation in {buf.scope} scope ({buf.name})", s.loc)
 
@@ -205,10 +193,10 @@ def lower_store(em: Emitter, s: ir.Store):
         value = cast_text(v.text, s.value.dtype, buf.dtype, "tl")
     else:
         value = em.splat(s.value, v, buf.dtype, shape)
-    if par.cond:
+    if par.cond:  # the `if`s inside the loop, and its pad lanes (which keep the tile's 0s)
         value = f"tl.where({par.cond}, {value}, {view})"
-    if list(buf.shape) != shape:
-        value = f"tl.reshape({value}, {list(buf.shape)})"
+    if padded_shape(buf.shape) != shape:
+        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {value}")
 
 
@@ -223,7 +211,7 @@ def _write_element(em: Emitter, s: ir.Store, v: Val, idx: list):
     flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
     written = f"tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, {flat})"
     if buf.scope != "local":
-        written = f"tl.reshape({written}, {list(buf.shape)})"
+        written = f"tl.reshape({written}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {written}")
 
 
@@ -349,7 +337,7 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
     have = list(buf.shape)
     if shape is None or list(shape) == have:
         return em.name(buf), have
-    return f"tl.reshape({em.name(buf)}, {list(shape)})", list(shape)
+    return f"tl.reshape({em.name(buf)}, {padded_shape(shape)})", list(shape)
 
 
 def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
@@ -361,7 +349,7 @@ def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: l
     if [d for d in shape if d != 1] != [d for d in buf.shape if d != 1]:
         raise unsupported(f"a tile of shape {shape} written to {buf.name} of shape {list(buf.shape)}", loc)
     if list(shape) != list(buf.shape):
-        value = f"tl.reshape({value}, {list(buf.shape)})"
+        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {cast_text(value, src_dtype, buf.dtype, 'tl')}")
 
 
@@ -424,8 +412,8 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
             text = f"({text}.to(tl.int32, bitcast=True) & -{1 << 13}).to(tl.float32, bitcast=True)"
         operands.append(text)
     a, b = operands
-    m, n = c.shape
-    k = s.a.tile_shape[0] if s.transpose_a else s.a.tile_shape[1]
+    m, n = padded_shape(c.shape)  # the tiles' shapes (ir/padding.py): a padded K adds 0 * 0
+    k = padded_shape(s.a.tile_shape)[0 if s.transpose_a else 1]
     cname, acc = em.name(c), dtype_text(c.dtype, "tl")
     if min(m, n, k) >= _DOT_MIN:
         precision = (', input_precision="tf32"' if s.tf32 else
@@ -459,7 +447,8 @@ def lower_fill(em: Emitter, s: ir.Fill):
         em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}, mask={mask})")
         return
     _whole(s.dst, s.loc)
-    em.emit(f"{em.name(buf)} = {em.splat(s.value, v, buf.dtype, list(buf.shape))}")
+    filled = _masked_pads(em.splat(s.value, v, buf.dtype, padded_shape(buf.shape)), buf.shape)
+    em.emit(f"{em.name(buf)} = {filled}")
 
 
 # kind -> (reduction of a tile along `axis`, combination with the old destination); tl.max /
@@ -476,6 +465,16 @@ _REDUCE_PROPAGATING_NAN = {
     "absmax": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
 
 
+def _masked_pads(tile: str, shape, pad_value: str = "0") -> str:
+    """`tile` (of `shape`'s padded shape) with its pad lanes set to `pad_value` (ir/padding.py);
+    `tile` itself when `shape` has none."""
+    inside = [f"({axis_index(f'tl.arange(0, {p})', a, len(shape))} < {d})"
+              for a, (d, p) in enumerate(zip(shape, padded_shape(shape))) if d != p]
+    if not inside:
+        return tile
+    return f"tl.where({' & '.join(inside)}, {tile}, {pad_value})"
+
+
 def lower_reduce(em: Emitter, s: ir.Reduce):
     src_shape = list(s.src.tile_shape)
     src, _ = _tile(em, s.src, s.loc, src_shape)
@@ -490,12 +489,15 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         src = f"tl.abs({src})"
     if propagate and dtype.bits < 32:  # as tl.max does: Triton's combine wants fp32
         src = f"{src}.to(tl.float32)"
+    src = _masked_pads(src, src_shape, semantics.reduction_identity(s.kind, dtype))  # pad lanes change nothing
     new = em.tmp("red")
     em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
     if not out_shape:  # a 1-D tile reduced to one value
         out_shape = [1]
         em.emit(f"{new} = tl.broadcast_to({new}, [1])")
     computed = _reduced_dtype(s, propagate)
+    if is_padded(out_shape):  # the pad lanes of the result: 0 (ir/padding.py)
+        em.emit(f"{new} = {_masked_pads(new, out_shape)}")
     if not s.clear:
         old, _ = _tile(em, s.dst, s.loc, out_shape)
         old_cast = cast_text(old, s.dst.buffer.dtype, computed, "tl")
@@ -521,6 +523,7 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
     src, shape = _tile(em, s.src, s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = tl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    tmp = _masked_pads(tmp, shape)  # a forward scan's pad lanes hold the total
     _assign_tile(em, s.dst, tmp, s.src.buffer.dtype, shape, s.loc)
 
 
