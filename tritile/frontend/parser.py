@@ -34,11 +34,13 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import warp_groups
+from tritile.frontend import persistent, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import DType, as_dtype
+
+_HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS}  # T.<name> -> its handler
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
@@ -302,7 +304,7 @@ class Parser:
         if isinstance(node.value, ast.Constant):  # docstrings and bare constants
             return
         value = self.eval(node.value)
-        if isinstance(value, (tile_ops.LoopSpec, tile_ops.KernelSpec)):
+        if isinstance(value, (tile_ops.LoopSpec, tile_ops.KernelSpec, persistent.PersistentSpec)):
             raise CompileError("this T construct must be used as a `for` iterator or a `with` context",
                                self.source.loc(node))
 
@@ -491,6 +493,11 @@ class Parser:
         if node.orelse:
             raise CompileError("for/else is not supported", loc)
         spec = self._loop_spec(node.iter, loc)
+        if isinstance(spec, persistent.PersistentSpec):
+            self._promote_assigned(node.body, loc)
+            persistent.emit_loop(self, spec, _target_names(node.target, loc),
+                                 lambda bindings: self._scoped_block(node.body, bindings), loc)
+            return
         if not isinstance(spec, tile_ops.LoopSpec):  # a Python sequence: unroll at compile time
             if isinstance(spec, (ir.Expr, ir.Buffer, acc.BufferAccess)) or not hasattr(spec, "__iter__"):
                 raise CompileError("a kernel `for` must iterate over range(...), T.serial, T.unroll, "
@@ -812,7 +819,7 @@ class Parser:
                 return impl(*bound.args, **bound.kwargs)
             except Exception as exc:  # noqa: BLE001
                 raise CompileError(f"T.{name}: {type(exc).__name__}: {exc}", loc) from None
-        handler = tile_ops.HANDLERS.get(name) or warp_groups.HANDLERS[name]
+        handler = _HANDLERS[name]
         return handler(self, dict(bound.arguments), loc)
 
     def _inline_macro(self, macro, args, kwargs, loc):

@@ -271,6 +271,13 @@ def serial(start, stop=None, step=None, annotations=None):
 
 
 @_tile_op
+def Persistent(domain, wave_size, index, group_size=8):
+    """`for bx, by in T.Persistent([m_tiles, n_tiles], sm_num, block_id):` - program `index` of
+    `wave_size` walks the tiles of `domain`, in groups of `group_size` along the last
+    dimension (tritile/frontend/persistent.py)."""
+
+
+@_tile_op
 def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
     pass
 

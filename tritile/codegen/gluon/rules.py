@@ -934,13 +934,6 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
 
 
-def lower_explicit_warp_specialization(em: Emitter, s):
-    """The program's own warp groups and mbarriers (`T.ws`, `T.alloc_barrier`, ...): not lowered
-    yet (tritile specializes warps itself, lowering/warp_specialization.py)."""
-    raise unsupported("explicit warp specialization (T.alloc_barrier / T.ws / T.barrier_arrive / "
-                      "T.barrier_wait)", s.loc)
-
-
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
     """`T.cummax` / `T.cummin`: not lowered yet (a max/min combine for gl.associative_scan)."""
     raise unsupported(f"T.cum{s.kind}", s.loc)
@@ -969,6 +962,4 @@ RULES = {
     ir.Print: lower_print,
     ir.ConsumerPartitions: lower_consumer_partitions,
     ir.CumExtremum: lower_cum_extremum,
-    **dict.fromkeys((ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups),
-                    lower_explicit_warp_specialization),
 }
