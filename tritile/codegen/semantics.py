@@ -131,6 +131,65 @@ def cast_text(text: str, src, dst, lang: str) -> str:
     return f"{text}.to({want})"
 
 
+# T.reduce_* kind -> (reduction of a tile along `axis`, combination with the old destination);
+# max / maximum are maxnumf: NaN-ignoring (docs/semantics.md)
+_REDUCTIONS = {"max": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})"),
+               "min": ("{lang}.min({src}, axis={axis})", "{lang}.minimum({old}, {new})"),
+               "sum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
+               "abssum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
+               "absmax": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})")}
+# with nan_propagate: maximumf / minimumf, a NaN wins
+_REDUCTIONS_PROPAGATING_NAN = {
+    "max": ("{lang}.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
+    "min": ("{lang}.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
+    "absmax": ("{lang}.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
+
+
+def reduction_dtype(src):
+    """The dtype a `T.reduce_*` of `src` elements combines in - so the dtype of its result in
+    the generated code: float32 for narrower floats (docs/semantics.md: float sums are computed
+    in float32; Triton's max / min widen them anyway and its NaN-propagating combine wants
+    float32), int32 / uint32 for narrower integers and bool (Triton's max / min / sum widen
+    them), else `src` itself.  Every reduction widens explicitly, so the result's dtype never
+    depends on which of Triton's reductions widens what - a value of the wrong dtype assigned to
+    a fragment changes a loop-carried variable's type, which Triton rejects."""
+    if src.bits >= 32 and src.kind != "bool":
+        return src
+    if src.is_float:
+        return dt.float32
+    return dt.uint32 if src.kind == "uint" else dt.int32
+
+
+def _propagates_nan(kind: str, src_dtype, nan_propagate: bool) -> bool:
+    return nan_propagate and src_dtype.is_float and kind in _REDUCTIONS_PROPAGATING_NAN
+
+
+def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, lang: str) -> tuple:
+    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis`, the result's IR
+    dtype: `reduction_dtype`).  The abs of abssum / absmax is taken in the source's type
+    (integer abs wraps, as in the interpreter) before the reduction widens."""
+    reduction = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
+                 else _REDUCTIONS)[kind][0]
+    if kind in ("abssum", "absmax"):
+        src = f"{lang}.abs({src})"
+    computed = reduction_dtype(src_dtype)
+    src = cast_text(src, src_dtype, computed, lang)
+    return reduction.format(lang=lang, src=src, axis=axis), computed
+
+
+def reduction_combine_text(kind: str, old: str, old_dtype, new: str, new_dtype, src_dtype, nan_propagate: bool,
+                           lang: str) -> tuple:
+    """(text combining a `T.reduce_*(clear=False)`'s old destination value `old` with the new
+    reduction result `new`, its IR dtype): in the reduction's dtype `new_dtype`, or in the
+    destination's where that is wider or of another kind (a float64 or float destination of an
+    integer reduction), so the old value is never narrowed; rounded once when written."""
+    combine = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
+               else _REDUCTIONS)[kind][1]
+    wider = old_dtype if old_dtype.kind != new_dtype.kind or old_dtype.bits > new_dtype.bits else new_dtype
+    text = combine.format(lang=lang, old=cast_text(old, old_dtype, wider, lang), new=cast_text(new, new_dtype, wider, lang))
+    return text, wider
+
+
 def unsupported(em, what: str, loc=None) -> CompileError:
     return CompileError(f"{what} is not supported by the {em.backend} backend yet", loc)
 
@@ -237,6 +296,10 @@ _MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sq
          "min": "minimum", "if_then_else": "where", "fma": "fma"}
 
 
+# Triton's math functions that take only float32 / float64 operands
+_FLOAT32_MATH = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "sigmoid", "tanh"}
+
+
 def lower_call(em, e: ir.Call) -> Val:
     if e.fn == "infinity":  # e4m3 has none: NaN, as torch converts it
         return fp8_literal(float("inf"), e.dtype, em.lang) if e.dtype.bits == 8 else Val('float("inf")')
@@ -244,18 +307,23 @@ def lower_call(em, e: ir.Call) -> Val:
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
     texts = [a.text for a in args]
-    if e.dtype.is_float and e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else":
-        # in float32 and converted back, as every fp8 operation: Triton's fp8 abs masks the
-        # sign bits of packed fp8 pairs, and the H100 replay read garbage in every odd lane
+    # narrower floats compute in float32 and convert back (rounded once, as the interpreter):
+    # Triton's exp / log / sqrt ... take no float16 / bfloat16, and every fp8 operation computes
+    # so - Triton's fp8 abs masks the sign bits of packed fp8 pairs, and the H100 replay read
+    # garbage in every odd lane
+    narrow = e.dtype.is_float and e.dtype.bits < 32
+    in_float32 = narrow and (e.fn in _FLOAT32_MATH or e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else")
+    if in_float32:
         texts = [f"{t}.to({lang}.float32)" for t in texts]
-        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)}).to({dtype_text(e.dtype, lang)})", dims)
     if e.fn in _MATH:
-        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)})", dims)
-    if e.fn == "sigmoid":
-        return Val(f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))", dims)
-    if e.fn == "tanh":
-        return Val(f"(2.0 / (1.0 + {lang}.exp(-2.0 * {texts[0]})) - 1.0)", dims)
-    raise unsupported(em, f"T.{e.fn}")
+        text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
+    elif e.fn == "sigmoid":
+        text = f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))"
+    elif e.fn == "tanh":
+        text = f"(2.0 / (1.0 + {lang}.exp(-2.0 * {texts[0]})) - 1.0)"
+    else:
+        raise unsupported(em, f"T.{e.fn}")
+    return Val(f"{text}.to({dtype_text(e.dtype, lang)})" if in_float32 else text, dims)
 
 
 def lower_cast(em, e: ir.Cast) -> Val:

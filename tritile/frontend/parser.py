@@ -215,10 +215,14 @@ class Parser:
         attrs = {"globals_read": self.global_reads.guards()}
         if self.probe:
             return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
-        if self.kernel is None:
-            raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
+        host = self.blocks[0]
+        if host and self.kernel is not None:  # they would be lost: a PrimFunc is one kernel
+            raise CompileError("statements outside `with T.Kernel(...)` (TileLang's host code) are not supported; "
+                               "move them into the kernel", host[0].loc)
+        # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
         func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc)
-        _bind_dynamic_dims(func)
+        if self.kernel is not None:
+            _bind_dynamic_dims(func)
         return func
 
     # ---------------------------------------------------------------- names and frames

@@ -648,11 +648,13 @@ class PrimFunc:
 
     `params` are the global Buffers in call order; `out_idx` the indices of params the
     runtime allocates and returns; `dynamic_vars` the `T.dynamic` Vars, each bound at
-    call time from `dim_bindings[var] = (param index, dim)`."""
+    call time from `dim_bindings[var] = (param index, dim)`.  `kernel` is None for a
+    `@T.prim_func` with no `with T.Kernel` block (TileLang's host code only): it can be built
+    and printed, and compiling it is a CompileError."""
 
     name: str
     params: list
-    kernel: Kernel
+    kernel: Optional[Kernel]
     out_idx: list = field(default_factory=list)
     dynamic_vars: list = field(default_factory=list)
     dim_bindings: dict = field(default_factory=dict)

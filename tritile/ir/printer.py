@@ -205,6 +205,9 @@ def format_func(func: ir.PrimFunc) -> str:
     if "consumer_partitions" in func.attrs:
         p.emit(1, f"# consumer partitions: {func.attrs['consumer_partitions']}")
     k = func.kernel
+    if k is None:
+        p.emit(1, "# no `with T.Kernel(...)` block: host code only, which tritile does not compile")
+        return "\n".join(p.lines) + "\n"
     grid = ", ".join(expr_str(g) for g in k.grid)
     names = ", ".join(v.name for v in k.block_vars)
     p.emit(1, f"with T.Kernel({grid}, threads={k.threads}) as ({names}):")

@@ -87,10 +87,12 @@ class Tensor:
         self.shape = tuple(shape)
         self.dtype = _dtypes.element_dtype(dtype)
 
-    def __class_getitem__(cls, item):
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (tuple, list)):
-            return cls(item[0], item[1])
-        return cls(item)
+    def __class_getitem__(cls, keys):
+        # TileLang's rule: keys holding a tuple, list or str (a dtype is a str) are the
+        # arguments, (shape, dtype, ...); otherwise they are the shape: T.Tensor[M, N]
+        if isinstance(keys, tuple) and any(isinstance(k, (tuple, list, str)) for k in keys):
+            return cls(*keys)
+        return cls(keys)
 
     def __repr__(self) -> str:
         return f"T.Tensor({list(self.shape)}, {self.dtype})"

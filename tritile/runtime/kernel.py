@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 
 from tritile import codegen
+from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
@@ -37,6 +38,10 @@ _PLANNED_FOR_CPU = Target("cuda", 90)
 class JITKernel:
     def __init__(self, func: ir.PrimFunc, target="auto", verbose: bool = False, pass_configs=None,
                  execution_backend=None, compile_flags=None, backend=None):
+        if func.kernel is None:
+            raise CompileError(f"{func.name} has no `with T.Kernel(...)` block: tritile compiles kernels, and "
+                               f"a function of host code only (TileLang's statements outside T.Kernel) has none",
+                               func.loc)
         self.target = parse_target(target)
         self.backend = codegen.backend_name(backend)
         self.pass_configs = transform.normalize(pass_configs)

@@ -16,7 +16,6 @@ from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, 
 from tritile.codegen.semantics import Val, cast_text
 from tritile.codegen.source_writer import static_int
 from tritile.errors import CompileError
-from tritile.ir import dtypes
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded, padded_shape
@@ -46,9 +45,11 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
     if buf.scope == "fragment" and all(n == 1 for n in buf.shape):
         # a one-element fragment (a `T.reduce_*` result, TileLang's alloc_fragment((1,))) read
-        # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included)
-        return Val(f"gl.max({em.name(buf)}, axis=0)" if len(buf.shape) == 1 else
-                   f"gl.max(gl.reshape({em.name(buf)}, [1]), axis=0)")
+        # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included),
+        # in the fragment's own dtype (gl.max widens narrower types)
+        flat = em.name(buf) if len(buf.shape) == 1 else f"gl.reshape({em.name(buf)}, [1])"
+        wide = semantics.reduction_dtype(buf.dtype)
+        return Val(cast_text(f"gl.max({cast_text(flat, buf.dtype, wide, 'gl')}, axis=0)", wide, buf.dtype, "gl"))
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -809,20 +810,6 @@ def _filled(scalar: str, src, dst, shape: list, layout: str) -> str:
     return f"gl.full({shape}, {scalar}, {GL_DTYPES[dst.name]}, layout={layout})"
 
 
-# kind -> (reduction of a tile along `axis`, combination with the old destination); gl.max /
-# gl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
-_REDUCE = {"max": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})"),
-           "min": ("gl.min({src}, axis={axis})", "gl.minimum({old}, {new})"),
-           "sum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
-           "abssum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
-           "absmax": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})")}
-# with nan_propagate: maximumf / minimumf, a NaN wins
-_REDUCE_PROPAGATING_NAN = {
-    "max": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
-    "min": ("gl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
-    "absmax": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
-
-
 def _register_tile(em, region, loc):
     """(text, layout) of a whole fragment, or of a shared tile loaded in a blocked layout."""
     buf = region.buffer
@@ -865,21 +852,16 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
     if rank != 2 and not to_one:
         raise unsupported(f"T.reduce_{s.kind} over a {rank}-D tile", s.loc)
-    propagate = s.nan_propagate and s.src.buffer.dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
-    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
-    if s.kind in ("abssum", "absmax"):
-        src = f"gl.abs({src})"
-    if propagate and s.src.buffer.dtype.bits < 32:  # as gl.max does: Triton's combine wants fp32
-        src = f"{src}.to(gl.float32)"
     # pad lanes (ir/padding.py) take the reduction's identity
     src_shape = s.src.buffer.shape if s.src.buffer.scope == "fragment" else s.src.tile_shape
     src = _masked_pads(em, src, src_shape, layout, semantics.reduction_identity(s.kind, s.src.buffer.dtype))
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, axis, s.nan_propagate, "gl")
     new = em.tmp("red")
-    em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
+    em.emit(f"{new} = {reduction}")
     if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile
         want = em.buffer_layout(s.dst.buffer)
         new_layout = want
-        em.emit(f"{new} = {_filled(new, s.src.buffer.dtype, s.src.buffer.dtype, list(s.dst.buffer.shape), em.layout_name(want, em.name(s.dst.buffer)))}")
+        em.emit(f"{new} = {_filled(new, computed, computed, list(s.dst.buffer.shape), em.layout_name(want, em.name(s.dst.buffer)))}")
     else:
         new_layout = lay.slice_of(layout, axis)
     if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank and not to_one:
@@ -888,15 +870,15 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
         em.emit(f"{new} = gl.expand_dims({new}, {axis})")
         new_layout = layout
-    new_dtype = dtypes.float32 if propagate and s.src.buffer.dtype.bits < 32 else s.src.buffer.dtype
     if not s.clear:
         old, old_layout = _register_tile(em, s.dst, s.loc)
         old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
-        em.emit(f"{new} = {combine.format(old=old, new=cast_text(new, new_dtype, s.dst.buffer.dtype, 'gl'))}")
-        new_dtype = s.dst.buffer.dtype
+        combined, computed = semantics.reduction_combine_text(s.kind, old, s.dst.buffer.dtype, new, computed,
+                                                              s.src.buffer.dtype, s.nan_propagate, "gl")
+        em.emit(f"{new} = {combined}")
     dst_shape = s.dst.buffer.shape if s.dst.buffer.scope == "fragment" else s.dst.tile_shape
     new = _masked_pads(em, new, dst_shape, new_layout)
-    _write_tile(em, s.dst, new, new_layout, new_dtype, s.loc)
+    _write_tile(em, s.dst, new, new_layout, computed, s.loc)
 
 
 def lower_cumsum(em: Emitter, s: ir.Cumsum):

@@ -18,7 +18,6 @@ from tritile.codegen.source_writer import static_int
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
                                             unsupported)
 from tritile.errors import CompileError
-from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded_shape
 
@@ -451,20 +450,6 @@ def lower_fill(em: Emitter, s: ir.Fill):
     em.emit(f"{em.name(buf)} = {filled}")
 
 
-# kind -> (reduction of a tile along `axis`, combination with the old destination); tl.max /
-# tl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
-_REDUCE = {"max": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})"),
-           "min": ("tl.min({src}, axis={axis})", "tl.minimum({old}, {new})"),
-           "sum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
-           "abssum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
-           "absmax": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})")}
-# with nan_propagate: maximumf / minimumf, a NaN wins
-_REDUCE_PROPAGATING_NAN = {
-    "max": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
-    "min": ("tl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
-    "absmax": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
-
-
 def _masked_pads(tile: str, shape, pad_value: str = "0") -> str:
     """`tile` (of `shape`'s padded shape) with its pad lanes set to `pad_value` (ir/padding.py);
     `tile` itself when `shape` has none."""
@@ -482,39 +467,21 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
     if [d for d in s.dst.tile_shape if d != 1] != [d for d in out_shape if d != 1]:
         raise unsupported(f"T.reduce_{s.kind} of {src_shape} along dim {s.dim} into shape "
                           f"{list(s.dst.tile_shape)}", s.loc)
-    dtype = s.src.buffer.dtype
-    propagate = s.nan_propagate and dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
-    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
-    if s.kind in ("abssum", "absmax"):
-        src = f"tl.abs({src})"
-    if propagate and dtype.bits < 32:  # as tl.max does: Triton's combine wants fp32
-        src = f"{src}.to(tl.float32)"
-    src = _masked_pads(src, src_shape, semantics.reduction_identity(s.kind, dtype))  # pad lanes change nothing
+    src = _masked_pads(src, src_shape, semantics.reduction_identity(s.kind, s.src.buffer.dtype))  # pad lanes change nothing
     new = em.tmp("red")
-    em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, s.dim, s.nan_propagate, "tl")
+    em.emit(f"{new} = {reduction}")
     if not out_shape:  # a 1-D tile reduced to one value
         out_shape = [1]
         em.emit(f"{new} = tl.broadcast_to({new}, [1])")
-    computed = _reduced_dtype(s, propagate)
     if is_padded(out_shape):  # the pad lanes of the result: 0 (ir/padding.py)
         em.emit(f"{new} = {_masked_pads(new, out_shape)}")
     if not s.clear:
         old, _ = _tile(em, s.dst, s.loc, out_shape)
-        old_cast = cast_text(old, s.dst.buffer.dtype, computed, "tl")
-        em.emit(f"{new} = {combine.format(old=old_cast, new=new)}")
+        combined, computed = semantics.reduction_combine_text(s.kind, old, s.dst.buffer.dtype, new, computed,
+                                                              s.src.buffer.dtype, s.nan_propagate, "tl")
+        em.emit(f"{new} = {combined}")
     _assign_tile(em, s.dst, new, computed, out_shape, s.loc)
-
-
-def _reduced_dtype(s: ir.Reduce, propagate: bool):
-    """The IR dtype of a reduction's result as emitted: float32 for a NaN-propagating reduction
-    of a narrower float (combined in fp32) and for tl.max / tl.min of bfloat16 (which promote
-    it), int32 for a sum of narrower ints (tl.sum widens), else the source's dtype."""
-    src = s.src.buffer.dtype
-    if propagate and src.bits < 32 or s.kind in ("max", "min", "absmax") and src.name == "bfloat16":
-        return dt.float32
-    if s.kind in ("sum", "abssum") and src.is_int and src.bits < 32:
-        return dt.int32 if src.kind == "int" else dt.uint32
-    return src
 
 
 def lower_cumsum(em: Emitter, s: ir.Cumsum):
