@@ -74,12 +74,16 @@ GEMM_LIBRARIES = ("cublas", "triton", "tilelang")
 ATTENTION_LIBRARIES = ("cudnn", "flash", "tilelang")
 
 
-def add_candidate(row: dict, timers: dict, name: str, make, ref: torch.Tensor) -> None:
-    """Build `name`'s call (`make()` -> a no-argument call returning the result), check its result
-    against `ref` (relative error <= 1e-2) and register its timer; a build error or a wrong result
-    is recorded in `row[name + "_error"]` instead, and the sweep goes on."""
+def add_candidate(row: dict, timers: dict, name: str, build, args: tuple, ref: torch.Tensor) -> None:
+    """Build `name`'s kernel (`build()`), check `kernel(*args)` against `ref` (relative error <= 1e-2)
+    and register its timer; a build error or a wrong result is recorded in `row[name + "_error"]`
+    instead, and the sweep goes on."""
     try:
-        call = make()
+        kernel = build()
+
+        def call():
+            return kernel(*args)
+
         row[name + "_rel_err"] = rel_err(call(), ref)
         if row[name + "_rel_err"] > 1e-2:
             raise AssertionError(f"{name} result wrong: rel err {row[name + '_rel_err']:.3g}")
@@ -131,7 +135,7 @@ def gemm_rows(shapes, dtypes, log, peer):
             ref = torch.matmul(a.float(), b.float())
             row = {"op": "gemm", "dtype": str(dtype).replace("torch.", ""), "M": M, "N": N, "K": K}
             timers = {}
-            add_candidate(row, timers, "cublas", lambda: lambda: torch.matmul(a, b), ref)
+            add_candidate(row, timers, "cublas", lambda: torch.matmul, (a, b), ref)
             best_cfg, best_ms = None, math.inf
             for cfg in CONFIGS:  # Triton's best config for this shape, then timed with the others
                 try:
@@ -147,16 +151,14 @@ def gemm_rows(shapes, dtypes, log, peer):
                 # the search only picks Triton's config: its own timings would hand Triton the best
                 # of one more noisy sample per config (bench/NOTES.md, session 13)
                 row["triton_config"] = list(best_cfg)
-                add_candidate(row, timers, "triton", lambda: lambda: triton_matmul(a, b, best_cfg), ref)
+                add_candidate(row, timers, "triton", lambda: lambda x, y: triton_matmul(x, y, best_cfg), (a, b), ref)
             else:
                 row["triton_error"] = "no config of triton_gemm.CONFIGS compiled to a right result"
             if peer["available"]:
                 row["tilelang_config"] = tilelang_peer.gemm_config(M, N, K)
-                add_candidate(row, timers, "tilelang",
-                              lambda: (lambda k: lambda: k(a, b))(tilelang_peer.gemm(M, N, K, dtype)), ref)
+                add_candidate(row, timers, "tilelang", lambda: tilelang_peer.gemm(M, N, K, dtype), (a, b), ref)
             for name, backend in zip(TRITILE, ("gluon", "triton")):
-                add_candidate(row, timers, name,
-                              lambda backend=backend: (lambda k: lambda: k(a, b))(tritile_gemm(M, N, K, dtype, backend)),
+                add_candidate(row, timers, name, lambda backend=backend: tritile_gemm(M, N, K, dtype, backend), (a, b),
                               ref)
             ms = median_of_rotations(timers)
             log(finish_row(row, ms, 2.0 * M * N * K, GEMM_LIBRARIES, () if peer["available"] else ("tilelang",)))
@@ -174,25 +176,21 @@ def attention_rows(cases, log, peer):
         flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
         if B * H * S <= 16 * 16 * 1024:
             ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
-        else:  # a float32 reference of the large cases would not fit: SDPA in fp16
+        else:  # the float32 reference is slow and large here: SDPA in fp16
             ref = sdpa(q, k, v, is_causal=causal).float()
         row = {"op": "attention", "B": B, "H": H, "S": S, "D": D, "causal": causal}
         timers = {}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
-            def library(backend=backend):
+            def library(q, k, v, backend=backend):
                 with sdpa_kernel(backend):
                     return sdpa(q, k, v, is_causal=causal)
-            add_candidate(row, timers, name, lambda library=library: library, ref)
+            add_candidate(row, timers, name, lambda library=library: library, (q, k, v), ref)
         if peer["available"]:
             row["tilelang_config"] = tilelang_peer.attention_config(D)
-            add_candidate(row, timers, "tilelang",
-                          lambda: (lambda kern: lambda: kern(q, k, v))(tilelang_peer.attention(B, H, S, D, causal)),
-                          ref)
+            add_candidate(row, timers, "tilelang", lambda: tilelang_peer.attention(B, H, S, D, causal), (q, k, v), ref)
         for name, backend in zip(TRITILE, ("gluon", "triton")):
-            add_candidate(row, timers, name,
-                          lambda backend=backend: (lambda kern: lambda: kern(q, k, v))(
-                              tritile_flash_attention(B, H, S, D, causal, backend)),
-                          ref)
+            add_candidate(row, timers, name, lambda backend=backend: tritile_flash_attention(B, H, S, D, causal, backend),
+                          (q, k, v), ref)
         ms = median_of_rotations(timers)
         log(finish_row(row, ms, flops, ATTENTION_LIBRARIES, () if peer["available"] else ("tilelang",)))
         rows.append(row)

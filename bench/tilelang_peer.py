@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 
 EXPECTED_VERSION = "0.1.15"
@@ -34,6 +35,11 @@ def _import_from_site(site):
     site = os.path.realpath(site)
     if not os.path.isdir(os.path.join(site, "tilelang")):
         return None, f"TILELANG_SITE={site} holds no tilelang package"
+    # a trial import in a child first: an install that crashes its importer must not end the benchmark
+    probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {site!r}); import tilelang"],
+                           capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        return None, f"import tilelang failed in a child (exit {probe.returncode}): {probe.stderr.strip()[-300:]}"
     import tritile  # noqa: F401  (imported before the site is on the path: it cannot shadow tritile's modules)
 
     if site not in sys.path:
