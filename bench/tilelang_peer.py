@@ -11,10 +11,12 @@ why not); `gemm(...)` / `attention(...)` return a compiled kernel, or None when 
 """
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import subprocess
 import sys
+import tempfile
 
 EXPECTED_VERSION = "0.1.15"
 
@@ -35,6 +37,7 @@ def _import_from_site(site):
     site = os.path.realpath(site)
     if not os.path.isdir(os.path.join(site, "tilelang")):
         return None, f"TILELANG_SITE={site} holds no tilelang package"
+    _find_z3_library(site)
     # a trial import in a child first: an install that crashes its importer must not end the benchmark
     probe = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {site!r}); import tilelang"],
                            capture_output=True, text=True, timeout=300)
@@ -53,6 +56,20 @@ def _import_from_site(site):
         return None, (f"import tilelang gave {module.__name__} from {where or 'nowhere'}, not the package in "
                       f"{site} (an alias such as tilelang -> tritile, or another install, came first)")
     return module, None
+
+
+def _find_z3_library(site: str) -> None:
+    """z3 (which TileLang imports) loads `libz3.so` from its `lib` directory, then from
+    `Z3_LIBRARY_PATH`, then the system's; an unpacked wheel may hold only `libz3.so.<version>`,
+    and a system libz3 of another version fails on a missing symbol.  Point `Z3_LIBRARY_PATH` at a
+    private directory where `libz3.so` is a link to the site's own library."""
+    lib = os.path.join(site, "z3", "lib")
+    versioned = sorted(glob.glob(os.path.join(lib, "libz3.so.*")))
+    if os.path.exists(os.path.join(lib, "libz3.so")) or not versioned:
+        return
+    links = tempfile.mkdtemp(prefix="tilelang_peer_z3_")
+    os.symlink(versioned[-1], os.path.join(links, "libz3.so"))
+    os.environ["Z3_LIBRARY_PATH"] = os.pathsep.join(filter(None, (links, os.environ.get("Z3_LIBRARY_PATH"))))
 
 
 def status() -> dict:
@@ -98,7 +115,7 @@ def gemm(M: int, N: int, K: int, dtype):
             A_shared = T.alloc_shared((block_M, block_K), dt)
             B_shared = T.alloc_shared((block_K, block_N), dt)
             C_local = T.alloc_fragment((block_M, block_N), "float32")
-            if panel:
+            if panel > 0:  # a Python bool: TVMScript takes no other compile-time condition
                 T.use_swizzle(panel_size=panel)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -121,6 +138,7 @@ def attention(batch: int, heads: int, seq: int, dim: int, causal: bool):
     cfg = attention_config(dim)
     block_M, block_N, num_stages, threads = cfg["block_M"], cfg["block_N"], cfg["num_stages"], cfg["threads"]
     shape = [batch, heads, seq, dim]
+    causal = bool(causal)  # a compile-time branch below
     scale = dim ** -0.5 * 1.44269504  # exp(x) = exp2(x * log2(e))
     dt, acc = "float16", "float32"
 

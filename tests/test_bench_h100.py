@@ -131,3 +131,12 @@ def test_tilelang_whose_import_crashes_is_not_available(peer, monkeypatch, tmp_p
     status = peer.status()
     assert not status["available"] and "child" in status["reason"], status
     json.dumps(status)
+
+
+def test_z3_of_the_site_is_found_when_it_holds_only_a_versioned_library(peer, monkeypatch, tmp_path):
+    (tmp_path / "z3" / "lib").mkdir(parents=True)
+    (tmp_path / "z3" / "lib" / "libz3.so.4.15").write_bytes(b"")
+    monkeypatch.delenv("Z3_LIBRARY_PATH", raising=False)
+    peer._find_z3_library(str(tmp_path))
+    link = os.path.join(os.environ["Z3_LIBRARY_PATH"].split(os.pathsep)[0], "libz3.so")
+    assert os.path.realpath(link) == str((tmp_path / "z3" / "lib" / "libz3.so.4.15").resolve())
