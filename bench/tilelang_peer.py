@@ -81,6 +81,8 @@ def status() -> dict:
     out = {"available": True, "version": version, "path": os.path.dirname(module.__file__)}
     if not version.startswith(EXPECTED_VERSION):
         out["note"] = f"expected TileLang {EXPECTED_VERSION}"
+    # TileLang builds its kernels with nvcc: without a CUDA toolkit they fail (recorded per row)
+    out["cuda_home"] = str(getattr(getattr(module, "env", None), "CUDA_HOME", "") or "") or None
     return out
 
 
