@@ -117,13 +117,10 @@ def attention_with_grads(q, k, v, do, groups, is_causal):
     return lse, delta, q.grad, k.grad, v.grad
 
 
-@pytest.mark.parametrize("epilogue", ["split", "atomic"])
-@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
-def test_gqa_backward_head_dim_192(epilogue, is_causal, device, assert_close):
-    batch, heads, groups, seq, dim_qk, dim_v = 1, 4, 2, 128, 192, 128
+def check_gradients(kernel, batch, heads, groups, seq, is_causal, epilogue, device, assert_close):
+    """Runs `kernel` (a `gqa_bwd` of these sizes, dims 192 / 128) and compares dQ, dK, dV with torch's."""
+    dim_qk, dim_v = 192, 128
     head_kv = heads // groups
-    kernel = gqa_bwd(batch, heads, seq, dim_qk, dim_v, is_causal, block_M=64, block_N=32, groups=groups,
-                     epilogue=epilogue, threads=128)
     q = torch.randn(batch, seq, heads, dim_qk, dtype=torch.float16, device=device)
     k = torch.randn(batch, seq, head_kv, dim_qk, dtype=torch.float16, device=device)
     v = torch.randn(batch, seq, head_kv, dim_v, dtype=torch.float16, device=device)
@@ -144,6 +141,14 @@ def test_gqa_backward_head_dim_192(epilogue, is_causal, device, assert_close):
         assert_close(got.half(), want.half())
 
 
+@pytest.mark.parametrize("epilogue", ["split", "atomic"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_gqa_backward_head_dim_192(epilogue, is_causal, device, assert_close):
+    kernel = gqa_bwd(1, 4, 128, 192, 128, is_causal, block_M=64, block_N=32, groups=2, epilogue=epilogue,
+                     threads=128)
+    check_gradients(kernel, 1, 4, 2, 128, is_causal, epilogue, device, assert_close)
+
+
 def example_tiles(epilogue):
     """The example's configuration: 128-key, 32-query blocks in two stages, 256 threads."""
     return gqa_bwd(1, 32, 256, 192, 128, False, block_M=128, block_N=32, groups=16, epilogue=epilogue)
@@ -162,6 +167,12 @@ def test_example_tiles_fit_the_h100_by_reusing_loop_bytes(epilogue):
     assert func.attrs["shared_bytes"] == loop_bytes + 8 * 2
     compiled = compile_kernel(func, h100)
     assert func.attrs["shared_bytes"] <= compiled.metadata.shared <= h100.shared_memory_limit
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["split", "atomic"])
+def test_example_tiles_on_the_gpu(epilogue, assert_close):
+    check_gradients(example_tiles(epilogue), 1, 32, 16, 256, False, epilogue, "cuda", assert_close)
 
 
 COMPILE_CASES = {f"gqa_bwd-{epilogue}-d192": (lambda epilogue=epilogue: example_tiles(epilogue))
