@@ -9,6 +9,8 @@ that name.  This module owns that text, once:
   float32);
 * `helpers_text`: the ``@jit`` helper functions a generated module defines (floor `//` / `%`
   for ints and floats, NaN-propagating max / min, the scan's add);
+* `picked_element_text`, `written_element_text`: one element of a register tile read or
+  written at a runtime index (`T.alloc_local` arrays);
 * `EXPR_RULES` / `lower_scalar_expr`: the rules of the expression nodes whose meaning does
   not depend on where data lives (Const, BinOp, UnaryOp, Call, Cast), and the folding of
   constant-only expressions with the interpreter's meaning.
@@ -29,6 +31,7 @@ from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
 from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
+from tritile.ir.padding import padded
 from tritile.ir.transform import walk
 
 # IR dtype name -> the dtype's name in triton.language (and Gluon's `gl`)
@@ -355,6 +358,41 @@ def reduction_identity(kind: str, dtype) -> str:
         return 'float("-inf")' if kind == "max" else 'float("inf")'
     info = torch.iinfo(dtype.torch)
     return str(info.min if kind == "max" else info.max)
+
+
+# ---- one element of a flattened register tile: a `T.alloc_local` array on both backends (a
+# 1-D tensor of its elements, padded to a power of two), any on-chip tile on triton.language.
+# Registers have no indexing by a runtime value: the element is selected through a lane mask.
+
+
+def local_array_lanes(buf: ir.Buffer) -> int:
+    """The lanes of `T.alloc_local` array `buf`'s tensor: its elements, padded to a power of two."""
+    n = 1
+    for d in buf.shape:
+        n *= d
+    return padded(n)
+
+
+def flat_index_text(shape, idx: list) -> str:
+    """The row-major index in a tile of `shape` of the element at the emitted indices `idx`."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    strides.reverse()
+    return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
+
+
+def picked_element_text(lang: str, flat: str, lanes: str, index: str, dtype) -> str:
+    """Element `index` of 1-D tensor `flat` (lane indices `lanes`): a masked sum (the other lanes
+    add -0.0, which leaves every float, -0.0 and NaN included, unchanged; integers add 0)."""
+    other = "-0.0" if dtype.is_float else "0"
+    return f"{lang}.sum({lang}.where({lanes} == {index}, {flat}, {other}), axis=0).to({dtype_text(dtype, lang)})"
+
+
+def written_element_text(lang: str, flat: str, lanes: str, index: str, value: str) -> str:
+    """1-D tensor `flat` with element `index` replaced by `value` (a select over its lanes)."""
+    return f"{lang}.where({lanes} == {index}, {value}, {flat})"
 
 
 def bounds_mask(em, indices, emitted, buf) -> str:

@@ -43,6 +43,9 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
             return Val(f"gl.load({em.name(buf)} + {offs})")
         mask = semantics.bounds_mask(em, e.indices, idx, buf)
         return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
+    if buf.scope == "local":
+        index = _local_index(em, buf, e.indices, None)
+        return Val(semantics.picked_element_text("gl", em.name(buf), _local_lanes(em, buf), index, buf.dtype))
     if buf.scope == "fragment" and all(n == 1 for n in buf.shape):
         # a one-element fragment (a `T.reduce_*` result, TileLang's alloc_fragment((1,))) read
         # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included),
@@ -138,8 +141,33 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
     elif buf.scope == "fragment":  # padded to powers of two, pad lanes 0 (ir/padding.py)
         layout = em.layout_name(em.buffer_layout(buf), name)
         em.emit(f"{name} = gl.zeros({padded_shape(buf.shape)}, {dt}, layout={layout})")
+    elif buf.scope == "local":
+        if not all(isinstance(d, int) for d in buf.shape):
+            raise unsupported(f"T.alloc_local with a runtime shape {list(buf.shape)}", s.loc)
+        em.emit(f"{name} = gl.zeros([{semantics.local_array_lanes(buf)}], {dt}, layout={_local_layout(em, buf)})")
     else:
-        raise unsupported(f"T.alloc_local of shape {list(buf.shape)}", s.loc)
+        raise unsupported(f"an allocation in {buf.scope} scope ({buf.name})", s.loc)
+
+
+# A `T.alloc_local` array of several elements is a 1-D tensor of its flattened elements (padded
+# to a power of two), as on the triton.language backend: an element is read by a masked sum and
+# written by a select over the lanes (codegen/semantics.py), at lane-independent indices.
+
+
+def _local_layout(em: Emitter, buf: ir.Buffer) -> str:
+    return em.layout_name(lay.blocked_for([semantics.local_array_lanes(buf)], 32, em.num_warps))
+
+
+def _local_lanes(em: Emitter, buf: ir.Buffer) -> str:
+    return f"gl.arange(0, {semantics.local_array_lanes(buf)}, layout={_local_layout(em, buf)})"
+
+
+def _local_index(em: Emitter, buf: ir.Buffer, indices, loc) -> str:
+    idx = [em.expr(i) for i in indices]
+    if any(i.dims for i in idx):
+        raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (registers have no gather "
+                          f"or scatter)", loc)
+    return semantics.flat_index_text(buf.shape, idx)
 
 
 def lower_consumer_partitions(em: Emitter, s: ir.ConsumerPartitions):
@@ -188,6 +216,14 @@ def lower_store(em: Emitter, s: ir.Store):
         if par.write_mask:
             mask += f" & {par.write_mask}"
         em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
+        return
+    if buf.scope == "local":
+        if par is not None and (v.dims or par.write_mask):  # every lane would write the element
+            raise unsupported(f"a lane-dependent write to one element of local array {buf.name}", s.loc)
+        index = _local_index(em, buf, s.indices, s.loc)
+        value = f"gl.to_tensor({v.text}).to({dt})"
+        em.emit(f"{em.name(buf)} = "
+                f"{semantics.written_element_text('gl', em.name(buf), _local_lanes(em, buf), index, value)}")
         return
     if par is None:
         raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
@@ -774,6 +810,9 @@ def lower_fill(em: Emitter, s: ir.Fill):
     dt = GL_DTYPES[buf.dtype.name]
     if buf.scope in ("var", "local") and all(d == 1 for d in buf.shape):
         em.emit(f"{em.name(buf)} = gl.to_tensor({v}).to({dt})")
+    elif buf.scope == "local":  # every lane, pad lanes too: nothing reads them
+        em.emit(f"{em.name(buf)} = "
+                f"{_filled(v, s.value.dtype, buf.dtype, [semantics.local_array_lanes(buf)], _local_layout(em, buf))}")
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))

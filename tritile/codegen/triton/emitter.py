@@ -60,10 +60,12 @@ def axis_index(text: str, axis: int, rank: int) -> str:
 def padded_size(buf: ir.Buffer) -> int:
     """Elements of a buffer's flattened tile: a `T.alloc_local` array's, rounded up to a power
     of two (a tensor's size); a shared / fragment tile's padded shape's (ir/padding.py)."""
+    if buf.scope == "local":
+        return semantics.local_array_lanes(buf)
     n = 1
-    for d in (buf.shape if buf.scope == "local" else padded_shape(buf.shape)):
+    for d in padded_shape(buf.shape):
         n *= d
-    return padded(n)
+    return n
 
 
 def is_scalar_buffer(buf: ir.Buffer) -> bool:

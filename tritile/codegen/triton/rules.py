@@ -52,25 +52,18 @@ def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
 def _flat_index(em: Emitter, buf: ir.Buffer, idx: list) -> str:
     """The element's index in `buf`'s flattened tile: a `T.alloc_local` array flattens its own
     shape, a shared / fragment tile its padded one (ir/padding.py)."""
-    strides, acc = [], 1
-    for d in reversed(buf.shape if buf.scope == "local" else padded_shape(buf.shape)):
-        strides.append(acc)
-        acc *= d
-    strides.reverse()
-    return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
+    return semantics.flat_index_text(buf.shape if buf.scope == "local" else padded_shape(buf.shape), idx)
+
+
+def _flat(em: Emitter, buf: ir.Buffer) -> str:
+    return em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
 
 
 def _pick(em: Emitter, buf: ir.Buffer, indices, idx: list) -> str:
-    """One element of an on-chip buffer at lane-independent indices: a masked sum over the
-    flattened tile (the other lanes add -0.0, which leaves every float, -0.0 and NaN included,
-    unchanged; integers add 0)."""
+    """One element of an on-chip buffer at lane-independent indices (codegen/semantics.py)."""
     if not all(isinstance(d, int) for d in buf.shape):
         raise unsupported(f"a runtime-sized buffer {buf.name}")
-    lanes = _lanes(em, buf)
-    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
-    other = "-0.0" if buf.dtype.is_float else "0"
-    picked = f"tl.sum(tl.where({lanes} == {_flat_index(em, buf, idx)}, {flat}, {other}), axis=0)"
-    return f"{picked}.to({dtype_text(buf.dtype, 'tl')})"
+    return semantics.picked_element_text("tl", _flat(em, buf), _lanes(em, buf), _flat_index(em, buf, idx), buf.dtype)
 
 
 def _lanes(em: Emitter, buf: ir.Buffer) -> str:
@@ -207,8 +200,7 @@ def _write_element(em: Emitter, s: ir.Store, v: Val, idx: list):
     if par is not None and (v.dims or par.cond):
         raise unsupported(f"a lane-dependent write to one element of {buf.scope} buffer {buf.name}", s.loc)
     value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, "tl")
-    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
-    written = f"tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, {flat})"
+    written = semantics.written_element_text("tl", _flat(em, buf), _lanes(em, buf), _flat_index(em, buf, idx), value)
     if buf.scope != "local":
         written = f"tl.reshape({written}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {written}")
