@@ -251,6 +251,11 @@ def lower_call(em, e: ir.Call) -> Val:
         return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)}).to({dtype_text(e.dtype, lang)})", dims)
     if e.fn in _MATH:
         return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)})", dims)
+    if e.fn in ("isnan", "isinf", "isfinite"):
+        x = texts[0] if e.args[0].dtype.bits >= 32 else f"{texts[0]}.to({lang}.float32)"
+        test = {"isnan": f"({x} != {x})", "isinf": f"({lang}.abs({x}) == float(\"inf\"))",
+                "isfinite": f"({lang}.abs({x}) < float(\"inf\"))"}[e.fn]
+        return Val(test, dims)
     if e.fn == "sigmoid":
         return Val(f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))", dims)
     if e.fn == "tanh":

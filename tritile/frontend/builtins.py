@@ -15,7 +15,7 @@ from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.ir import nodes as ir
-from tritile.ir.dtypes import element_dtype, is_tfloat32
+from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 
@@ -434,6 +434,11 @@ def _binary(op):
     return lambda p, a, loc: exprs.binary(op, *(p.scalar(v, loc) for v in a.values()), loc)
 
 
+def _binary_xy(op):
+    """A tvm.tir operator `T.<name>(x, y, span=None)`: `span` (TVM's source span) is ignored."""
+    return lambda p, a, loc: exprs.binary(op, p.scalar(a["x"], loc), p.scalar(a["y"], loc), loc)
+
+
 def _intrinsic(fn):
     return lambda p, a, loc: exprs.math_call(fn, [p.scalar(v, loc) for v in a.values()], loc)
 
@@ -454,6 +459,29 @@ def cast(p, a, loc):
 
 def infinity(p, a, loc):
     return ir.Call("infinity", (), _dtype(a["dtype"], loc))
+
+
+def clamp(p, a, loc):
+    """TileLang's `T.clamp`: ``T.min(T.max(dst, min_val), max_val)``."""
+    low = exprs.binary("max", p.scalar(a["dst"], loc), p.scalar(a["min_val"], loc), loc)
+    return exprs.binary("min", low, p.scalar(a["max_val"], loc), loc)
+
+
+def select(p, a, loc):
+    cond = p.scalar(a["condition"], loc)
+    return exprs.select(cond, p.scalar(a["true_value"], loc), p.scalar(a["false_value"], loc), loc)
+
+
+def _float_predicate(fn):
+    """`T.isnan` / `T.isinf` / `T.isfinite`: a bool; integers are never NaN or infinite."""
+
+    def handler(p, a, loc):
+        x = p.scalar(a["x"], loc)
+        if not x.dtype.is_float:
+            return ir.Const(fn == "isfinite", bool_)
+        return ir.Call(fn, (x,), bool_)
+
+    return handler
 
 
 def _not_yet(construct, advice):
@@ -482,6 +510,10 @@ HANDLERS = {
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
+    "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},
+    "shift_left": _binary_xy("<<"), "shift_right": _binary_xy(">>"), "bitwise_and": _binary_xy("&"),
+    "bitwise_or": _binary_xy("|"), "bitwise_xor": _binary_xy("^"),
+    "bitwise_not": lambda p, a, loc: exprs.unary("~", p.scalar(a["x"], loc), loc),
     **{fn: _intrinsic(fn) for fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "tanh", "sin",
                                      "cos", "floor", "ceil", "sigmoid")},
 }

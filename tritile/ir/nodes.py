@@ -168,7 +168,8 @@ class UnaryOp(Expr):
 
 # math intrinsics understood by every backend; "if_then_else" has three arguments
 INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
-              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma")
+              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma",
+              "isnan", "isinf", "isfinite")  # the last three: float -> bool predicates
 
 
 @dataclass

@@ -1,0 +1,104 @@
+"""TileLang's smaller `T` builtins in tritile, each in a kernel written as TileLang's examples
+write it, against torch:
+
+* expressions: `T.clamp` (the fp8 quantisation of examples/cast), `T.Select`, `T.isnan` /
+  `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
+
+On the `device` fixture's tensors (CPU: the tile-IR interpreter, or Triton's interpreter under
+TRITILE_BACKEND=triton; CUDA: the GPU kernel), and compiled for sm_90 by both backends on CPU.
+"""
+import pytest
+import torch
+
+import tritile
+import tritile.language as T
+
+
+def _compiles_for_hopper(func, out_idx):
+    """Both backends generate PTX for sm_90 from `func` (no GPU needed)."""
+    for backend in ("gluon", "triton"):
+        kernel = tritile.compile(func, out_idx=out_idx, target="cuda:90", backend=backend)
+        assert ".target sm_90" in kernel.get_source("ptx")
+
+
+# ------------------------------------------------------------------------------ expressions
+
+
+def per_token_cast_to_fp8(M, N, blk_m):
+    """examples/cast/example_per_token_cast_to_fp8.py at small sizes: T.clamp to fp8's range."""
+    fp8_min, fp8_max = -448.0, 448.0
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), T.float32), Y: T.Tensor((M, N), T.float8_e4m3fn), S: T.Tensor((M,), T.float32)):
+        with T.Kernel(T.ceildiv(M, blk_m), threads=128) as bx:
+            y_local = T.alloc_fragment((blk_m, N), T.float32)
+            y_amax = T.alloc_fragment((blk_m,), T.float32)
+            y_s = T.alloc_fragment((blk_m,), T.float32)
+            y_q = T.alloc_fragment((blk_m, N), T.float8_e4m3fn)
+            T.copy(X[bx * blk_m, 0], y_local)
+            T.reduce_absmax(y_local, y_amax, dim=1)
+            for i in T.Parallel(blk_m):
+                y_amax[i] = T.max(y_amax[i], 1e-4)
+                y_s[i] = y_amax[i] / fp8_max
+            for i, j in T.Parallel(blk_m, N):
+                # twice the scale's range: the clamp is what keeps the values inside fp8's
+                y_q[i, j] = T.clamp(y_local[i, j] / y_s[i] * 2.0, fp8_min, fp8_max)
+            T.copy(y_q, Y[bx * blk_m, 0])
+            T.copy(y_s, S[bx * blk_m])
+
+    return main
+
+
+def test_clamp_per_token_cast_to_fp8(device):
+    M, N = 32, 64
+    x = torch.randn(M, N, device=device)
+    y, s = tritile.compile(per_token_cast_to_fp8(M, N, 16), out_idx=[1, 2])(x)
+    ref_s = x.abs().amax(dim=1).clamp(min=1e-4) / 448.0
+    ref_y = (x / ref_s[:, None] * 2.0).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    torch.testing.assert_close(s, ref_s)
+    torch.testing.assert_close(y.float(), ref_y.float(), rtol=0.07, atol=0.0)
+    assert T.clamp(5, 0, 3) == 3 and T.clamp(-1.5, min_val=0.0, max_val=1.0) == 0.0
+
+
+def predicates_and_bits(N):
+    @T.prim_func
+    def main(A: T.Tensor((N,), T.float16), B: T.Tensor((N,), T.int32),
+             F: T.Tensor((N,), T.float32), I: T.Tensor((N,), T.int32)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(N):
+                x = A[i]
+                F[i] = T.Select(T.isnan(x), -1.0, T.Select(T.isinf(x), -2.0, T.Select(T.isfinite(x), x * 2.0, -3.0)))
+                b = B[i]
+                I[i] = (T.shift_left(b, 3) + T.shift_right(b, 2) + T.bitwise_and(b, 0xF0)
+                        + T.bitwise_or(b, 5) + T.bitwise_xor(b, 0x55) + T.bitwise_not(b))
+
+    return main
+
+
+def test_select_isnan_isinf_isfinite_shifts_bitwise(device):
+    N = 64
+    a = torch.randn(N, device=device).half()
+    a[3], a[10], a[20] = float("nan"), float("inf"), -float("inf")
+    b = torch.randint(-1000, 1000, (N,), dtype=torch.int32, device=device)
+    f, i = tritile.compile(predicates_and_bits(N), out_idx=[2, 3])(a, b)
+    ref_f = torch.where(a.isnan(), -1.0, torch.where(a.isinf(), -2.0, a.float() * 2.0))
+    torch.testing.assert_close(f, ref_f)
+    ref_i = (b << 3) + (b >> 2) + (b & 0xF0) + (b | 5) + (b ^ 0x55) + ~b
+    torch.testing.assert_close(i, ref_i)
+    assert T.Select(False, 1, 2) == 2 and T.isnan(float("nan")) and T.shift_left(1, 4) == 16
+
+
+def test_predicates_of_integers_fold():
+    @T.prim_func
+    def main(B: T.Tensor((8,), T.int32), F: T.Tensor((8,), T.int32)):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.Parallel(8):
+                F[i] = T.if_then_else(T.isfinite(B[i]) and not T.isnan(B[i]), 1, 0)
+
+    b = torch.arange(8, dtype=torch.int32)
+    torch.testing.assert_close(tritile.compile(main, out_idx=[1])(b), torch.ones(8, dtype=torch.int32))
+
+
+def test_expressions_compile_for_hopper():
+    _compiles_for_hopper(per_token_cast_to_fp8(32, 64, 16), [1, 2])
+    _compiles_for_hopper(predicates_and_bits(64), [2, 3])
