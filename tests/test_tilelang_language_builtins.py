@@ -3,6 +3,8 @@ write it, against torch:
 
 * expressions: `T.clamp` (the fp8 quantisation of examples/cast), `T.Select`, `T.isnan` /
   `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
+* statements without effect on values: `T.assume`, `T.device_assert` (the interpreter raises
+  on a false one), `T.annotate_pass_configs` / `T.annotate_compile_flags`;
 
 On the `device` fixture's tensors (CPU: the tile-IR interpreter, or Triton's interpreter under
 TRITILE_BACKEND=triton; CUDA: the GPU kernel), and compiled for sm_90 by both backends on CPU.
@@ -102,3 +104,83 @@ def test_predicates_of_integers_fold():
 def test_expressions_compile_for_hopper():
     _compiles_for_hopper(per_token_cast_to_fp8(32, 64, 16), [1, 2])
     _compiles_for_hopper(predicates_and_bits(64), [2, 3])
+
+
+# ------------------------------------------------------------------------------ hints and asserts
+
+
+def stepped_serial(N):
+    """testing/python/language/test_tilelang_language_frontend_v2.py's stepped loops, with T.assume
+    and T.device_assert, plus a lane-dependent assert inside T.Parallel under an `if`."""
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), A: T.Tensor((N,), T.int32)):
+        with T.Kernel(1, threads=32) as _:
+            for i in range(0, N, 2):
+                T.assume(i >= 0 and i < N)
+                T.device_assert(0 <= i < N and i % 2 == 0, "i out of range")
+                A[i] = 1
+            for i in range(N - 1, 0, -2):
+                T.device_assert(1 <= i < N and i % 2 == 1, "i out of range")
+                A[i] = 2
+            for j in T.Parallel(N):
+                if X[j] >= 0.0:
+                    T.device_assert(X[j] < 10.0, "X too large")
+                    A[j] = A[j] + 10
+
+    return main
+
+
+def test_assume_and_device_assert(device):
+    N = 16
+    x = torch.randn(N, device=device)
+    got = tritile.compile(stepped_serial(N), out_idx=[1])(x)
+    ref = torch.tensor([1, 2] * (N // 2), dtype=torch.int32, device=device) + 10 * (x >= 0).int()
+    torch.testing.assert_close(got, ref)
+
+
+def test_false_device_assert_raises_with_its_message():
+    x = torch.randn(16)
+    x[5] = 50.0
+    kernel = tritile.compile(stepped_serial(16), out_idx=[1], backend="gluon")  # the tile-IR interpreter
+    with pytest.raises(tritile.errors.DeviceAssertError, match=r"lane \(5,\): X too large") as err:
+        kernel(x)
+    assert "test_tilelang_language_builtins.py" in str(err.value)
+    x[5] = -50.0  # a lane the `if` leaves out may break it
+    kernel(x)
+
+
+def test_device_assert_is_triton_device_assert():
+    func = stepped_serial(16)
+    gluon = tritile.compile(func, out_idx=[1], target="cuda:90", backend="gluon").get_source("gluon")
+    triton = tritile.compile(func, out_idx=[1], target="cuda:90", backend="triton").get_source("triton")
+    assert gluon.count("gl.device_assert(") == 3 and triton.count("tl.device_assert(") == 3
+    _compiles_for_hopper(func, [1])
+
+
+def test_constant_false_device_assert_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match="always fails: never"):
+        @T.prim_func
+        def main(A: T.Tensor((4,), T.int32)):
+            with T.Kernel(1, threads=32) as _:
+                T.device_assert(1 > 2, "never")
+
+
+def test_annotate_pass_configs_and_compile_flags():
+    from tritile.transform import PassConfigKey
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        T.annotate_pass_configs({PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True})
+        T.annotate_compile_flags(["--use_fast_math"])
+        with T.Kernel(1, threads=128) as _:
+            for i in T.Parallel(64):
+                B[i] = A[i] + 1.0
+
+    kernel = tritile.compile(main, out_idx=[1])
+    assert kernel.pass_configs == {"tl.disable_warp_specialized": True}
+    assert kernel.compile_flags == ["--use_fast_math"]
+    a = torch.randn(64)
+    torch.testing.assert_close(kernel(a), a + 1.0)
+    caller = tritile.compile(main, out_idx=[1], pass_configs={"tl.disable_warp_specialized": False})
+    assert caller.pass_configs == {"tl.disable_warp_specialized": False}  # the caller's win

@@ -270,6 +270,15 @@ def lower_cast(em, e: ir.Cast) -> Val:
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
 
 
+def lower_device_assert(em, s: ir.DeviceAssert):
+    """`T.device_assert` -> Triton's device_assert (compiled only with TRITON_DEBUG=1); inside
+    T.Parallel only the lanes that run the statement (`em.par.cond`) must satisfy it."""
+    cond = em.expr(s.cond).text
+    if em.par is not None and em.par.cond:
+        cond = f"({cond} | ({em.par.cond} == 0))"
+    em.emit(f"{em.lang}.device_assert({cond}, {s.msg!r})")
+
+
 def is_constant(e) -> bool:
     """An expression of constants only (no variable, load or table read)."""
     return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"

@@ -335,6 +335,42 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def assume(p, a, loc):
+    """`T.assume(cond)`: a hint TVM's simplifier may use; tritile checks it is an expression and
+    drops it (no pass here reasons about value ranges)."""
+    p.require_kernel("T.assume", loc)
+    if a["cond"] is not None:
+        p.scalar(a["cond"], loc)
+
+
+def device_assert(p, a, loc):
+    p.require_kernel("T.device_assert", loc)
+    msg = a["msg"]
+    if not isinstance(msg, str) or not msg.isascii() or not msg.isprintable():
+        raise CompileError(f"T.device_assert: msg must be a string of printable ASCII characters, got {msg!r}",
+                           loc)
+    cond = p.scalar(a["condition"], loc)
+    if not isinstance(cond, ir.Expr):
+        if not cond:
+            raise CompileError(f"T.device_assert({cond!r}) always fails: {msg}", loc)
+        return
+    p.emit(ir.DeviceAssert(exprs.truth(cond), msg, loc=loc))
+
+
+def annotate_pass_configs(p, a, loc):
+    configs = a["configs"]
+    if not isinstance(configs, dict):
+        raise CompileError(f"T.annotate_pass_configs takes a dict {{PassConfigKey: value}}, got {configs!r}", loc)
+    p.pass_configs.update(configs)
+
+
+def annotate_compile_flags(p, a, loc):
+    flags = a["flags"]
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(f, str) for f in flags):
+        raise CompileError(f"T.annotate_compile_flags takes a list of strings, got {flags!r}", loc)
+    p.compile_flags = list(flags)
+
+
 def _static_dims(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
@@ -506,6 +542,8 @@ HANDLERS = {
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
+    "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
+    "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),

@@ -83,6 +83,8 @@ class Parser:
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.global_reads = GlobalReads()
+        self.pass_configs = {}  # T.annotate_pass_configs
+        self.compile_flags = None  # T.annotate_compile_flags
 
     # ---------------------------------------------------------------- helpers for handlers
     @property
@@ -210,7 +212,8 @@ class Parser:
             out_idx = [out_start + self.outputs.index(b) for b in self.returned]
         else:
             out_idx = list(range(out_start, len(params)))
-        attrs = {"globals_read": self.global_reads.guards()}
+        attrs = {"globals_read": self.global_reads.guards(), "pass_configs": dict(self.pass_configs),
+                 "compile_flags": self.compile_flags}
         if self.probe:
             return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
         if self.kernel is None:

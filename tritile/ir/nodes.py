@@ -474,6 +474,18 @@ class Print(Stmt):
 
 
 @dataclass
+class DeviceAssert(Stmt):
+    """`T.device_assert(cond, msg)`: the program is wrong where `cond` is false (for any active
+    lane inside `T.Parallel`).  The interpreter raises `tritile.errors.DeviceAssertError` with
+    `msg`; the GPU backends emit Triton's device_assert, which Triton compiles only in debug
+    mode (TRITON_DEBUG=1) and drops otherwise.  It reads and never writes."""
+
+    cond: Expr
+    msg: str
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
 class PipelineSchedule:
     """Per top-level body statement of a pipelined loop: its stage and its order."""
 

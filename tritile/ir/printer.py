@@ -132,6 +132,8 @@ class _Printer:
             self.emit(d, f"T.atomic_add({region_str(s.dst)}, {_operand(s.value)})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
+        elif isinstance(s, ir.DeviceAssert):
+            self.emit(d, f"T.device_assert({expr_str(s.cond)}, {s.msg!r})")
         elif isinstance(s, ir.Print):
             value = "None" if s.value is None else _operand(s.value)
             self.emit(d, f"T.print({value}, msg={s.msg!r})")

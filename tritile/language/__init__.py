@@ -324,6 +324,28 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
 
 
 @_tile_op
+def assume(cond=None):
+    """A fact the compiler may rely on (TVM's `T.assume`): accepted, and used by nothing."""
+
+
+@_tile_op
+def device_assert(condition, msg="", no_stack_info=False):
+    """Fail where `condition` is false: the interpreter raises `tritile.errors.DeviceAssertError`
+    with `msg`; on the GPU, Triton's device_assert (compiled only with TRITON_DEBUG=1)."""
+
+
+@_tile_op
+def annotate_pass_configs(configs):
+    """`pass_configs` written in the kernel's body; those given to `tritile.jit` / `compile` win."""
+
+
+@_tile_op
+def annotate_compile_flags(flags):
+    """Compile flags written in the kernel's body (recorded, like `compile_flags=`: nvcc's
+    flags have no Triton counterpart)."""
+
+
+@_tile_op
 def use_swizzle(panel_size, order="row", enable=True):
     pass
 

@@ -933,6 +933,7 @@ RULES = {
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
+    ir.DeviceAssert: semantics.lower_device_assert,
     ir.ConsumerPartitions: lower_consumer_partitions,
     ir.CumExtremum: lower_cum_extremum,
     **dict.fromkeys((ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups),

@@ -565,4 +565,5 @@ RULES = {
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
+    ir.DeviceAssert: semantics.lower_device_assert,
 }
