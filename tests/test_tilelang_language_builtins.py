@@ -16,9 +16,9 @@ import tritile
 import tritile.language as T
 
 
-def _compiles_for_hopper(func, out_idx):
-    """Both backends generate PTX for sm_90 from `func` (no GPU needed)."""
-    for backend in ("gluon", "triton"):
+def _compiles_for_hopper(func, out_idx, backends=("gluon", "triton")):
+    """The backends generate PTX for sm_90 from `func` (no GPU needed)."""
+    for backend in backends:
         kernel = tritile.compile(func, out_idx=out_idx, target="cuda:90", backend=backend)
         assert ".target sm_90" in kernel.get_source("ptx")
 
@@ -184,3 +184,85 @@ def test_annotate_pass_configs_and_compile_flags():
     torch.testing.assert_close(kernel(a), a + 1.0)
     caller = tritile.compile(main, out_idx=[1], pass_configs={"tl.disable_warp_specialized": False})
     assert caller.pass_configs == {"tl.disable_warp_specialized": False}  # the caller's win
+
+
+# ------------------------------------------------------------------------------ loops and allocations
+
+
+def scaled_scores(M, N, scale=0.5):
+    """examples/aws/flash_attention.py's `for i in T.Parallel(M): for j in T.vectorized(N)`, buffers
+    allocated with T.alloc_buffer by scope."""
+
+    @T.prim_func
+    def main(S: T.Tensor((M, N), T.float32), Out: T.Tensor((M, N), T.float32)):
+        with T.Kernel(1, threads=128) as _:
+            S_reg = T.alloc_buffer((M, N), T.float32, scope="local.fragment")
+            S_shared = T.alloc_buffer((M, N), T.float32, scope="shared.dyn")
+            row_max = T.alloc_buffer((M,), T.float32, scope="local.fragment")
+            T.copy(S[0, 0], S_shared)
+            T.copy(S_shared, S_reg)
+            T.reduce_max(S_reg, row_max, dim=1)
+            for i in T.Parallel(M):
+                for j in T.vectorized(N):
+                    S_reg[i, j] = S_reg[i, j] * scale + (-row_max[i] * scale)
+            T.copy(S_reg, Out[0, 0])
+
+    return main
+
+
+def test_vectorized_inside_parallel_and_alloc_buffer(device):
+    M, N = 16, 32
+    s = torch.randn(M, N, device=device)
+    kernel = tritile.compile(scaled_scores(M, N), out_idx=[1])
+    torch.testing.assert_close(kernel(s), (s - s.amax(dim=1, keepdim=True)) * 0.5)
+    assert "T.Parallel(16, 32)" in kernel.get_source("tile")  # one loop nest, as TileLang vectorizes it
+
+
+def gemv_rows(N, K, block_K, micro_k):
+    """examples/dequantize_gemm/example_dequant_gemv_fp16xint4.py's register staging, one row per
+    block: `for v in T.vectorized(micro_k)` loads into a T.alloc_buffer(scope="local") array, a
+    "local.var" accumulates."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N, K), T.float16), X: T.Tensor((K,), T.float16), Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(N, threads=32) as by:
+            a_local = T.alloc_buffer((micro_k,), T.float16, scope="local")
+            x_local = T.alloc_buffer((micro_k,), T.float16, scope="local")
+            acc = T.alloc_buffer((1,), T.float32, scope="local.var")
+            acc = 0.0
+            for ko in T.serial(K // micro_k):
+                for v in T.vectorized(micro_k):
+                    a_local[v] = A[by, ko * micro_k + v]
+                for v in T.vectorized(0, micro_k):
+                    x_local[v] = X[ko * micro_k + v]
+                for v in T.serial(micro_k):
+                    acc += T.cast(a_local[v], T.float32) * T.cast(x_local[v], T.float32)
+            Y[by] = acc
+
+    return main
+
+
+def test_vectorized_serial_loops_and_local_alloc_buffer(device):
+    N, K = 8, 32
+    a = torch.randn(N, K, device=device).half()
+    x = torch.randn(K, device=device).half()
+    y = tritile.compile(gemv_rows(N, K, 32, 4), out_idx=[2])(a, x)
+    torch.testing.assert_close(y, a.float() @ x.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_alloc_buffer_scopes_are_checked():
+    with pytest.raises(tritile.CompileError, match="T.alloc_buffer: scope must be one of"):
+        @T.prim_func
+        def main(A: T.Tensor((4,), T.int32)):
+            with T.Kernel(1, threads=32) as _:
+                T.alloc_buffer((4,), T.int32, scope="local.tmem")
+    with pytest.raises(tritile.CompileError, match=r"T.alloc_buffer\(data=...\)"):
+        @T.prim_func
+        def main2(A: T.Tensor((4,), T.int32)):
+            with T.Kernel(1, threads=32) as _:
+                T.alloc_buffer((4,), T.int32, data=A, scope="shared")
+
+
+def test_loops_and_allocations_compile_for_hopper():
+    _compiles_for_hopper(scaled_scores(16, 32), [1])
+    _compiles_for_hopper(gemv_rows(8, 32, 32, 4), [2], backends=("triton",))  # Gluon: no T.alloc_local arrays yet

@@ -155,6 +155,30 @@ def _alloc(scope):
     return handler
 
 
+_ALLOC_BY_SCOPE = {"shared": "alloc_shared", "shared.dyn": "alloc_shared", "local.fragment": "alloc_fragment",
+                   "local": "alloc_local", "local.var": "alloc_var", "global": "alloc_global"}
+
+
+def alloc_buffer(p, a, loc):
+    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope.  TVM's aliasing
+    arguments (`data`, `strides`, `elem_offset`) make a view of another buffer: not supported."""
+    scope = a["scope"]
+    if scope not in _ALLOC_BY_SCOPE:
+        raise CompileError(f"T.alloc_buffer: scope must be one of {', '.join(map(repr, _ALLOC_BY_SCOPE))}, got "
+                           f"{scope!r}", loc)
+    for name in ("data", "strides", "elem_offset"):
+        if a[name] is not None:
+            raise CompileError(f"T.alloc_buffer({name}=...) (a view of another buffer's storage) is not supported "
+                               f"by tritile", loc)
+    alloc = _ALLOC_BY_SCOPE[scope]
+    if alloc == "alloc_var":
+        if _static_shape(a["shape"], "T.alloc_buffer", loc) != (1,):
+            raise CompileError(f"T.alloc_buffer(scope='local.var') holds one scalar: shape (1,), got {a['shape']!r}",
+                               loc)
+        return HANDLERS[alloc](p, {"dtype": a["dtype"], "init": None}, loc)
+    return HANDLERS[alloc](p, {"shape": a["shape"], "dtype": a["dtype"], "scope": scope}, loc)
+
+
 def alloc_var(p, a, loc):
     p.require_kernel("T.alloc_var", loc)
     dtype = _dtype(a["dtype"], loc)
@@ -452,6 +476,17 @@ def unroll(p, a, loc):
     return LoopSpec("unroll", *_range(p, a["start"], a["stop"], a["step"], loc))
 
 
+def vectorized(p, a, loc):
+    """Inside `T.Parallel`, from 0 to a constant: one more parallel dimension (the parser fuses
+    `for i in T.Parallel(M): for j in T.vectorized(N)` into `T.Parallel(M, N)`); otherwise a
+    serial loop, which computes the same values (a vectorizable loop carries no dependence)."""
+    start, stop, step = _range(p, a["start"], a["stop"], None, loc)
+    extent = exprs.static_difference(stop, start)
+    if p.parallel_depth and exprs.static_difference(start, 0) == 0 and extent is not None and extent >= 1:
+        return LoopSpec("parallel", extents=(extent,))
+    return LoopSpec("serial", start, stop, step)
+
+
 def parallel(p, a, loc):
     extents = a["extents"]
     if len(extents) == 1 and isinstance(extents[0], (tuple, list)):
@@ -545,6 +580,7 @@ HANDLERS = {
     "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
+    "vectorized": vectorized, "alloc_buffer": alloc_buffer,
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,

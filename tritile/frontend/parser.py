@@ -515,6 +515,9 @@ class Parser:
                 body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
             finally:
                 self.parallel_depth -= 1
+            if len(body.stmts) == 1 and isinstance(body.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
+                inner = body.stmts[0]
+                loop_vars, spec.extents, body = loop_vars + inner.vars, spec.extents + inner.extents, inner.body
             self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
             return
         if len(names) != 1:

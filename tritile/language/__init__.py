@@ -279,6 +279,22 @@ Serial, Unroll = serial, unroll
 
 
 @_tile_op
+def vectorized(start, stop=None, *, annotations=None):
+    """A loop whose iterations are independent (TVM vectorizes it): inside `T.Parallel` one more
+    parallel dimension, elsewhere a serial loop."""
+
+
+Vectorized = vectorized
+
+
+@_tile_op
+def alloc_buffer(shape, dtype="float32", data=None, strides=None, elem_offset=None, scope="global", align=-1,
+                 offset_factor=0, buffer_type="default", axis_separators=None, annotations=None):
+    """TVM's allocation, by `scope`: "shared" / "shared.dyn" (T.alloc_shared), "local.fragment"
+    (T.alloc_fragment), "local" (T.alloc_local), "local.var" (T.alloc_var), "global" (T.alloc_global)."""
+
+
+@_tile_op
 def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
     pass
 
