@@ -3,6 +3,8 @@ write it, against torch:
 
 * expressions: `T.clamp` (the fp8 quantisation of examples/cast), `T.Select`, `T.isnan` /
   `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
+* loops and allocations: `T.vectorized`, `T.alloc_buffer(scope=...)`;
+* atomics: `T.atomic_max` / `T.atomic_min` (element and tile forms), `T.atomic_addx2` / `x4`;
 * statements without effect on values: `T.assume`, `T.device_assert` (the interpreter raises
   on a false one), `T.annotate_pass_configs` / `T.annotate_compile_flags`;
 
@@ -266,3 +268,119 @@ def test_alloc_buffer_scopes_are_checked():
 def test_loops_and_allocations_compile_for_hopper():
     _compiles_for_hopper(scaled_scores(16, 32), [1])
     _compiles_for_hopper(gemv_rows(8, 32, 32, 4), [2], backends=("triton",))  # Gluon: no T.alloc_local arrays yet
+
+
+# ------------------------------------------------------------------------------ atomics
+
+
+def atomic_max_min_elements(K, M, N, block_M, block_N):
+    """testing/python/language/test_tilelang_language_atomic.py's element form: K slices folded
+    into C (max) and D (min) by lanes of every block along K."""
+
+    @T.prim_func
+    def main(A: T.Tensor((K, M, N), T.float32), C: T.Tensor((M, N), T.float32), D: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), K, threads=32) as (bx, by, bk):
+            for i, j in T.Parallel(block_M, block_N):
+                idx_i = bx * block_M + i
+                idx_j = by * block_N + j
+                if idx_i < M and idx_j < N:
+                    val = A[bk, idx_i, idx_j]
+                    T.atomic_max(C[idx_i, idx_j], val, memory_order="relaxed")
+                    T.atomic_min(D[idx_i, idx_j], val, memory_order="relaxed")
+
+    return main
+
+
+def atomic_max_min_tiles(K, M, N, block_M, block_N, kind):
+    """The tile form: a shared tile folded into a global region (a head address)."""
+    op = T.atomic_max if kind == "max" else T.atomic_min
+
+    @T.prim_func
+    def main(A: T.Tensor((K, M, N), T.float32), B: T.Tensor((M, N), T.float32)):
+        with T.Kernel(M // block_M, N // block_N, K, threads=128) as (bx, by, bk):
+            A_shared = T.alloc_shared((block_M, block_N), T.float32)
+            T.copy(A[bk, bx * block_M:(bx + 1) * block_M, by * block_N:(by + 1) * block_N], A_shared)
+            op(B[bx * block_M, by * block_N], A_shared)
+
+    return main
+
+
+def test_atomic_max_min_elements(device):
+    K, M, N = 4, 24, 40
+    a = torch.randn(K, M, N, device=device)
+    c = torch.zeros(M, N, device=device)
+    d = torch.full((M, N), float("inf"), device=device)
+    tritile.compile(atomic_max_min_elements(K, M, N, 16, 16))(a, c, d)
+    torch.testing.assert_close(c, torch.maximum(a.amax(0), torch.zeros(M, N, device=device)))
+    torch.testing.assert_close(d, a.amin(0))
+
+
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_atomic_max_min_tiles(kind, device):
+    K, M, N = 3, 64, 64
+    a = torch.randn(K, M, N, device=device)
+    b = torch.randn(M, N, device=device)
+    ref = torch.maximum(b, a.amax(0)) if kind == "max" else torch.minimum(b, a.amin(0))
+    tritile.compile(atomic_max_min_tiles(K, M, N, 32, 32, kind))(a, b)
+    torch.testing.assert_close(b, ref)
+
+
+def atomic_addx(M, N, block_M, block_N, lanes, dtype):
+    """test_tilelang_language_atomic.py's atomic_addx2 / atomic_addx4 programs."""
+    op = T.atomic_addx2 if lanes == 2 else T.atomic_addx4
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=32) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N // lanes):
+                idx_i = bx * block_M + i
+                idx_j = by * block_N + j * lanes
+                op(B[idx_i, idx_j], A[idx_i, idx_j])
+
+    return main
+
+
+def atomic_addx4_rows(N, M):
+    """The sliced form `T.atomic_addx4(dst[idx[t], 0:4], val[t, 0:4])`, rows scattered by an index."""
+
+    @T.prim_func
+    def main(idx: T.Tensor((N,), T.int32), val: T.Tensor((N, 4), T.float32), dst: T.Tensor((M, 4), T.float32)):
+        with T.Kernel(N, threads=32) as t:
+            T.atomic_addx4(dst[idx[t], 0:4], val[t, 0:4])
+
+    return main
+
+
+@pytest.mark.parametrize("lanes, dtype", [(2, T.float16), (4, T.float32)])
+def test_atomic_addx2_addx4(lanes, dtype, device):
+    M, N = 32, 64
+    a = torch.randn(M, N, device=device).to(getattr(torch, dtype))
+    b = torch.randn(M, N, device=device).to(getattr(torch, dtype))
+    ref = b + a
+    tritile.compile(atomic_addx(M, N, 16, 32, lanes, dtype))(a, b)
+    torch.testing.assert_close(b, ref)
+
+
+def test_atomic_addx4_sliced_rows(device):
+    N, M = 16, 5
+    idx = torch.randint(0, M, (N,), dtype=torch.int32, device=device)
+    val = torch.randn(N, 4, device=device)
+    dst = torch.randn(M, 4, device=device)
+    ref = dst.index_add(0, idx.long(), val)
+    tritile.compile(atomic_addx4_rows(N, M))(idx, val, dst)
+    torch.testing.assert_close(dst, ref)
+
+
+def test_atomic_return_prev_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match=r"T.atomic_addx2\(return_prev=True\) is not supported"):
+        @T.prim_func
+        def main(A: T.Tensor((4,), T.float16), B: T.Tensor((4,), T.float16)):
+            with T.Kernel(1, threads=32) as _:
+                T.atomic_addx2(B[0:2], A[0:2], return_prev=True)
+
+
+def test_atomics_compile_for_hopper():
+    _compiles_for_hopper(atomic_max_min_elements(4, 24, 40, 16, 16), [])
+    _compiles_for_hopper(atomic_max_min_tiles(3, 64, 64, 32, 32, "min"), [])
+    _compiles_for_hopper(atomic_addx(32, 64, 16, 32, 4, T.float32), [])
+    _compiles_for_hopper(atomic_addx4_rows(16, 5), [])

@@ -314,8 +314,20 @@ def _cum_extremum(kind):
     return handler
 
 
-def atomic_add(p, a, loc):
-    p.require_kernel("T.atomic_add", loc)
+def _atomic(kind):
+    """`T.atomic_add` / `T.atomic_max` / `T.atomic_min`: an `ir.AtomicAdd` of `kind`."""
+
+    def handler(p, a, loc):
+        return _atomic_update(p, a, loc, kind)
+
+    return handler
+
+
+def _atomic_update(p, a, loc, kind):
+    name = f"T.atomic_{kind}"
+    p.require_kernel(name, loc)
+    if _bool(a["return_prev"], "return_prev", loc):
+        raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
     dst, value = a["dst"], a["value"]
     dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
     value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
@@ -323,15 +335,49 @@ def atomic_add(p, a, loc):
     if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
         indices = acc.element_indices(dst)
         region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
-        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc))
+        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind))
         return None
-    value_region = acc.region(value, loc, "T.atomic_add value")
-    dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, "T.atomic_add dst")
+    value_region = acc.region(value, loc, f"{name} value")
+    dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, f"{name} dst")
     if dst_region.tile_shape != value_region.tile_shape:
-        raise CompileError(f"T.atomic_add shape mismatch: dst {list(dst_region.tile_shape)} vs value "
+        raise CompileError(f"{name} shape mismatch: dst {list(dst_region.tile_shape)} vs value "
                            f"{list(value_region.tile_shape)}", loc)
-    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc))
+    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind))
     return None
+
+
+def _vector_head(operand, lanes, what, loc) -> tuple:
+    """The indices of the first of `lanes` consecutive elements along the last dimension that
+    `operand` names: a point (TileLang's head address) or a region of exactly those elements."""
+    if isinstance(operand, acc.BufferAccess) and operand.is_point:
+        return operand.buffer, acc.element_indices(operand)
+    region = acc.region(operand, loc, what)
+    if region.extents[-1] != lanes or any(e != 1 for e in region.extents[:-1]):
+        raise CompileError(f"{what}: {region.buffer.name}{list(region.extents)} must be {lanes} consecutive "
+                           f"elements of the last dimension", loc)
+    return region.buffer, tuple(region.starts)
+
+
+def _atomic_add_vector(lanes):
+    """`T.atomic_addx2` / `T.atomic_addx4(dst, value)`: `dst[..., j + k] += value[..., j + k]` for
+    k < lanes (one vector atomic on the GPU; element by element it adds the same values)."""
+
+    def handler(p, a, loc):
+        name = f"T.atomic_addx{lanes}"
+        p.require_kernel(name, loc)
+        if _bool(a["return_prev"], "return_prev", loc):
+            raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
+        dst_buf, dst_at = _vector_head(a["dst"], lanes, f"{name} dst", loc)
+        src_buf, src_at = _vector_head(a["value"], lanes, f"{name} value", loc)
+        if dst_buf.scope != "global":
+            raise CompileError(f"{name}: dst {dst_buf.name} must be a global tensor, not {dst_buf.scope}", loc)
+        for k in range(lanes):
+            at = dst_at[:-1] + (exprs.binary("+", dst_at[-1], k, loc),)
+            value = ir.Load(src_buf, src_at[:-1] + (exprs.binary("+", src_at[-1], k, loc),), src_buf.dtype)
+            p.emit(ir.AtomicAdd(ir.Region(dst_buf, at, tuple(1 for _ in at)),
+                                exprs.cast(value, dst_buf.dtype, loc), loc=loc))
+
+    return handler
 
 
 def use_swizzle(p, a, loc):
@@ -573,7 +619,8 @@ HANDLERS = {
     "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
     "view": _not_yet("T.view", "index the buffer with the viewed indices"),
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
-    "atomic_add": atomic_add,
+    "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
+    "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,

@@ -442,12 +442,15 @@ class CumExtremum(Stmt):
 
 @dataclass
 class AtomicAdd(Stmt):
-    """``dst += value`` atomically; `value` is a Region (tile form) or an Expr (scalar form,
-    `dst` then has all extents 1)."""
+    """``dst += value`` atomically, or with `kind` "max" / "min" ``dst = max(dst, value)`` /
+    ``min`` (`T.atomic_max` / `T.atomic_min`; of floats NaN-ignoring in the interpreter, a NaN
+    is unspecified on the GPU); `value` is a Region (tile form) or an Expr (scalar form, `dst`
+    then has all extents 1)."""
 
     dst: Region
     value: Union[Region, Expr]
     loc: Optional[SourceLoc] = None
+    kind: str = "add"
 
 
 @dataclass

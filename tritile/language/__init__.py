@@ -362,6 +362,26 @@ def annotate_compile_flags(flags):
 
 
 @_tile_op
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """``dst = max(dst, value)`` atomically (an element, or a tile as `T.atomic_add`'s)."""
+
+
+@_tile_op
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """``dst = min(dst, value)`` atomically (an element, or a tile as `T.atomic_add`'s)."""
+
+
+@_tile_op
+def atomic_addx2(dst, value, return_prev=False):
+    """`dst[..., j:j + 2] += value[..., j:j + 2]` (head addresses or 2-element regions)."""
+
+
+@_tile_op
+def atomic_addx4(dst, value, return_prev=False):
+    """`dst[..., j:j + 4] += value[..., j:j + 4]` (head addresses or 4-element regions)."""
+
+
+@_tile_op
 def use_swizzle(panel_size, order="row", enable=True):
     pass
 

@@ -885,19 +885,19 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
 def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
-        raise unsupported(f"T.atomic_add into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+        raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
         dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_add({ptr}, {value}.to({dt}), mask={mask})")
+        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask})")
         return
     idx = [em.expr(x).text for x in dst.starts]
     strides = em.strides(dst.buffer)
     offs = " + ".join(i if st == "1" else f"{i} * ({st})" for i, st in zip(idx, strides))
     dt = GL_DTYPES[dst.buffer.dtype.name]
-    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
+    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
 
 
 def lower_explicit_warp_specialization(em: Emitter, s):
