@@ -5,6 +5,8 @@ write it, against torch:
   `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
 * loops and allocations: `T.vectorized`, `T.alloc_buffer(scope=...)`;
 * atomics: `T.atomic_max` / `T.atomic_min` (element and tile forms), `T.atomic_addx2` / `x4`;
+* reducers: `T.alloc_reducer` updated in `T.Parallel`, `T.reducer_init` / `T.reducer_update`,
+  `T.finalize_reducer`;
 * statements without effect on values: `T.assume`, `T.device_assert` (the interpreter raises
   on a false one), `T.annotate_pass_configs` / `T.annotate_compile_flags`;
 
@@ -384,3 +386,112 @@ def test_atomics_compile_for_hopper():
     _compiles_for_hopper(atomic_max_min_tiles(3, 64, 64, 32, 32, "min"), [])
     _compiles_for_hopper(atomic_addx(32, 64, 16, 32, 4, T.float32), [])
     _compiles_for_hopper(atomic_addx4_rows(16, 5), [])
+
+
+# ------------------------------------------------------------------------------ reducers
+
+
+def finalize_reducer_kernel(block_M, block_N, dtype, op):
+    """test_tilelang_language_reduce.py's finalize_reducer program (v1 syntax)."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((block_M, block_N), dtype), B: T.Tensor((block_M,), dtype)):
+        with T.Kernel(1, threads=256):
+            o_reducer = T.alloc_reducer(block_M, dtype, op=op, replication="all")
+            T.reducer_init(o_reducer)
+            A_smem = T.alloc_shared((block_M, block_N), dtype)
+            T.copy(A, A_smem)
+            A_frag = T.alloc_fragment((block_M, block_N), dtype)
+            T.copy(A_smem, A_frag)
+            for i, j in T.Parallel(block_M, block_N):
+                if op == "sum":
+                    o_reducer[i] += A_frag[i, j]
+                elif op == "max":
+                    o_reducer[i] = T.max(o_reducer[i], A_frag[i, j])
+                else:
+                    o_reducer[i] = T.min(o_reducer[i], A_frag[i, j])
+            T.finalize_reducer(o_reducer, batch=4)
+            T.copy(o_reducer, B)
+
+    return kernel
+
+
+@pytest.mark.parametrize("op, dtype", [("sum", T.float32), ("max", T.float16), ("min", T.float32)])
+def test_finalize_reducer(op, dtype, device):
+    a = torch.randn(32, 64, device=device).to(getattr(torch, dtype))
+    b = tritile.compile(finalize_reducer_kernel(32, 64, dtype, op), out_idx=[1])(a)
+    ref = {"sum": a.float().sum(1), "max": a.float().amax(1), "min": a.float().amin(1)}[op]
+    torch.testing.assert_close(b.float(), ref, rtol=1e-4, atol=1e-4)
+
+
+@tritile.jit
+def gemv_alloc_reducer(a, x, block_M=32, block_N=32, num_stages=2, threads=128, dtype=T.float16,
+                       accum_dtype=T.float):
+    """examples/gemv/example_gemv.py's gemv_alloc_reducer (eager style, pipelined K loop)."""
+    M, N = T.const("M, N")
+    a: T.Tensor((M, N), dtype)
+    x: T.Tensor((N,), dtype)
+    o = T.empty((M,), dtype)
+    with T.Kernel(T.ceildiv(M, block_M), threads=threads) as i0_m:
+        o_reducer = T.alloc_reducer(block_M, accum_dtype, replication="all")
+        T.clear(o_reducer)
+        for i0_n in T.Pipelined(T.ceildiv(N, block_N), num_stages=num_stages):
+            a_smem = T.alloc_shared((block_M, block_N), dtype)
+            T.copy(a[i0_m * block_M, i0_n * block_N], a_smem)
+            a_frag = T.alloc_fragment((block_M, block_N), dtype)
+            T.copy(a_smem, a_frag)
+            x_frag = T.alloc_fragment(block_N, dtype)
+            T.copy(x[i0_n * block_N], x_frag)
+            for i1_m, i1_n in T.Parallel(block_M, block_N):
+                o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+        T.finalize_reducer(o_reducer)
+        T.copy(o_reducer, o[i0_m * block_M])
+    return o
+
+
+def test_gemv_alloc_reducer(device):
+    a = torch.randn(64, 96, device=device).half()
+    x = torch.randn(96, device=device).half()
+    torch.testing.assert_close(gemv_alloc_reducer(a, x).float(), a.float() @ x.float(), rtol=1e-2, atol=1e-2)
+
+
+def reducer_v2(M, K, BLOCK_K):
+    """test_tilelang_language_reducer_v2.py's deferred sum across serial tiles, with an `if`."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), T.float32), B: T.Tensor((M,), T.float32)):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_reducer((M,), T.float32, op="sum")
+            T.reducer_init(acc, 1.0)
+            a_frag = T.alloc_fragment((M, BLOCK_K), T.float32)
+            for k_tile in T.serial(T.ceildiv(K, BLOCK_K)):
+                T.copy(A[0, k_tile * BLOCK_K], a_frag)
+                for i, k in T.Parallel(M, BLOCK_K):
+                    if a_frag[i, k] > 0.0:
+                        T.reducer_update(acc[i], a_frag[i, k])
+            result = T.alloc_fragment((M,), T.float32)
+            T.finalize_reducer(acc, result)
+            T.copy(result, B)
+
+    return kernel
+
+
+def test_reducer_update_and_init_across_tiles(device):
+    a = torch.randn(32, 256, device=device)
+    b = tritile.compile(reducer_v2(32, 256, 64), out_idx=[1])(a)
+    torch.testing.assert_close(b, 1.0 + a.clamp(min=0).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_reducer_misuse_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match="reducer o_reducer .op='max'. is updated only as"):
+        @T.prim_func
+        def main(A: T.Tensor((16, 16), T.float32), B: T.Tensor((16,), T.float32)):
+            with T.Kernel(1, threads=128):
+                o_reducer = T.alloc_reducer(16, T.float32, op="max")
+                for i, j in T.Parallel(16, 16):
+                    o_reducer[i] += A[i, j]
+
+
+def test_reducers_compile_for_hopper():
+    _compiles_for_hopper(finalize_reducer_kernel(32, 64, T.float32, "sum"), [1])
+    _compiles_for_hopper(reducer_v2(32, 256, 64), [1])

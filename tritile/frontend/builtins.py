@@ -14,6 +14,7 @@ from typing import Optional
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
+from tritile.frontend import reducers
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
@@ -177,6 +178,53 @@ def alloc_buffer(p, a, loc):
                                loc)
         return HANDLERS[alloc](p, {"dtype": a["dtype"], "init": None}, loc)
     return HANDLERS[alloc](p, {"shape": a["shape"], "dtype": a["dtype"], "scope": scope}, loc)
+
+
+def alloc_reducer(p, a, loc):
+    op = a["op"]
+    if op not in reducers.OPS:
+        raise CompileError(f"T.alloc_reducer: op must be one of {', '.join(map(repr, reducers.OPS))}, got {op!r}", loc)
+    buf = _alloc("fragment")(p, {"shape": a["shape"], "dtype": a["dtype"]}, loc)
+    p.reducers[buf] = op
+    return buf
+
+
+def _reducer(value, what, loc) -> ir.Buffer:
+    if not isinstance(value, ir.Buffer) or value.scope != "fragment":
+        raise CompileError(f"{what} must be a buffer made by T.alloc_reducer, got {value!r}", loc)
+    return value
+
+
+def reducer_init(p, a, loc):
+    p.require_kernel("T.reducer_init", loc)
+    buf = _reducer(a["reducer"], "T.reducer_init reducer", loc)
+    op = p.reducers.get(buf, "sum")
+    init = reducers.identity(op, buf.dtype) if a["init"] is None else exprs.cast(p.scalar(a["init"], loc), buf.dtype, loc)
+    p.emit(ir.Fill(ir.Region.full(buf), init, loc=loc))
+
+
+def reducer_update(p, a, loc):
+    target = a["target"]
+    if not (isinstance(target, acc.BufferAccess) and target.is_point and target.buffer in p.reducers):
+        raise CompileError("T.reducer_update(target, value): target must be an element r[...] of a T.alloc_reducer", loc)
+    if not p.parallel_depth:
+        raise CompileError("T.reducer_update must be inside T.Parallel", loc)
+    indices = acc.element_indices(target)
+    value = reducers.update_value(p.reducers[target.buffer], target.buffer, indices, p.scalar(a["value"], loc), loc)
+    p.emit(ir.Store(target.buffer, indices, value, loc=loc))
+
+
+def finalize_reducer(p, a, loc):
+    p.require_kernel("T.finalize_reducer", loc)
+    buf = _reducer(a["reducer"], "T.finalize_reducer reducer", loc)
+    if _int(a["batch"], "T.finalize_reducer batch", loc) < 1:
+        raise CompileError("T.finalize_reducer: batch must be >= 1", loc)
+    if a["dst"] is not None:
+        dst = acc.region(a["dst"], loc, "T.finalize_reducer dst")
+        if dst.tile_shape != ir.Region.full(buf).tile_shape:
+            raise CompileError(f"T.finalize_reducer: dst {dst.buffer.name} has shape {list(dst.tile_shape)}, the "
+                               f"reducer {list(buf.shape)}", loc)
+        p.emit(ir.Copy(ir.Region.full(buf), dst, loc=loc))
 
 
 def alloc_var(p, a, loc):
@@ -615,7 +663,8 @@ HANDLERS = {
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
     "alloc_global": _not_yet("T.alloc_global (a global workspace tensor)", "pass the tensor as a kernel parameter"),
-    "alloc_reducer": _not_yet("T.alloc_reducer", "accumulate into a T.alloc_fragment and use T.reduce_*"),
+    "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
+    "finalize_reducer": finalize_reducer,
     "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
     "view": _not_yet("T.view", "index the buffer with the viewed indices"),
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),

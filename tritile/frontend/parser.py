@@ -34,6 +34,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
+from tritile.frontend import reducers
 from tritile.frontend import warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
@@ -84,6 +85,7 @@ class Parser:
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.global_reads = GlobalReads()
         self.pass_configs = {}  # T.annotate_pass_configs
+        self.reducers = {}  # T.alloc_reducer fragments -> their op (frontend/reducers.py)
         self.compile_flags = None  # T.annotate_compile_flags
 
     # ---------------------------------------------------------------- helpers for handlers
@@ -518,7 +520,8 @@ class Parser:
             if len(body.stmts) == 1 and isinstance(body.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
                 inner = body.stmts[0]
                 loop_vars, spec.extents, body = loop_vars + inner.vars, spec.extents + inner.extents, inner.body
-            self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
+            for stmt in reducers.expand(self, ir.Parallel(loop_vars, spec.extents, body, loc=loc)):
+                self.emit(stmt)
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)

@@ -219,7 +219,25 @@ def alloc_global(shape, dtype, scope="global"):
 
 @_tile_op
 def alloc_reducer(shape, dtype, op="sum", replication=None):
-    """A deferred-reduction buffer (not supported yet: a CompileError)."""
+    """A fragment that `T.Parallel` loops update with ``r[i] = r[i] + x[i, j]`` (op "sum"),
+    ``T.max`` / ``T.min`` (op "max" / "min") or `T.reducer_update`, reducing over the loop
+    variable the index leaves out (tritile/frontend/reducers.py)."""
+
+
+@_tile_op
+def reducer_init(reducer, init=None):
+    """Start `reducer` from its op's identity, or from `init`."""
+
+
+@_tile_op
+def reducer_update(target, value):
+    """`target` (``r[i]``) combined with `value` by the reducer's op, inside `T.Parallel`."""
+
+
+@_tile_op
+def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
+    """End the reduction: the reducer holds its values (tritile reduces after each loop);
+    with `dst` they are copied there."""
 
 
 @_tile_op
