@@ -310,6 +310,11 @@ def lower_call(em, e: ir.Call) -> Val:
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
     texts = [a.text for a in args]
+    if e.fn in ("isnan", "isinf", "isfinite"):  # bool results: nothing to convert back
+        x = texts[0] if e.args[0].dtype.bits >= 32 else f"{texts[0]}.to({lang}.float32)"
+        test = {"isnan": f"({x} != {x})", "isinf": f"({lang}.abs({x}) == float(\"inf\"))",
+                "isfinite": f"({lang}.abs({x}) < float(\"inf\"))"}[e.fn]
+        return Val(test, dims)
     # narrower floats compute in float32 and convert back (rounded once, as the interpreter):
     # Triton's exp / log / sqrt ... take no float16 / bfloat16, and every fp8 operation computes
     # so - Triton's fp8 abs masks the sign bits of packed fp8 pairs, and the H100 replay read
@@ -334,6 +339,15 @@ def lower_cast(em, e: ir.Cast) -> Val:
         return lower_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
     v = em.expr(e.value)
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
+
+
+def lower_device_assert(em, s: ir.DeviceAssert):
+    """`T.device_assert` -> Triton's device_assert (compiled only with TRITON_DEBUG=1); inside
+    T.Parallel only the lanes that run the statement (`em.par.cond`) must satisfy it."""
+    cond = em.expr(s.cond).text
+    if em.par is not None and em.par.cond:
+        cond = f"({cond} | ({em.par.cond} == 0))"
+    em.emit(f"{em.lang}.device_assert({cond}, {s.msg!r})")
 
 
 def is_constant(e) -> bool:

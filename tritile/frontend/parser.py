@@ -34,7 +34,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, warp_groups
+from tritile.frontend import persistent, reducers, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -85,6 +85,9 @@ class Parser:
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.global_reads = GlobalReads()
+        self.pass_configs = {}  # T.annotate_pass_configs
+        self.reducers = {}  # T.alloc_reducer fragments -> their op (frontend/reducers.py)
+        self.compile_flags = None  # T.annotate_compile_flags
 
     # ---------------------------------------------------------------- helpers for handlers
     @property
@@ -212,7 +215,8 @@ class Parser:
             out_idx = [out_start + self.outputs.index(b) for b in self.returned]
         else:
             out_idx = list(range(out_start, len(params)))
-        attrs = {"globals_read": self.global_reads.guards()}
+        attrs = {"globals_read": self.global_reads.guards(), "pass_configs": dict(self.pass_configs),
+                 "compile_flags": self.compile_flags}
         if self.probe:
             return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
         host = self.blocks[0]
@@ -523,7 +527,11 @@ class Parser:
                 body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
             finally:
                 self.parallel_depth -= 1
-            self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
+            if len(body.stmts) == 1 and isinstance(body.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
+                inner = body.stmts[0]
+                loop_vars, spec.extents, body = loop_vars + inner.vars, spec.extents + inner.extents, inner.body
+            for stmt in reducers.expand(self, ir.Parallel(loop_vars, spec.extents, body, loc=loc)):
+                self.emit(stmt)
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)
@@ -858,7 +866,9 @@ class Parser:
 # T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)
 _FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
                              "log2", "sqrt", "rsqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "sigmoid",
-                             "pow", "if_then_else"))
+                             "pow", "if_then_else",
+                             "clamp", "Select", "isnan", "isinf", "isfinite", "shift_left", "shift_right",
+                             "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"))
 
 
 def _as_bool(value):

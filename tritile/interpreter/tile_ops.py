@@ -170,16 +170,17 @@ def cum_extremum(run, s: ir.CumExtremum):
 
 
 def atomic_add(run, s: ir.AtomicAdd):
+    """`T.atomic_add` / `T.atomic_max` / `T.atomic_min` (`s.kind`)."""
     if isinstance(s.value, ir.Region):
         value = _read(run, s.value)
         if value.numel() != _numel(s.dst.extents):
-            raise run.error(f"T.atomic_add: {region_str(s.dst)} and {region_str(s.value)} differ in size")
-        _write(run, s.dst, value, accumulate=True)
+            raise run.error(f"T.atomic_{s.kind}: {region_str(s.dst)} and {region_str(s.value)} differ in size")
+        _write(run, s.dst, value, accumulate=s.kind)
         return
     if any(e != 1 for e in s.dst.extents):
-        raise run.error(f"T.atomic_add of a scalar needs a single element, got {region_str(s.dst)}")
+        raise run.error(f"T.atomic_{s.kind} of a scalar needs a single element, got {region_str(s.dst)}")
     indices = [run.eval(i) for i in s.dst.starts]  # lane tensors inside T.Parallel
-    run.memory.store(s.dst.buffer, indices, run.eval(s.value), run.mask, s, accumulate=True)
+    run.memory.store(s.dst.buffer, indices, run.eval(s.value), run.mask, s, accumulate=s.kind)
 
 
 def _numel(shape) -> int:

@@ -168,7 +168,8 @@ class UnaryOp(Expr):
 
 # math intrinsics understood by every backend; "if_then_else" has three arguments
 INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
-              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma")
+              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma",
+              "isnan", "isinf", "isfinite")  # the last three: float -> bool predicates
 
 
 @dataclass
@@ -441,12 +442,15 @@ class CumExtremum(Stmt):
 
 @dataclass
 class AtomicAdd(Stmt):
-    """``dst += value`` atomically; `value` is a Region (tile form) or an Expr (scalar form,
-    `dst` then has all extents 1)."""
+    """``dst += value`` atomically, or with `kind` "max" / "min" ``dst = max(dst, value)`` /
+    ``min`` (`T.atomic_max` / `T.atomic_min`; of floats NaN-ignoring in the interpreter, a NaN
+    is unspecified on the GPU); `value` is a Region (tile form) or an Expr (scalar form, `dst`
+    then has all extents 1)."""
 
     dst: Region
     value: Union[Region, Expr]
     loc: Optional[SourceLoc] = None
+    kind: str = "add"
 
 
 @dataclass
@@ -468,6 +472,18 @@ class Print(Stmt):
     other statement."""
 
     value: Union[Region, Expr, None]
+    msg: str
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class DeviceAssert(Stmt):
+    """`T.device_assert(cond, msg)`: the program is wrong where `cond` is false (for any active
+    lane inside `T.Parallel`).  The interpreter raises `tritile.errors.DeviceAssertError` with
+    `msg`; the GPU backends emit Triton's device_assert, which Triton compiles only in debug
+    mode (TRITON_DEBUG=1) and drops otherwise.  It reads and never writes."""
+
+    cond: Expr
     msg: str
     loc: Optional[SourceLoc] = None
 

@@ -129,9 +129,11 @@ class _Printer:
         elif isinstance(s, ir.CumExtremum):
             self.emit(d, f"T.cum{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):
-            self.emit(d, f"T.atomic_add({region_str(s.dst)}, {_operand(s.value)})")
+            self.emit(d, f"T.atomic_{s.kind}({region_str(s.dst)}, {_operand(s.value)})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
+        elif isinstance(s, ir.DeviceAssert):
+            self.emit(d, f"T.device_assert({expr_str(s.cond)}, {s.msg!r})")
         elif isinstance(s, ir.Print):
             value = "None" if s.value is None else _operand(s.value)
             self.emit(d, f"T.print({value}, msg={s.msg!r})")

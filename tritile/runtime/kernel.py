@@ -44,8 +44,9 @@ class JITKernel:
                                func.loc)
         self.target = parse_target(target)
         self.backend = codegen.backend_name(backend)
-        self.pass_configs = transform.normalize(pass_configs)
-        self.compile_flags = compile_flags
+        # the body's T.annotate_pass_configs / T.annotate_compile_flags; the caller's override them
+        self.pass_configs = transform.normalize({**func.attrs.get("pass_configs", {}), **dict(pass_configs or {})})
+        self.compile_flags = compile_flags if compile_flags is not None else func.attrs.get("compile_flags")
         self.execution_backend = execution_backend
         self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())

@@ -933,13 +933,13 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
 def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
-        raise unsupported(f"T.atomic_add into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+        raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
         dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_add({ptr}, {value}.to({dt}), mask={mask})")
+        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask})")
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
@@ -948,11 +948,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
     par = em.par
     if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
-        em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, {value})")
+        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value})")
         return
     # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
     mask = _full_bool(em, par.write_mask, par)
-    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
+    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
@@ -981,6 +981,7 @@ RULES = {
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
+    ir.DeviceAssert: semantics.lower_device_assert,
     ir.ConsumerPartitions: lower_consumer_partitions,
     ir.CumExtremum: lower_cum_extremum,
 }
