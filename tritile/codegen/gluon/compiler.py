@@ -18,7 +18,9 @@ pre-allocated) and the runtime dims; everything not depending on the tensors (ho
 launcher, argument checks, dynamic-dim order) is prepared at compile time, and the launch
 itself goes through `tritile.runtime.launcher`.  The kernel's constant tables (the
 persistent tile schedule) are copied to each device once and passed after the tensors.
-Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
+Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned; the runtime
+dims a variant assumes multiples of 16 (`tt.divisibility`, `codegen/arg_attrs.py`) are the
+ones `JITKernel` chose it for.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import hashlib
 
 import torch
 
+from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -152,8 +155,8 @@ def _check_shared_memory(func, target, compiled):
 
 
 def _specialization(func) -> tuple:
-    # pointers are compiled as 16-byte aligned (checked at launch); runtime dims unspecialised;
-    # codegen switches that leave the IR text unchanged must still select another kernel
+    # pointers are compiled as 16-byte aligned (checked at launch); a runtime dim's divisibility
+    # is in the IR text (`ir/divisibility.py`: "# dynamic: k (multiple of 16)"); codegen switches that leave the IR text unchanged must still select another kernel
     from tritile.codegen.gluon.rings import codegen_options
 
     return ("ptr-align-16",) + codegen_options()
@@ -168,9 +171,9 @@ def _triton_compile(func, target, gen, module):
         def hash(self):
             return hashlib.sha256((super().hash() + cache.VERSION_KEY).encode()).hexdigest()
 
-    signature, attrs = {}, {}
+    signature = {}
     descs = {d.name: d for d in gen.descriptors}
-    for i, name in enumerate(gen.arg_names):
+    for name in gen.arg_names:
         if name in descs:
             d = descs[name]
             host = module.TensorDescriptor.from_tensor(
@@ -179,8 +182,7 @@ def _triton_compile(func, target, gen, module):
             signature[name] = mangle_type(host)
         else:
             signature[name] = gen.signature[name]
-            if signature[name].startswith("*"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
+    attrs = divisibility_attrs(func, gen.arg_names, gen.signature)
     src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
         return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32), {"num_warps": gen.num_warps})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 
+from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.triton.interpreter import interpreting
 from tritile.codegen.triton.kernel_module import emit_module
@@ -74,8 +75,7 @@ class TritonKernel:
         from triton.compiler import ASTSource
 
         gen, target = self._gen, self.target
-        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(gen.arg_names)
-                 if gen.signature[name].startswith("*")}
+        attrs = divisibility_attrs(self.func, gen.arg_names, gen.signature)
         src = ASTSource(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
         # num_stages=1: loops Triton pipelines are the T.Pipelined ones, each with its own stages
         options = {"num_warps": gen.num_warps, "num_stages": 1}
