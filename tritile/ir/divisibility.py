@@ -4,7 +4,7 @@ Triton compiles each integer kernel argument that is a multiple of 16 at launch 
 `tt.divisibility = 16` attribute, and its analyses then prove row pitches aligned and masks
 constant over vectors.  tritile does the same at the tile-IR level, before the pass list: a
 program with `T.dynamic` dims is compiled once per *divisibility key* - one bool per
-`PrimFunc.dynamic_vars` entry, "this dim's value is a multiple of `DIVISOR`" - and the key's
+`PrimFunc.dynamic_vars` entry, "this dim's value is a positive multiple of `DIVISOR`" - and the key's
 program is `specialize(func, key)`: every divisible dim's `Var` replaced, everywhere (buffer
 shapes, grid, body, `dynamic_vars`, `dim_bindings`), by a new Var carrying
 ``multiple_of=DIVISOR`` (the printer shows it in the ``# dynamic:`` line, so each variant's IR
@@ -27,9 +27,16 @@ from tritile.ir.transform import substitute_buffers, substitute_vars, walk
 DIVISOR = 16  # Triton's tt.divisibility for integer arguments: 16 bytes of 1-byte elements
 
 
+def divisible(value: int) -> bool:
+    """Does a dim of size `value` take the divisible variant: a positive multiple of DIVISOR.
+    Not 0: a TMA descriptor cannot describe an empty dimension (a size of 0 takes the variant
+    that assumes nothing, whose masks handle it)."""
+    return value > 0 and value % DIVISOR == 0
+
+
 def key(dynamic_vars: list, dim_values: dict) -> tuple:
-    """One bool per dim of `dynamic_vars`: is its value in `dim_values` a multiple of DIVISOR."""
-    return tuple([dim_values[v] % DIVISOR == 0 for v in dynamic_vars])
+    """One bool per dim of `dynamic_vars`: is its value in `dim_values` `divisible`."""
+    return tuple([divisible(dim_values[v]) for v in dynamic_vars])
 
 
 def key_of_sizes(func: ir.PrimFunc, sizes: dict) -> tuple:
@@ -42,7 +49,7 @@ def key_of_sizes(func: ir.PrimFunc, sizes: dict) -> tuple:
                              f"(it has {', '.join(sorted(names)) or 'none'})")
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"dims[{name!r}] must be an int, got {value!r}")
-    return tuple([v.name in sizes and sizes[v.name] % DIVISOR == 0 for v in func.dynamic_vars])
+    return tuple([v.name in sizes and divisible(sizes[v.name]) for v in func.dynamic_vars])
 
 
 def specialize(func: ir.PrimFunc, divisible: tuple) -> tuple:

@@ -58,7 +58,8 @@ class _Variant:
         return self.stages[-1][1]
 
     def dims(self, dim_values: dict) -> dict:
-        """A call's runtime dims ({frontend Var: int}) keyed by this variant's Vars."""
+        """A call's runtime dims ({frontend Var: int}) keyed by this variant's Vars (the
+        interpreters'; the device kernel looks the frontend's Vars up itself)."""
         if not self.renamed:
             return dim_values
         return {self.renamed.get(v, v): value for v, value in dim_values.items()}
@@ -95,30 +96,30 @@ class JITKernel:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
-        tensors, dim_values, runs = self._bind(args)
+        tensors, dim_values, runs, divisible = self._bind(args)
         if runs:
-            self._run(tensors, dim_values)
+            self._run(tensors, dim_values, divisible)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _run(self, tensors: list, dim_values: dict) -> None:
-        variant = self._variant(divisibility.key(self._dynamic_vars, dim_values)) if dim_values else self._plain
+    def _run(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
+        variant = self._variants.get(divisible) or self._variant(divisible)
         self._launched = variant
-        dims = variant.dims(dim_values)
         # the binder checked that every tensor is on one device kind
         if self._interprets(tensors[0].device.type if tensors else "cpu"):
             if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
                 # the generated triton.language kernel in Triton's interpreter: a second oracle
-                return self._triton_kernel(variant, self.plan_target).interpret(tensors, dims)
+                return self._triton_kernel(variant, self.plan_target).interpret(tensors, variant.dims(dim_values))
             from tritile.interpreter import execute
 
-            execute(variant.func, tensors, dims)
+            execute(variant.func, tensors, variant.dims(dim_values))
         else:
             if variant.device_kernel is None:
-                variant.device_kernel = self._codegen(self._device_target(), variant)
-            variant.device_kernel.launch_bound(tensors, dims)
+                # looking the call's dims up by the frontend's Vars: no translation per launch
+                variant.device_kernel = self._codegen(self._device_target(), variant).with_dim_vars(self._dynamic_vars)
+            variant.device_kernel.launch_bound(tensors, dim_values)
 
     def _variant(self, key: tuple) -> _Variant:
         """The variant of divisibility key `key`, its pass list run on first use."""

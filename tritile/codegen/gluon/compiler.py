@@ -24,6 +24,7 @@ ones `JITKernel` chose it for.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import torch
@@ -55,13 +56,23 @@ class GluonKernel:
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
 
+    def with_dim_vars(self, dynamic_vars: list) -> "GluonKernel":
+        """This kernel looking its runtime dims up by `dynamic_vars` (its own, in order, or the
+        Vars they replaced: a divisibility variant called with the frontend's dims)."""
+        if all(a is b for a, b in zip(self._dynamic_vars, dynamic_vars)):
+            return self
+        kernel = copy.copy(self)
+        kernel._dynamic_vars = list(dynamic_vars)
+        return kernel
+
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
         runtime dims are looked up by `func`'s Vars, in the same order."""
         return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors, self.tables)
 
     def launch(self, args, dim_values=None):
-        """Launch on CUDA tensors `args` (params order, outputs allocated), checking them first."""
+        """Launch on CUDA tensors `args` (params order, outputs allocated), checking them (and
+        that the runtime dims are multiples of what the kernel assumes) first."""
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
         for t, (name, dtype) in zip(args, self._checks):
@@ -71,6 +82,10 @@ class GluonKernel:
                 raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
             if not t.is_contiguous():
                 raise ValueError(f"argument {name} must be contiguous")
+        for own, var in zip(self.func.dynamic_vars, self._dynamic_vars):
+            if int(dim_values[var]) % own.multiple_of:
+                raise ValueError(f"runtime dim {own.name} = {dim_values[var]}: this kernel was compiled for a "
+                                 f"multiple of {own.multiple_of}")
         self.launch_bound(args, dim_values)
 
     def launch_bound(self, args, dim_values=None):

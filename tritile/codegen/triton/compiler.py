@@ -15,6 +15,7 @@ executor, enabled for this call only and repaired: `interpreter.py`).  Both take
 """
 from __future__ import annotations
 
+import copy
 import threading
 
 from tritile.codegen.arg_attrs import divisibility_attrs
@@ -43,6 +44,15 @@ class TritonKernel:
         self._compiled = None
         self._compile_lock = threading.Lock()
         self._dynamic_vars = list(func.dynamic_vars)
+
+    def with_dim_vars(self, dynamic_vars: list) -> "TritonKernel":
+        """This kernel looking its runtime dims up by `dynamic_vars` (its own, in order, or the
+        Vars they replaced: a divisibility variant called with the frontend's dims)."""
+        if all(a is b for a, b in zip(self._dynamic_vars, dynamic_vars)):
+            return self
+        kernel = copy.copy(self)
+        kernel._dynamic_vars = list(dynamic_vars)
+        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
         """This kernel for `func`, an IR that prints the same (a cache hit): the runtime dims
