@@ -48,7 +48,7 @@ def main():
     a, b = (torch.randn(128, 128, device="cuda", dtype=torch.float16) for _ in range(2))
     kernel(a, b)
     gluon = kernel._device_kernel
-    tensors, dims = kernel._bind((a, b))
+    tensors, dims = kernel._bind((a, b))[:2]
     captured = []
     gluon._host_launch(lambda *launch: captured.append(launch), *tensors)
     grid, kernel_tensors, tma_operands, dim_args = captured[0]
