@@ -314,6 +314,10 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     missing = [v.name for v in func.dynamic_vars if v not in dims]
     if missing:
         raise ValueError(f"no value for the dynamic dimension(s) {', '.join(missing)}")
+    for v in func.dynamic_vars:  # a variant specialised on divisibility (ir/divisibility.py) assumes it
+        if dims[v] % v.multiple_of:
+            raise ValueError(f"dynamic dimension {v.name} = {dims[v]}: this program was specialised for a "
+                             f"multiple of {v.multiple_of}")
     evaluator = Evaluator(dims, None)
     for buf, t in zip(func.params, args):
         expected = [evaluator.scalar(d) for d in buf.shape]

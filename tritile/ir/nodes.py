@@ -123,11 +123,16 @@ _var_ids = itertools.count()
 
 @dataclass(eq=False)
 class Var(Expr):
-    """A scalar name: loop variable, block index, runtime dimension or `Let` binding."""
+    """A scalar name: loop variable, block index, runtime dimension or `Let` binding.
+
+    `multiple_of` is a divisor its value is known to have: a runtime dimension of a program
+    specialised at launch on its divisibility (`tritile.ir.divisibility`) carries 16; 1 says
+    nothing.  Passes asking whether an expression is aligned (`tritile.ir.instructions`) read it."""
 
     name: str
     dtype: DType = int32
     uid: int = field(default_factory=lambda: next(_var_ids))
+    multiple_of: int = 1
 
     def __repr__(self) -> str:
         return f"Var({self.name})"

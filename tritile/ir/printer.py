@@ -198,7 +198,8 @@ def format_func(func: ir.PrimFunc) -> str:
     if func.out_idx:
         p.emit(1, f"# out_idx={func.out_idx}")
     if func.dynamic_vars:
-        p.emit(1, "# dynamic: " + ", ".join(v.name for v in func.dynamic_vars))
+        p.emit(1, "# dynamic: " + ", ".join(v.name + (f" (multiple of {v.multiple_of})" if v.multiple_of > 1 else "")
+                                            for v in func.dynamic_vars))
     ws = func.attrs.get("warp_specialization")
     if ws is not None:
         p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "

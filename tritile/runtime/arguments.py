@@ -2,8 +2,9 @@
 
 Contract: `ArgumentBinder(func, written, grid)(args)` takes what the user passed to a kernel (all
 parameters, or only the inputs when the function has `out_idx`) and returns the full tensor list
-in parameter order, the value of every `T.dynamic` Var and whether the grid (`grid`: the
-kernel's extents as the user wrote them) has any block, or raises:
+in parameter order, the value of every `T.dynamic` Var, whether the grid (`grid`: the
+kernel's extents as the user wrote them) has any block and the divisibility key of the
+`T.dynamic` values (`tritile.ir.divisibility.key`: which variant of the program runs), or raises:
 * `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds, a
   device that runs no kernel (a `meta` tensor: only CUDA and CPU tensors run);
 * `ValueError` - wrong rank, a dimension that differs from a compile-time constant or from
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from tritile.interpreter.expressions import Evaluator
+from tritile.ir import divisibility
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
@@ -96,11 +98,12 @@ def _shape(param: ir.Buffer) -> list:
 
 
 class ArgumentBinder:
-    """`binder(args)` -> (full tensor list in param order, {Var: int}, grid has blocks) for a
-    call with `args`.
+    """`binder(args)` -> (full tensor list in param order, {Var: int}, grid has blocks,
+    divisibility key) for a call with `args`.
 
     The checks of `check_tensors` run in full the first time a combination of argument
-    types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes) is
+    types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes,
+    divisibility key) is
     remembered under that combination, so a later call with contiguous tensors of the same
     kind only rebuilds the key, checks contiguity and allocates the outputs.  Anything else
     (a non-tensor, a strided tensor, a new shape) takes the full path and its messages."""
@@ -128,15 +131,17 @@ class ArgumentBinder:
             key, contiguous = None, False
         known = self._memo.get(key)
         if known is not None and contiguous:
-            dim_values, out_shapes, runs = known
-            return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs
+            dim_values, out_shapes, runs, divisible = known
+            return (self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs,
+                    divisible)
         tensors, dim_values = self._bind_checked(args)
         runs = self._grid_has_blocks(dim_values)
+        divisible = divisibility.key(self.func.dynamic_vars, dim_values)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs], runs)
-        return tensors, dim_values, runs
+            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)
+        return tensors, dim_values, runs, divisible
 
     def _grid_has_blocks(self, dim_values: dict) -> bool:
         """False for an empty grid; a negative extent raises ValueError naming its sizes."""

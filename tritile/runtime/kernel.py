@@ -7,6 +7,12 @@ when the target is the CPU so the passes are still exercised) and keeps every st
 remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
 final IR; CUDA tensors -> the backend's kernel, compiled on first use and kept here.
+A program with `T.dynamic` dims is specialised per call on which of them are multiples of 16
+(`tritile.ir.divisibility`, as Triton's `tt.divisibility`): each divisibility key has its own
+stages (the pass list run on `divisibility.specialize` of the frontend IR, the first time a
+call has that key) and its own compiled kernels; interpreting a call runs its key's final IR
+too.  `stages` / `func` are the key of no divisible dim (what assumes nothing of the sizes), and
+`get_source(stage, dims={name: size})` shows the variant those sizes select.
 `backend` ("gluon" | "triton" | "auto"; None reads `TRITILE_BACKEND`) picks the code generator
 through `tritile.codegen`'s table (auto: Gluon on NVIDIA where it takes the program, else
 triton.language; triton.language on AMD); the pass list runs as far as the chosen backends
@@ -19,9 +25,11 @@ It returns the outputs (one tensor, or a list when there are several), or None w
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from tritile import codegen
 from tritile.errors import CompileError
+from tritile.ir import divisibility
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
@@ -33,6 +41,29 @@ from tritile.runtime.target import Target, parse_target
 # others from the backend chosen for the planned target
 _CODEGEN_STAGES = ("gluon", "triton", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 _PLANNED_FOR_CPU = Target("cuda", 90)
+
+
+@dataclass
+class _Variant:
+    """The program for one divisibility key: its stages, the dims it renamed (the frontend's
+    Var -> the variant's, `multiple_of` 16), its codegen results per target."""
+
+    stages: list
+    renamed: dict
+    compiled: dict = field(default_factory=dict)  # str(target) -> codegen result
+    device_kernel: object = None  # the codegen result for the device target, once compiled
+    inspected_stages: list = None  # the whole pass list's stages, when inspected past `stages`
+
+    @property
+    def func(self) -> ir.PrimFunc:
+        return self.stages[-1][1]
+
+    def dims(self, dim_values: dict) -> dict:
+        """A call's runtime dims ({frontend Var: int}) keyed by this variant's Vars (the
+        interpreters'; the device kernel looks the frontend's Vars up itself)."""
+        if not self.renamed:
+            return dim_values
+        return {self.renamed.get(v, v): value for v, value in dim_values.items()}
 
 
 class JITKernel:
@@ -58,9 +89,10 @@ class JITKernel:
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
         self._bind = ArgumentBinder(self.func, self._written, func.kernel.grid)
-        self._compiled = {}  # str(target) -> codegen result
-        self._device_kernel = None  # the codegen result for the device target, once compiled
-        self._inspected_stages = None  # the whole pass list's stages, when inspected past self.stages
+        self._dynamic_vars = list(self.func.dynamic_vars)
+        self._plain = _Variant(self.stages, {})  # no dim assumed divisible
+        self._variants = {(False,) * len(self._dynamic_vars): self._plain}  # divisibility key -> _Variant
+        self._launched = self._plain  # the variant of the last call (`_device_kernel`)
         if verbose:
             print(format_func(self.func))
 
@@ -70,27 +102,45 @@ class JITKernel:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
-        tensors, dim_values, runs = self._bind(args)
+        tensors, dim_values, runs, divisible = self._bind(args)
         if runs:
-            self._run(tensors, dim_values)
+            self._run(tensors, dim_values, divisible)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _run(self, tensors: list, dim_values: dict) -> None:
+    def _run(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
+        variant = self._variants.get(divisible) or self._variant(divisible)
+        self._launched = variant
         # the binder checked that every tensor is on one device kind
         if self._interprets(tensors[0].device.type if tensors else "cpu"):
             if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
                 # the generated triton.language kernel in Triton's interpreter: a second oracle
-                return self._triton_kernel(self.plan_target).interpret(tensors, dim_values)
+                return self._triton_kernel(variant, self.plan_target).interpret(tensors, variant.dims(dim_values))
             from tritile.interpreter import execute
 
-            execute(self.func, tensors, dim_values)
+            execute(variant.func, tensors, variant.dims(dim_values))
         else:
-            if self._device_kernel is None:
-                self._device_kernel = self._codegen(self._device_target())
-            self._device_kernel.launch_bound(tensors, dim_values)
+            if variant.device_kernel is None:
+                # looking the call's dims up by the frontend's Vars: no translation per launch
+                variant.device_kernel = self._codegen(self._device_target(), variant).with_dim_vars(self._dynamic_vars)
+            variant.device_kernel.launch_bound(tensors, dim_values)
+
+    def _variant(self, key: tuple) -> _Variant:
+        """The variant of divisibility key `key`, its pass list run on first use."""
+        variant = self._variants.get(key)
+        if variant is None:
+            func, renamed = divisibility.specialize(self.stages[0][1], key)
+            with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+                stages = run_passes(func, self.plan_target, stop_after=codegen.last_stage(self.backends, PASS_NAMES))
+            variant = self._variants[key] = _Variant(stages, renamed)
+        return variant
+
+    @property
+    def _device_kernel(self):
+        """The device kernel of the last call's variant (None before its first GPU launch)."""
+        return self._launched.device_kernel
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
@@ -99,53 +149,58 @@ class JITKernel:
     def _device_target(self) -> Target:
         return self.target if self.target.kind in ("cuda", "hip") else parse_target("auto")
 
-    def _codegen(self, target: Target):
+    def _codegen(self, target: Target, variant: _Variant = None):
+        """The codegen result of `variant` (default: the one assuming nothing) for `target`."""
+        variant = variant or self._plain
         key = str(target)
-        if key not in self._compiled:
+        if key not in variant.compiled:
             backends = self.backends if target == self.plan_target else codegen.candidates(self.backend, target)
-            self._compiled[key] = codegen.compile_kernel(self.stages, target, backends)
-        return self._compiled[key]
+            variant.compiled[key] = codegen.compile_kernel(variant.stages, target, backends)
+        return variant.compiled[key]
 
-    def _triton_kernel(self, target: Target):
+    def _triton_kernel(self, variant: _Variant, target: Target):
         """The triton.language backend's kernel for `target`, generated (not yet compiled)."""
         from tritile.codegen.triton import compile_kernel
 
-        return compile_kernel(codegen.stage_of(codegen.BACKENDS["triton"], self.stages), target)
+        return compile_kernel(codegen.stage_of(codegen.BACKENDS["triton"], variant.stages), target)
 
     # ---------------------------------------------------------------- sources
-    def get_source(self, stage: str = "tile") -> str:
+    def get_source(self, stage: str = "tile", dims: dict = None) -> str:
         """The program at `stage`: "tile" (frontend IR), a pass name, "gluon", "triton"
         (generated sources), or "ttir", "ttgir", "llir", "ptx" / "amdgcn" (Triton's stages of the
         chosen backend for the planned target; "ttir" exists only on the triton.language
         backend, which it then uses).  Passes and the Gluon source past where the chosen backends
-        start are run for inspection on demand."""
+        start are run for inspection on demand.  `dims` ({T.dynamic name: size}) selects the
+        divisibility variant a call with those sizes runs (a dim not named: not a multiple of
+        16); without it, the variant that assumes nothing of the sizes."""
+        variant = self._variant(divisibility.key_of_sizes(self.func, dims)) if dims else self._plain
         if stage in ("triton", "ttir"):
-            kernel = self._triton_kernel(self.plan_target)
+            kernel = self._triton_kernel(variant, self.plan_target)
             return kernel.source if stage == "triton" else kernel.asm["ttir"]
         if stage == "gluon":
             from tritile.codegen.gluon import compile_kernel
 
-            return compile_kernel(self._all_stages()[-1][1], self.plan_target).source
+            return compile_kernel(self._all_stages(variant)[-1][1], self.plan_target).source
         if stage in _CODEGEN_STAGES:
-            asm = self._codegen(self.plan_target).asm
+            asm = self._codegen(self.plan_target, variant).asm
             if stage not in asm:
                 raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
             return asm[stage]
-        for name, func in self.stages if stage in dict(self.stages) else self._all_stages():
+        for name, func in variant.stages if stage in dict(variant.stages) else self._all_stages(variant):
             if name == stage:
                 return format_func(func)
         valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
 
-    def _all_stages(self) -> list:
-        """The stages of the whole pass list: `self.stages`, or, when the chosen backends start
-        earlier, the rest run once for inspection."""
-        if len(self.stages) == len(PASS_NAMES) + 1:
-            return self.stages
-        if self._inspected_stages is None:
+    def _all_stages(self, variant: _Variant) -> list:
+        """The stages of the whole pass list: `variant.stages`, or, when the chosen backends
+        start earlier, the rest run once for inspection."""
+        if len(variant.stages) == len(PASS_NAMES) + 1:
+            return variant.stages
+        if variant.inspected_stages is None:
             with switches.overridden(transform.schedule_overrides(self.pass_configs)):
-                self._inspected_stages = run_passes(self.stages[0][1], self.plan_target)
-        return self._inspected_stages
+                variant.inspected_stages = run_passes(variant.stages[0][1], self.plan_target)
+        return variant.inspected_stages
 
     def get_profiler(self, tensor_supply_type=None):
         """TileLang's profiler: `assert_allclose(ref_prog)`, `do_bench()`, `run_once()`."""

@@ -15,8 +15,10 @@ executor, enabled for this call only and repaired: `interpreter.py`).  Both take
 """
 from __future__ import annotations
 
+import copy
 import threading
 
+from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.triton.interpreter import interpreting
 from tritile.codegen.triton.kernel_module import emit_module
@@ -42,6 +44,15 @@ class TritonKernel:
         self._compiled = None
         self._compile_lock = threading.Lock()
         self._dynamic_vars = list(func.dynamic_vars)
+
+    def with_dim_vars(self, dynamic_vars: list) -> "TritonKernel":
+        """This kernel looking its runtime dims up by `dynamic_vars` (its own, in order, or the
+        Vars they replaced: a divisibility variant called with the frontend's dims)."""
+        if all(a is b for a, b in zip(self._dynamic_vars, dynamic_vars)):
+            return self
+        kernel = copy.copy(self)
+        kernel._dynamic_vars = list(dynamic_vars)
+        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
         """This kernel for `func`, an IR that prints the same (a cache hit): the runtime dims
@@ -74,8 +85,7 @@ class TritonKernel:
         from triton.compiler import ASTSource
 
         gen, target = self._gen, self.target
-        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(gen.arg_names)
-                 if gen.signature[name].startswith("*")}
+        attrs = divisibility_attrs(self.func, gen.arg_names, gen.signature)
         src = ASTSource(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
         # num_stages=1: loops Triton pipelines are the T.Pipelined ones, each with its own stages
         options = {"num_warps": gen.num_warps, "num_stages": 1}
