@@ -939,7 +939,7 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
         dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask})")
+        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
@@ -948,11 +948,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
     par = em.par
     if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
-        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value})")
+        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, sem={s.sem!r})")
         return
     # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
     mask = _full_bool(em, par.write_mask, par)
-    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
+    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask}, sem={s.sem!r})")
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
