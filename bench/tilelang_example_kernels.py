@@ -105,6 +105,25 @@ def gqa_bwd_rows(examples: Path) -> list:
     return rows
 
 
+def gqa_bwd_head_dim_rows(examples: Path, head_dims: list) -> list:
+    """The backward kernel alone at other Q/K head dims (the example's 192 is padded to 256
+    lanes, ir/padding.py): what the pad lanes cost, TFLOP/s counted on the real dims."""
+    g = load(examples / "flash_attention/example_gqa_bwd.py", "example_gqa_bwd")
+    B, H, N, DV, G = 8, 32, 1024, 128, 16
+    rows = []
+    for dqk in head_dims:
+        bwd = g.flashattn_bwd_atomic_add(B, H, N, dqk, DV, False, 128, 32, threads=256, num_stages=2, groups=G)
+        q, do = (torch.randn(B, N, H, d, dtype=torch.half, device="cuda") for d in (dqk, DV))
+        k, v = (torch.randn(B, N, H // G, d, dtype=torch.half, device="cuda") for d in (dqk, DV))
+        lse, delta = (torch.rand(B, H, N, device="cuda") for _ in range(2))
+        grads = [torch.zeros(t.shape, device="cuda") for t in (q, k, v)]
+        ms = bench(lambda: bwd(q, k, v, do, lse, delta, *grads))
+        flops = 2.0 * B * H * N * N * (3 * dqk + 2 * DV)
+        rows.append({"example": "gqa_bwd", "kernel": f"bwd_atomic_add d_qk={dqk}", "ms": round(ms, 4),
+                     "tflops": round(flops / ms * 1e-9, 1), **resources(bwd)})
+    return rows
+
+
 def online_softmax_rows(examples: Path) -> list:
     # the file runs its own test at import: take the kernel's definition only, with its sizes
     text = (examples / "online_softmax/online_softmax.py").read_text().split("\nM = 8192")[0]
@@ -129,6 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("examples", type=Path)
     parser.add_argument("--only", choices=("gqa_bwd", "online_softmax"), default=None)
+    parser.add_argument("--head-dims", type=int, nargs="*", default=[],
+                        help="also time gqa_bwd's backward kernel at these Q/K head dims")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "bench/results"),
                                                       "tilelang_example_kernels_h100.json"))
     args = parser.parse_args()
@@ -140,6 +161,8 @@ def main() -> None:
     for name, rows_of in (("online_softmax", online_softmax_rows), ("gqa_bwd", gqa_bwd_rows)):
         if args.only in (None, name):
             rows += rows_of(examples)
+    if args.head_dims:
+        rows += gqa_bwd_head_dim_rows(examples, args.head_dims)
     save(args.out, rows)
     for r in rows:
         extra = "  ".join(f"{k}={r[k]}" for k in ("tflops", "gb_s", "regs", "spill_bytes") if k in r)
