@@ -495,7 +495,8 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     if isinstance(s.value, ir.Region):
         value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask}, "
+                f"sem={s.sem!r})")
         return
     idx = [em.expr(x) for x in dst.starts]
     v = em.expr(s.value)
@@ -503,12 +504,13 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dims = frozenset().union(v.dims, *[i.dims for i in idx])
     par = em.par
     if par is None or not dims:  # one address, one value: one atomic per program, as in the interpreter
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')}, "
+                f"sem={s.sem!r})")
         return
     full = par.shape
     mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
     em.emit(f"tl.atomic_{s.kind}(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
-            f"mask=tl.broadcast_to({mask}, {full}))")
+            f"mask=tl.broadcast_to({mask}, {full}), sem={s.sem!r})")
 
 
 RULES = {
