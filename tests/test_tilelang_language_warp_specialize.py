@@ -114,6 +114,13 @@ def test_every_stage_matches_torch(assert_close):
         assert_close(c, _reference(a, b))
 
 
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_triton_backend_runs_it(program, monkeypatch, assert_close):
+    monkeypatch.setenv("TRITILE_BACKEND", "triton")  # CPU tensors: Triton's interpreter of the generated kernel
+    a, b = _operands(64, 64, 96)
+    assert_close(PROGRAMS[program](a, b, 32, 32, 32), _reference(a, b))
+
+
 @pytest.mark.parametrize("num_stages", [0, 2])
 def test_gluon_compiles_it_for_sm90(num_stages, gluon_backend):
     kernel = ws_gemm.compile(M=256, N=256, K=256, block_M=128, block_N=128, block_K=64, producer=1,
@@ -260,12 +267,3 @@ def test_barrier_wait_needs_a_barrier():
             with T.Kernel(1, threads=128) as bx:
                 tile = T.alloc_shared((128,), T.float32)
                 T.barrier_wait(tile, 0)
-
-
-@pytest.mark.parametrize("program", ["copy_0_gemm_1", "copy_1_gemm_0", "barrierpipe_stage2"])
-def test_triton_backend_runs_it(program, monkeypatch, assert_close):
-    # last in this file: after Triton's interpreter ran, Triton 3.6 fails to compile Gluon kernels
-    # in the same process (gl builtins called without _semantic), so the sm_90 compile checks come first
-    monkeypatch.setenv("TRITILE_BACKEND", "triton")  # CPU tensors: Triton's interpreter of the generated kernel
-    a, b = _operands(64, 64, 96)
-    assert_close(PROGRAMS[program](a, b, 32, 32, 32), _reference(a, b))
