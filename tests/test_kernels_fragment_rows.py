@@ -2,8 +2,8 @@
 
 * `fragment_rows`: rows of a fragment read and written at indices read from memory - by `T.copy`
   of `a[k, :]` into a fragment and of a fragment into `b[r, :]`, by `a[k, j]` / `c[r, j]` inside
-  `T.Parallel(j)` -, a column (`a[:, k]` inside `T.Parallel(i)`) and single elements outside
-  `T.Parallel`; other rows hold inf, -inf, NaN and -0.0, and the result must be bit-exact (but for NaN payloads);
+  `T.Parallel(j)` -, a column (`a[:, k]` inside `T.Parallel(i)`, `T.fill(d[:, k], -1)`) and single
+  elements outside `T.Parallel`; other rows hold inf, -inf, NaN and -0.0, and the result must be bit-exact (but for NaN payloads);
 * `mha_combine`: the combine kernel of TileLang's example_mha_inference.py (`T.copy(lse_local[k, :],
   lse_local_split)` and `lse_local[k, i]` inside `T.Parallel` in pipelined loops over the splits),
   taking the splits' log-sum-exps and partial outputs as inputs;
@@ -23,7 +23,8 @@ from tritile.runtime.target import Target
 @tritile.jit(out_idx=[-4, -3, -2, -1])
 def fragment_rows(R, N, dtype):
     """B[r] = A[rows[r]] through T.copy of rows; C[r] = A[rows[r]] and D[:, r] = A[:, cols[r]]
-    inside T.Parallel; E[r] = A[rows[r], cols[r]] as single elements."""
+    inside T.Parallel, then D[:, rows[0]] = -1 (T.fill of a column); E[r] = A[rows[r], cols[r]]
+    as single elements."""
 
     @T.prim_func
     def main(A: T.Tensor((R, N), dtype), Rows: T.Tensor((R,), "int32"), Cols: T.Tensor((R,), "int32"),
@@ -50,6 +51,7 @@ def fragment_rows(R, N, dtype):
                 for i in T.Parallel(R):
                     d[i, r] = a[i, Cols[r]]
                 e[r] = a[k, Cols[r]]
+            T.fill(d[:, Rows[0]], -1)
             T.copy(b, B)
             T.copy(c, C)
             T.copy(d, D)
@@ -80,6 +82,13 @@ def same_values(got: torch.Tensor, want: torch.Tensor) -> bool:
     return torch.equal(got.view(view), want.view(view))
 
 
+def fragment_rows_reference(a, rows, cols) -> list:
+    rows, cols = rows.long(), cols.long()
+    d = a[:, cols].clone()
+    d[:, rows[0]] = -1
+    return [a[rows], a[rows], d, a[rows, cols]]
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int32"])
 @pytest.mark.parametrize("R, N", [(4, 32), (6, 24)])  # (6, 24): tiles padded to (8, 32)
 def test_fragment_rows_are_exact(R, N, dtype, device):
@@ -88,9 +97,7 @@ def test_fragment_rows_are_exact(R, N, dtype, device):
     rows = torch.randperm(R, device=device).to(torch.int32)
     cols = torch.randint(0, min(R, N), (R,), device=device, dtype=torch.int32)
     b, c, d, e = fragment_rows(R, N, dtype)(a, rows, cols)
-    picked = a[rows.long()]
-    for name, got, want in (("B", b, picked), ("C", c, picked), ("D", d, a[:, cols.long()]),
-                            ("E", e, a[rows.long(), cols.long()])):
+    for name, got, want in zip("BCDE", (b, c, d, e), fragment_rows_reference(a, rows, cols)):
         assert same_values(got, want), f"{name}: {got} != {want}"
 
 

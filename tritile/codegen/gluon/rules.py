@@ -697,12 +697,7 @@ def _copy_fragment_row(em: Emitter, s):
         value = f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
     value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
     if id(dst) in rows:
-        picks = [(d, em.expr(dst.starts[d]).text) for d in rows[id(dst)][0]]
-        for d, _ in picks:  # ascending: the row's layout expands back into the buffer's
-            value = f"gl.expand_dims({value}, {d})"
-        if picks:
-            value = semantics.written_text("gl", em.name(dst.buffer), _selection_masks(em, dst.buffer, picks), value)
-        em.emit(f"{em.name(dst.buffer)} = {value}")
+        _write_row(em, dst, rows[id(dst)][0], value)
     elif dst.buffer.scope == "shared":
         _wait_for_tma_stores(em, dst.buffer)
         em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value})")
@@ -712,6 +707,19 @@ def _copy_fragment_row(em: Emitter, s):
         em.emit(f"{tmp} = {value}")
         ptr, mask = em.global_tile(dst, want_name, s.loc, shape)
         em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+
+
+def _write_row(em: Emitter, region: ir.Region, dims: list, value: str):
+    """Write `value`, a tile in the layout of fragment `region`'s row (`_row_layout`), to the
+    lanes of the fragment that `region` takes at one index along `dims`: the whole fragment
+    when there are none, else a select."""
+    buf = region.buffer
+    picks = [(d, em.expr(region.starts[d]).text) for d in dims]
+    for d, _ in picks:  # ascending: the row's layout expands back into the buffer's
+        value = f"gl.expand_dims({value}, {d})"
+    if picks:
+        value = semantics.written_text("gl", em.name(buf), _selection_masks(em, buf, picks), value)
+    em.emit(f"{em.name(buf)} = {value}")
 
 
 def _fragment_row(region: ir.Region) -> tuple:
@@ -980,6 +988,12 @@ def lower_fill(em: Emitter, s: ir.Fill):
     elif buf.scope == "local":  # every lane, pad lanes too: nothing reads them
         em.emit(f"{em.name(buf)} = "
                 f"{_filled(v, s.value.dtype, buf.dtype, [semantics.local_array_lanes(buf)], _local_layout(em, buf))}")
+    elif buf.scope == "fragment" and semantics.sliced_dims(s.dst):  # a row: a select of its lanes
+        dims, shape = _fragment_row(s.dst)
+        row = _row_layout(em, buf, dims)
+        value = _masked_pads(em, _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), em.layout_name(row)),
+                             shape, row)
+        _write_row(em, s.dst, dims, value)
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
