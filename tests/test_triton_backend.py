@@ -28,6 +28,7 @@ from tritile.interpreter import execute
 from tritile.lowering import run_passes
 from tritile.runtime.target import Target, parse_target
 from test_kernels_attention import flash_attention as FA  # examples/flash_attention.py
+import test_kernels_fragment_rows as rows
 from test_pipeline_properties import REPLAY as PIPELINE_REPLAY
 from test_pipeline_properties import programs as pipeline_programs
 
@@ -219,8 +220,37 @@ def test_element_writes_three_ways(assert_close):
     three_ways(element_writes(32), (a,), expected, assert_close)
 
 
+def test_fragment_rows_three_ways(assert_close):
+    """Rows, a column and elements of fragments read and written at runtime indices: the same
+    bits from both interpreters, inf / NaN / -0.0 in the other rows; and the flash-decoding
+    combine kernels."""
+    a = rows.special_values((6, 24), torch.bfloat16, "cpu")
+    picks = torch.randperm(6).to(torch.int32), torch.randint(0, 6, (6,), dtype=torch.int32)
+    kernel = rows.fragment_rows(6, 24, "bfloat16")
+    expected = rows.fragment_rows_reference(a, *picks)
+    for name, results in (("tile-IR interpreter", on_backend(kernel, "auto")(a, *picks)),
+                          ("Triton interpreter", on_triton(kernel)(a, *picks))):
+        assert all(rows.same_values(r, e) for r, e in zip(results, expected)), name
+    lse, partial = rows.split_lse((1, 2, 4, 48), "cpu"), torch.randn(1, 48, 2, 4, 32).half()
+    three_ways(rows.mha_combine(1, 2, 48, 4, 32, 64), (lse, partial),
+               rows.combine_reference(lse.permute(2, 0, 3, 1), partial.permute(3, 0, 1, 2, 4)).half(), assert_close)
+
+
+@tritile.jit(out_idx=[-1])
+def scale_3d(B, M, N):
+    """A 3-D T.Parallel: the Gluon backend's are of rank 1 or 2."""
+
+    @T.prim_func
+    def main(A: T.Tensor((B, M, N), "float32"), C: T.Tensor((B, M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            for b, i, j in T.Parallel(B, M, N):
+                C[b, i, j] = A[b, i, j] * 2.0
+
+    return main
+
+
 def test_auto_falls_back_to_triton_where_gluon_refuses():
-    kernel = element_writes(32)  # element writes of a fragment outside T.Parallel: Gluon refuses them
+    kernel = scale_3d(2, 4, 8)
     with pytest.raises(tritile.CompileError, match="not supported by the Gluon backend"):
         codegen.compile_kernel(kernel.stages, Target("cuda", 90), [codegen.BACKENDS["gluon"]])
     chosen = codegen.compile_kernel(kernel.stages, Target("cuda", 90), codegen.candidates("auto", Target("cuda", 90)))

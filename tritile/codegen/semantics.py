@@ -9,8 +9,9 @@ that name.  This module owns that text, once:
   float32);
 * `helpers_text`: the ``@jit`` helper functions a generated module defines (floor `//` / `%`
   for ints and floats, NaN-propagating max / min, the scan's add);
-* `picked_element_text`, `written_element_text`: one element of a register tile read or
-  written at a runtime index (`T.alloc_local` arrays);
+* `sliced_dims`, `selected_text`, `written_text`: part of a register tile (an element, a
+  fragment's row) read or written at runtime indices, through a lane mask; `picked_element_text`
+  / `written_element_text` their case of one element of a 1-D tensor (`T.alloc_local` arrays);
 * `EXPR_RULES` / `lower_scalar_expr`: the rules of the expression nodes whose meaning does
   not depend on where data lives (Const, BinOp, UnaryOp, Call, Cast), and the folding of
   constant-only expressions with the interpreter's meaning.
@@ -374,9 +375,11 @@ def reduction_identity(kind: str, dtype) -> str:
     return str(info.min if kind == "max" else info.max)
 
 
-# ---- one element of a flattened register tile: a `T.alloc_local` array on both backends (a
-# 1-D tensor of its elements, padded to a power of two), any on-chip tile on triton.language.
-# Registers have no indexing by a runtime value: the element is selected through a lane mask.
+# ---- part of a register tile selected at lane-independent indices: one element of a
+# `T.alloc_local` array (a 1-D tensor of its elements, padded to a power of two) on both
+# backends, any element of an on-chip tile on triton.language, and a row / column / element of
+# a fragment (`lse[k, :]`, `lse[k, j]` inside `T.Parallel(j)`) on both.  Registers have no
+# indexing by a runtime value: the part is selected through a lane mask.
 
 
 def local_array_lanes(buf: ir.Buffer) -> int:
@@ -397,16 +400,58 @@ def flat_index_text(shape, idx: list) -> str:
     return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
 
 
+def sliced_dims(region: ir.Region):
+    """The dims along which on-chip `region` takes one index of a longer buffer dim (`x[k, :]`:
+    dim 0), every other dim being whole: [] for the whole buffer, None when some dim is a
+    partial range (which a register tile cannot express)."""
+    dims = []
+    for d, (start, extent, size) in enumerate(zip(region.starts, region.extents, region.buffer.shape)):
+        if extent == size and _static(start) == 0:
+            continue
+        if extent != 1:
+            return None
+        dims.append(d)
+    return dims
+
+
+def _static(e):
+    return e.value if isinstance(e, ir.Const) else e if isinstance(e, int) else None
+
+
+# the integer type of a float's bits (a selection sums bits, see `selected_text`)
+_BITS = {8: dt.int8, 16: dt.int16, 32: dt.int32, 64: dt.int64}
+
+
+def selected_text(lang: str, tile: str, masks: list, axes, dtype) -> str:
+    """The values of register tile `tile` (IR dtype `dtype`) on the lanes where every one of
+    `masks` holds - one lane along each of `axes`, all lanes along the others - as a tile without
+    `axes`.  The other lanes are zeroed and `axes` summed away, floats as their bits: an integer
+    sum with one nonzero term is exact for every value (-0.0, infinities and NaN in other lanes,
+    fp8, which has no arithmetic, denormals where float adds flush them)."""
+    bits = dtype_text(_BITS[dtype.bits], lang) if dtype.is_float else None
+    text = f"{tile}.to({bits}, bitcast=True)" if bits else tile
+    text = f"{lang}.where({' & '.join(masks)}, {text}, 0)"
+    for axis in sorted(axes, reverse=True):
+        text = f"{lang}.sum({text}, axis={axis})"
+    if bits:  # a narrower integer sum widens to int32
+        return f"{text}.to({bits}).to({dtype_text(dtype, lang)}, bitcast=True)"
+    return f"{text}.to({dtype_text(dtype, lang)})"
+
+
+def written_text(lang: str, tile: str, masks: list, value: str) -> str:
+    """Register tile `tile` with its lanes where every one of `masks` holds replaced by `value`
+    (a tile broadcasting to `tile`'s shape, of its dtype)."""
+    return f"{lang}.where({' & '.join(masks)}, {value}, {tile})"
+
+
 def picked_element_text(lang: str, flat: str, lanes: str, index: str, dtype) -> str:
-    """Element `index` of 1-D tensor `flat` (lane indices `lanes`): a masked sum (the other lanes
-    add -0.0, which leaves every float, -0.0 and NaN included, unchanged; integers add 0)."""
-    other = "-0.0" if dtype.is_float else "0"
-    return f"{lang}.sum({lang}.where({lanes} == {index}, {flat}, {other}), axis=0).to({dtype_text(dtype, lang)})"
+    """Element `index` of 1-D tensor `flat` (lane indices `lanes`)."""
+    return selected_text(lang, flat, [f"({lanes} == {index})"], [0], dtype)
 
 
 def written_element_text(lang: str, flat: str, lanes: str, index: str, value: str) -> str:
-    """1-D tensor `flat` with element `index` replaced by `value` (a select over its lanes)."""
-    return f"{lang}.where({lanes} == {index}, {value}, {flat})"
+    """1-D tensor `flat` with element `index` replaced by `value`."""
+    return written_text(lang, flat, [f"({lanes} == {index})"], value)
 
 
 def bounds_mask(em, indices, emitted, buf) -> str:

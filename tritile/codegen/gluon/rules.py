@@ -53,29 +53,106 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         flat = em.name(buf) if len(buf.shape) == 1 else f"gl.reshape({em.name(buf)}, [1])"
         wide = semantics.reduction_dtype(buf.dtype)
         return Val(cast_text(f"gl.max({cast_text(flat, buf.dtype, wide, 'gl')}, axis=0)", wide, buf.dtype, "gl"))
+    if buf.scope == "fragment":
+        split = _lane_dims(em, buf, e.indices)
+        if split is not None:
+            axes, picks = split
+            if picks:  # a row / column / element at indices the same for every lane
+                text, layout = _selected(em, buf, picks)
+                return _on_parallel(em, text, layout, axes) if axes else Val(text)
+            return _on_parallel(em, em.name(buf), em.buffer_layout(buf), axes)
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
-    if buf.scope == "fragment" and _identity(e.indices, par) and tuple(buf.shape) == tuple(par.loop.extents):
-        return Val(_convert(em, em.name(buf), em.buffer_layout(buf), par.layout, par.layout_name),
-                   frozenset(range(len(par.loop.vars))))
-    if buf.scope in ("fragment", "shared") and len(buf.tile_shape) == 1 and len(par.loop.vars) == 2:
+    if buf.scope == "shared" and len(buf.tile_shape) == 1 and len(par.loop.vars) == 2:
         # a vector indexed by loop var k broadcasts along the other dim: read it in the
         # loop layout's slice and expand
         for k, var in enumerate(par.loop.vars):
             if e.indices[lead] is var and buf.tile_shape[0] == par.loop.extents[k]:
-                want = lay.slice_of(par.layout, 1 - k)
-                want_name = em.layout_name(f"gl.SliceLayout({1 - k}, {par.layout_name})")
-                if buf.scope == "fragment":
-                    text = _convert(em, em.name(buf), em.buffer_layout(buf), want, want_name)
-                else:
-                    view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
-                    text = f"{view}.load({want_name})"
-                return Val(f"{text}[:, None]" if k == 0 else f"{text}[None, :]", frozenset([k]))
+                view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+                return _expanded(f"{view}.load({_slice_name(em, par, 1 - k)})", k)
     if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
         return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
+
+
+def _lane_dims(em: Emitter, buf: ir.Buffer, indices):
+    """How fragment `buf` indexed by `indices` maps onto the lanes of the current T.Parallel (if
+    any): (the Parallel axis of each dim indexed by a loop variable of the dim's extent, in the
+    loop's order; (dim, index text) of the dims indexed the same for every lane), or None when
+    some index varies along the lanes otherwise (a gather)."""
+    par = em.par
+    axes, picks = [], []
+    for d, index in enumerate(indices):
+        if par is not None and isinstance(index, ir.Var) and index in par.index:
+            axis = par.loop.vars.index(index)
+            if par.loop.extents[axis] != buf.shape[d] or (axes and axis <= axes[-1]):
+                return None
+            axes.append(axis)
+            continue
+        k = em.expr(index)
+        if k.dims:
+            return None
+        picks.append((d, k.text))
+    return axes, picks
+
+
+def _axis_lanes(em: Emitter, shape, layout_name: str, axis: int) -> str:
+    """The lane indices along `axis` of a register tile of padded `shape` in `layout_name`,
+    broadcastable to the tile (rank 1 or 2)."""
+    if len(shape) == 1:
+        return f"gl.arange(0, {shape[0]}, layout={layout_name})"
+    if len(shape) != 2:
+        raise unsupported(f"a {len(shape)}-D fragment indexed at one index along some dims", None)
+    sl = em.layout_name(f"gl.SliceLayout({1 - axis}, {layout_name})")
+    return f"gl.arange(0, {shape[axis]}, layout={sl}){'[:, None]' if axis == 0 else '[None, :]'}"
+
+
+def _selection_masks(em: Emitter, buf: ir.Buffer, picks: list) -> list:
+    """The lane tests selecting, in fragment `buf`'s register tile, index text `k` along dim `d`
+    for each (d, k) of `picks` (codegen/semantics.py's `selected_text` / `written_text`)."""
+    shape = padded_shape(buf.shape)
+    lname = em.layout_name(em.buffer_layout(buf), em.name(buf))
+    return [f"({_axis_lanes(em, shape, lname, d)} == {k})" for d, k in picks]
+
+
+def _selected(em: Emitter, buf: ir.Buffer, picks: list) -> tuple:
+    """(text, layout) of fragment `buf` at the indices `picks` along their dims: the tile of its
+    other dims, in the buffer layout's slice."""
+    dims = [d for d, _ in picks]
+    text = semantics.selected_text("gl", em.name(buf), _selection_masks(em, buf, picks), dims, buf.dtype)
+    return text, _row_layout(em, buf, dims)
+
+
+def _row_layout(em: Emitter, buf: ir.Buffer, dims: list):
+    """The layout of fragment `buf`'s tile without `dims`: the buffer layout's slice."""
+    layout = em.buffer_layout(buf)
+    for d in sorted(dims, reverse=True):
+        layout = lay.slice_of(layout, d)
+    return layout
+
+
+def _slice_name(em: Emitter, par, dim: int) -> str:
+    return em.layout_name(f"gl.SliceLayout({dim}, {par.layout_name})")
+
+
+def _expanded(text: str, axis: int) -> Val:
+    """A vector in the slice of a 2-D Parallel's layout along its other axis, expanded along it."""
+    return Val(f"{text}[:, None]" if axis == 0 else f"{text}[None, :]", frozenset([axis]))
+
+
+def _on_parallel(em: Emitter, text: str, layout, axes: list) -> Val:
+    """Register tile `text` (in `layout`) whose dims run along the current Parallel's `axes`, as a
+    tile broadcastable to the Parallel's shape: converted to its layout, or - a vector in a 2-D
+    Parallel - to the slice along the other axis, and expanded."""
+    par = em.par
+    if len(axes) == len(par.loop.vars):
+        return Val(_convert(em, text, layout, par.layout, par.layout_name), frozenset(axes))
+    if len(axes) != 1 or len(par.loop.vars) != 2:
+        raise unsupported(f"a {len(axes)}-D tile read inside a {len(par.loop.vars)}-D T.Parallel", None)
+    other = 1 - axes[0]
+    return _expanded(_convert(em, text, layout, lay.slice_of(par.layout, other), _slice_name(em, par, other)), axes[0])
 
 
 def _e_table_read(em: Emitter, e: ir.TableRead) -> Val:
@@ -225,6 +302,10 @@ def lower_store(em: Emitter, s: ir.Store):
         em.emit(f"{em.name(buf)} = "
                 f"{semantics.written_element_text('gl', em.name(buf), _local_lanes(em, buf), index, value)}")
         return
+    if buf.scope == "fragment":
+        split = _lane_dims(em, buf, s.indices)
+        if split is not None and split[1]:  # a row / column / element at indices the same for every lane
+            return _write_selected(em, s, v, *split)
     if par is None:
         raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
     lead = 1 if buf.num_versions > 1 else 0
@@ -246,6 +327,38 @@ def lower_store(em: Emitter, s: ir.Store):
         _after_generic_shared_write(em)
         return
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
+
+
+def _write_selected(em: Emitter, s: ir.Store, v: Val, axes: list, picks: list):
+    """Fragment `s.buffer` written at the indices `picks` along their dims, and along its other
+    dims by the current Parallel's lanes (`axes`, one element per lane) - or one element, by a
+    value the same for every lane: a select of those lanes of the register tile."""
+    buf, par = s.buffer, em.par
+    dt = GL_DTYPES[buf.dtype.name]
+    masks = _selection_masks(em, buf, picks)
+    if not axes:
+        if par is not None and (v.dims or par.write_mask):  # every lane would write the element
+            raise unsupported(f"a lane-dependent write to one element of fragment {buf.name}", s.loc)
+        value = f"gl.to_tensor({v.text}).to({dt})"
+    else:
+        if len(axes) != len(par.loop.vars):
+            raise unsupported(f"a write to fragment {buf.name} that does not cover a row once per T.Parallel lane",
+                              s.loc)
+        value = _onto_row(em, buf, picks, _full(v, s.value.dtype, buf.dtype, par))
+        if par.write_mask:  # the `if`s inside the loop and its pad lanes keep the tile's values
+            masks.append(_onto_row(em, buf, picks, _full_bool(em, par.write_mask, par)))
+    em.emit(f"{em.name(buf)} = {semantics.written_text('gl', em.name(buf), masks, value)}")
+
+
+def _onto_row(em: Emitter, buf: ir.Buffer, picks: list, tile: str) -> str:
+    """A tile of the current Parallel's shape (in its layout) as the lanes of fragment `buf` at
+    the indices `picks` along their dims: in the layout of that row (the buffer layout's slice),
+    expanded along the picked dims, so that it broadcasts onto the buffer's register tile."""
+    row = _row_layout(em, buf, [d for d, _ in picks])
+    text = _convert(em, tile, em.par.layout, row, em.layout_name(row))
+    for d, _ in sorted(picks):
+        text = f"gl.expand_dims({text}, {d})"
+    return text
 
 
 def _full(v: Val, src_dtype, dst_dtype, par) -> str:
@@ -497,6 +610,8 @@ def lower_copy(em: Emitter, s):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    if any(r.buffer.scope == "fragment" and semantics.sliced_dims(r) for r in (src, dst)):
+        return _copy_fragment_row(em, s)
     if em.partitions is not None and id(s) in em.partitions.tile_loads:
         return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
     if id(s) in em.early_loads:
@@ -553,6 +668,66 @@ def lower_copy(em: Emitter, s):
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
         em.emit(f"{em.name(dst.buffer)} = {converted(value)}")
+
+
+def _copy_fragment_row(em: Emitter, s):
+    """A T.copy from or to a fragment at one index along some dims (`lse[k, :]`,
+    semantics.sliced_dims), whose lanes are selected from / written into the fragment's register
+    tile (`_selected`, `_onto_row`).  The other side is a register tile of the row's shape: a
+    whole fragment, or a tile loaded / stored in the row's layout (or a blocked one)."""
+    src, dst = s.src, s.dst
+    rows = {id(r): _fragment_row(r) for r in (src, dst) if r.buffer.scope == "fragment"}
+    shapes = [shape for _, shape in rows.values()]
+    if any(shape != shapes[0] for shape in shapes):
+        raise unsupported(f"a T.copy between fragment tiles of shapes {shapes}", s.loc)
+    shape = shapes[0]
+    if id(dst) in rows:
+        want = _row_layout(em, dst.buffer, rows[id(dst)][0])
+    else:
+        want = lay.blocked_for(padded_shape(shape), dst.buffer.dtype.bits, em.num_warps)
+    want_name = em.layout_name(want)
+    if id(src) in rows:
+        picks = [(d, em.expr(src.starts[d]).text) for d in rows[id(src)][0]]
+        value, have = _selected(em, src.buffer, picks) if picks else (em.name(src.buffer), em.buffer_layout(src.buffer))
+        value = _convert(em, value, have, want, want_name)
+    elif src.buffer.scope == "shared":
+        value = f"{em.shared_view(src, s.loc, len(shape))}.load({want_name})"
+    else:
+        ptr, mask = em.global_tile(src, want_name, s.loc, shape)
+        value = f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
+    value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
+    if id(dst) in rows:
+        _write_row(em, dst, rows[id(dst)][0], value)
+    elif dst.buffer.scope == "shared":
+        _wait_for_tma_stores(em, dst.buffer)
+        em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value})")
+        _after_generic_shared_write(em)
+    else:
+        tmp = em.tmp("v")
+        em.emit(f"{tmp} = {value}")
+        ptr, mask = em.global_tile(dst, want_name, s.loc, shape)
+        em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+
+
+def _write_row(em: Emitter, region: ir.Region, dims: list, value: str):
+    """Write `value`, a tile in the layout of fragment `region`'s row (`_row_layout`), to the
+    lanes of the fragment that `region` takes at one index along `dims`: the whole fragment
+    when there are none, else a select."""
+    buf = region.buffer
+    picks = [(d, em.expr(region.starts[d]).text) for d in dims]
+    for d, _ in picks:  # ascending: the row's layout expands back into the buffer's
+        value = f"gl.expand_dims({value}, {d})"
+    if picks:
+        value = semantics.written_text("gl", em.name(buf), _selection_masks(em, buf, picks), value)
+    em.emit(f"{em.name(buf)} = {value}")
+
+
+def _fragment_row(region: ir.Region) -> tuple:
+    """(the dims fragment `region` takes at one index, the shape of the register tile left)."""
+    dims = semantics.sliced_dims(region)
+    if dims is None:
+        raise unsupported(f"a partial region of fragment {region.buffer.name}", None)
+    return dims, [n for d, n in enumerate(region.buffer.shape) if d not in dims]
 
 
 def _tma_store(em: Emitter, s):
@@ -848,6 +1023,12 @@ def lower_fill(em: Emitter, s: ir.Fill):
     elif buf.scope == "local":  # every lane, pad lanes too: nothing reads them
         em.emit(f"{em.name(buf)} = "
                 f"{_filled(v, s.value.dtype, buf.dtype, [semantics.local_array_lanes(buf)], _local_layout(em, buf))}")
+    elif buf.scope == "fragment" and semantics.sliced_dims(s.dst):  # a row: a select of its lanes
+        dims, shape = _fragment_row(s.dst)
+        row = _row_layout(em, buf, dims)
+        value = _masked_pads(em, _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), em.layout_name(row)),
+                             shape, row)
+        _write_row(em, s.dst, dims, value)
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))

@@ -72,29 +72,52 @@ def _lanes(em: Emitter, buf: ir.Buffer) -> str:
     return f"tl.arange(0, {padded_size(buf)})"
 
 
-def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
-    """On-chip `buf` read at `indices` inside the current T.Parallel, as a tile broadcastable
-    to the Parallel's shape: each non-unit dim of `buf` must be indexed by a distinct loop
-    variable of the same extent, in the loop's order (the tile is then the buffer itself,
-    expanded along the loop's other dims); unit dims take index 0."""
+def _selection_masks(buf: ir.Buffer, picks: list) -> list:
+    """The lane tests selecting, in `buf`'s padded tile, index text `k` along dim `d` for each
+    (d, k) of `picks` (codegen/semantics.py's `selected_text` / `written_text`)."""
+    shape = padded_shape(buf.shape)
+    return [f"({axis_index(f'tl.arange(0, {shape[d]})', d, len(shape))} == {k})" for d, k in picks]
+
+
+def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
+    """How on-chip `buf` indexed by `indices` inside the current T.Parallel maps onto its lanes:
+    (the Parallel axis of each dim the lanes run along, those dims, (dim, index text) of the dims
+    taken at one lane-independent index).  The lanes' dims must be distinct loop variables of the
+    dim's extent, in the loop's order (the tile is then the buffer's, expanded along the loop's
+    other dims); a unit dim indexed 0 is neither."""
     par = em.par
-    axes, kept = [], []  # the loop axis of each buffer dim a loop variable indexes, and its size
-    for index, padded, extent in zip(indices, padded_shape(buf.shape), buf.shape):
+    axes, dims, picks = [], [], []
+    for d, (index, extent) in enumerate(zip(indices, buf.shape)):
         if extent == 1 and static_int(index) == 0:
             continue
-        if not (isinstance(index, ir.Var) and index in par.index):
-            raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (each dim "
-                              f"indexed by its own T.Parallel variable; Triton has no register gather)")
-        axis = par.loop.vars.index(index)
-        if par.loop.extents[axis] != extent or (axes and axis <= axes[-1]):
-            raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
-                              f"partial view)")
-        axes.append(axis)
-        kept.append(padded)
+        if isinstance(index, ir.Var) and index in par.index:
+            axis = par.loop.vars.index(index)
+            if par.loop.extents[axis] != extent or (axes and axis <= axes[-1]):
+                raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
+                                  f"partial view)")
+            axes.append(axis)
+            dims.append(d)
+            continue
+        k = em.expr(index)
+        if k.dims:
+            raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (each dim indexed "
+                              f"by its own T.Parallel variable or by one index for all lanes; Triton has no register "
+                              f"gather)")
+        picks.append((d, k.text))
+    return axes, dims, picks
+
+
+def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
+    """On-chip `buf` read at `indices` inside the current T.Parallel, as a tile broadcastable
+    to the Parallel's shape (`_lane_dims`): the dims taken at one index selected away."""
+    axes, dims, picks = _lane_dims(em, buf, indices)
     text = em.name(buf)
-    if len(kept) != len(buf.shape):
+    if picks:
+        text = semantics.selected_text("tl", text, _selection_masks(buf, picks), [d for d, _ in picks], buf.dtype)
+    kept = [padded_shape(buf.shape)[d] for d in dims]
+    if len(kept) != len(buf.shape) - len(picks):
         text = f"tl.reshape({text}, {kept})"
-    rank = len(par.loop.vars)
+    rank = len(em.par.loop.vars)
     if len(axes) == rank:
         return text
     return f"{text}[{', '.join(':' if a in axes else 'None' for a in range(rank))}]"
@@ -175,21 +198,31 @@ def lower_store(em: Emitter, s: ir.Store):
         return _write_element(em, s, v, idx)
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
-    # a whole on-chip tile written lane by lane: each lane of the Parallel one element
-    # unit dims on either side count for nothing: a [1, N] tile under T.Parallel(1, N)
-    if len([d for d in buf.shape if d != 1]) != len([e for e in par.loop.extents if e != 1]):
+    # on-chip lanes written lane by lane: each lane of the Parallel one element
+    axes, dims, picks = _lane_dims(em, buf, s.indices)
+    # unit loop dims count for nothing: a [N] tile under T.Parallel(1, N)
+    if len([a for a in axes if par.loop.extents[a] != 1]) != len([e for e in par.loop.extents if e != 1]):
         raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
                           f"lane", s.loc)
-    view = _lanes_view(em, buf, s.indices)
     shape = par.shape
     if v.dims == frozenset(range(len(shape))):  # already a tile of the Parallel's shape
         value = cast_text(v.text, s.value.dtype, buf.dtype, "tl")
     else:
         value = em.splat(s.value, v, buf.dtype, shape)
-    if par.cond:  # the `if`s inside the loop, and its pad lanes (which keep the tile's 0s)
-        value = f"tl.where({par.cond}, {value}, {view})"
-    if padded_shape(buf.shape) != shape:
-        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
+    # the tile of the written lanes: the buffer's padded shape, 1 along the dims taken at one index
+    picked = {d for d, _ in picks}
+    written = [1 if d in picked else n for d, n in enumerate(padded_shape(buf.shape))]
+    if picks:  # a row (column, ...) of the buffer: a select of the lanes along the picked dims
+        masks = _selection_masks(buf, picks)
+        if par.cond:  # the `if`s inside the loop, and its pad lanes (which keep the tile's 0s)
+            masks.append(f"tl.reshape(tl.broadcast_to({par.cond}, {shape}), {written})")
+        value = value if written == shape else f"tl.reshape({value}, {written})"
+        em.emit(f"{em.name(buf)} = {semantics.written_text('tl', em.name(buf), masks, value)}")
+        return
+    if par.cond:
+        value = f"tl.where({par.cond}, {value}, {_lanes_view(em, buf, s.indices)})"
+    if written != shape:
+        value = f"tl.reshape({value}, {written})"
     em.emit(f"{em.name(buf)} = {value}")
 
 
@@ -312,37 +345,65 @@ def lower_print(em: Emitter, s: ir.Print):
 # ---------------------------------------------------------------- tiles and copies
 
 
-def _whole(region: ir.Region, loc):
+def _partial(region: ir.Region, what: str, loc) -> CompileError:
     buf = region.buffer
-    if tuple(region.extents) != tuple(buf.shape) or any(static_int(x) != 0 for x in region.starts):
-        raise unsupported(f"a partial region {buf.name}{list(region.extents)} of {buf.scope} buffer {buf.name} "
-                          f"of shape {list(buf.shape)} (a register tile is read and written whole)", loc)
+    return unsupported(f"a partial region {buf.name}{list(region.extents)} of {buf.scope} buffer {buf.name} of shape "
+                       f"{list(buf.shape)} ({what})", loc)
+
+
+def _whole(region: ir.Region, loc):
+    if tuple(region.extents) != tuple(region.buffer.shape) or any(static_int(x) != 0 for x in region.starts):
+        raise _partial(region, "a register tile is read and written whole here", loc)
+
+
+def _slice(em: Emitter, region: ir.Region, loc) -> tuple:
+    """On-chip `region` as the buffer's register tile taken at one index along some dims
+    (`x[k, :]`, semantics.sliced_dims): ((dim, index text) of those dims, the shape of the tile
+    left)."""
+    dims = semantics.sliced_dims(region)
+    if dims is None:
+        raise _partial(region, "a register tile is read and written whole, or at one index along some dims", loc)
+    picks = [(d, em.expr(region.starts[d]).text) for d in dims]
+    return picks, [n for d, n in enumerate(region.buffer.shape) if d not in dims]
 
 
 def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
-    """(text, shape) of an on-chip region as a register tile, reshaped to `shape` when given
-    (which may add or drop unit dims)."""
+    """(text, shape) of an on-chip region as a register tile (the dims it takes at one index
+    selected away), reshaped to `shape` when given (which may add or drop unit dims)."""
     buf = region.buffer
     if buf.scope in ("local", "var"):
         raise unsupported(f"a tile operand in {buf.scope} buffer {buf.name}", loc)
-    _whole(region, loc)
-    have = list(buf.shape)
+    picks, have = _slice(em, region, loc)
+    text = em.name(buf)
+    if picks:
+        text = semantics.selected_text("tl", text, _selection_masks(buf, picks), [d for d, _ in picks], buf.dtype)
     if shape is None or list(shape) == have:
-        return em.name(buf), have
-    return f"tl.reshape({em.name(buf)}, {padded_shape(shape)})", list(shape)
+        return text, have
+    return f"tl.reshape({text}, {padded_shape(shape)})", list(shape)
 
 
 def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
-    """Write `value` (a tile of `shape`, IR dtype `src_dtype`) to the whole on-chip `region`."""
+    """Write `value` (a tile of `shape`, IR dtype `src_dtype`) to on-chip `region`: the whole
+    buffer, or its lanes at the indices the region takes along some dims (a select)."""
     buf = region.buffer
     if buf.scope in ("local", "var"):
         raise unsupported(f"a tile written to {buf.scope} buffer {buf.name}", loc)
-    _whole(region, loc)
-    if [d for d in shape if d != 1] != [d for d in buf.shape if d != 1]:
-        raise unsupported(f"a tile of shape {shape} written to {buf.name} of shape {list(buf.shape)}", loc)
-    if list(shape) != list(buf.shape):
-        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
-    em.emit(f"{em.name(buf)} = {cast_text(value, src_dtype, buf.dtype, 'tl')}")
+    picks, kept = _slice(em, region, loc)
+    if [d for d in shape if d != 1] != [d for d in kept if d != 1]:
+        raise unsupported(f"a tile of shape {shape} written to {buf.name}{list(region.extents)}", loc)
+    picked = {d for d, _ in picks}
+    written = [1 if d in picked else n for d, n in enumerate(buf.shape)]
+    if list(shape) != written:
+        value = f"tl.reshape({value}, {padded_shape(written)})"
+    value = cast_text(value, src_dtype, buf.dtype, "tl")
+    if picks:
+        value = semantics.written_text("tl", em.name(buf), _selection_masks(buf, picks), value)
+    em.emit(f"{em.name(buf)} = {value}")
+
+
+def _register_shape(em: Emitter, region: ir.Region, loc) -> list:
+    """The shape of on-chip `region`'s register tile (`_slice`)."""
+    return _slice(em, region, loc)[1]
 
 
 def lower_copy(em: Emitter, s: ir.Copy):
@@ -353,11 +414,8 @@ def lower_copy(em: Emitter, s: ir.Copy):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
-    for region in (src, dst):
-        if region.buffer.scope != "global":
-            _whole(region, s.loc)
     if ss == "global":
-        shape = list(dst.buffer.shape) if ds != "global" else list(dst.tile_shape)
+        shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)
         value = f"tl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
         if ds != "global":
@@ -438,9 +496,9 @@ def lower_fill(em: Emitter, s: ir.Fill):
         ptr, mask = em.global_tile(s.dst, shape, s.loc)
         em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}, mask={mask})")
         return
-    _whole(s.dst, s.loc)
-    filled = _masked_pads(em.splat(s.value, v, buf.dtype, padded_shape(buf.shape)), buf.shape)
-    em.emit(f"{em.name(buf)} = {filled}")
+    shape = _register_shape(em, s.dst, s.loc)
+    filled = _masked_pads(em.splat(s.value, v, buf.dtype, padded_shape(shape)), shape)
+    _assign_tile(em, s.dst, filled, buf.dtype, shape, s.loc)
 
 
 def _masked_pads(tile: str, shape, pad_value: str = "0") -> str:
