@@ -418,7 +418,10 @@ def parallel(p, a, loc):
         extents = tuple(extents[0])
     if not extents:
         raise CompileError("T.Parallel needs at least one extent", loc)
-    return LoopSpec("parallel", extents=tuple(_int(e, "T.Parallel extent", loc) for e in extents))
+    # an extent known only at run time (a scalar parameter, a min of one) is the parser's to bound
+    return LoopSpec("parallel", extents=tuple(exprs.cast(p.scalar(e, loc), "int32", loc)
+                                              if isinstance(e, (ir.Expr, acc.BufferAccess, ir.Buffer))
+                                              else _int(e, "T.Parallel extent", loc) for e in extents))
 
 
 # --------------------------------------------------------------------------------------

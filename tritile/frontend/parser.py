@@ -38,6 +38,7 @@ from tritile.frontend import warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
+from tritile.ir.bounds import upper_bound
 from tritile.ir.dtypes import DType, as_dtype
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -47,6 +48,9 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
 _PY_COMPARE = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+# what a runtime scalar parameter may be: the types a Triton kernel argument takes
+SCALAR_PARAM_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                       "float16", "bfloat16", "float32", "float64")
 MACRO_DEPTH = 32  # nested macro inlinings (about 17 Python frames each with a loop and an if)
 
 
@@ -81,6 +85,7 @@ class Parser:
         self.buffer_names = set()
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
+        self.let_values = {}  # id(Var) -> value of each Let emitted (for `upper_bound`)
         self.global_reads = GlobalReads()
 
     # ---------------------------------------------------------------- helpers for handlers
@@ -168,9 +173,8 @@ class Parser:
                     self._declare_param(name, spec, loc)
                     continue
                 if isinstance(spec, DType) and name not in self.consts:
-                    raise CompileError(f"scalar kernel parameters ({name}: {spec}) are not supported yet: pass the "
-                                       f"value as a compile-time argument of the @tritile.jit function, or as a "
-                                       f"one-element tensor", loc)
+                    self._declare_scalar_param(name, spec, loc)
+                    continue
             if name in self.consts:
                 self._bind(name, self.consts[name])
             elif signature.parameters[name].default is not inspect.Parameter.empty:
@@ -196,13 +200,31 @@ class Parser:
             self.params.append([name, buf])
         self._bind(name, buf)
 
+    def _declare_scalar_param(self, name, dtype: DType, loc):
+        """`name: T.int32` (a signature annotation, or an eager body's `name: T.int32`): a
+        runtime scalar argument of the kernel, a Var of that dtype."""
+        if dtype.name not in SCALAR_PARAM_DTYPES:
+            raise CompileError(f"scalar parameter {name}: {dtype} is not a scalar parameter type; use one of "
+                               f"{', '.join(SCALAR_PARAM_DTYPES)}", loc)
+        var = ir.Var(name, as_dtype(dtype))
+        for entry in self.params:
+            if entry[0] == name:
+                if entry[1] is not None:
+                    raise CompileError(f"parameter {name} is annotated twice", loc)
+                entry[1] = var
+                break
+        else:
+            self.params.append([name, var])
+        self._bind(name, var)
+
     def _finish(self, src, tree) -> ir.PrimFunc:
         loc = src.loc(tree)
         missing = [name for name, buf in self.params if buf is None]
         if missing and not self.probe:
             raise CompileError(f"parameter {missing[0]} has no tensor annotation; add "
                                f"`{missing[0]}: T.Tensor((...), dtype)` to the signature or the body", loc)
-        params = [buf for _, buf in self.params if buf is not None]
+        params = [buf for _, buf in self.params if isinstance(buf, ir.Buffer)]
+        scalar_params = [(position, var) for position, (_, var) in enumerate(self.params) if isinstance(var, ir.Var)]
         out_start = len(params)
         params += self.outputs
         if self.returned is not None:
@@ -211,10 +233,12 @@ class Parser:
             out_idx = list(range(out_start, len(params)))
         attrs = {"globals_read": self.global_reads.guards()}
         if self.probe:
-            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
+            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
+                               scalar_params=scalar_params)
         if self.kernel is None:
             raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
-        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc)
+        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc,
+                           scalar_params=scalar_params)
         _bind_dynamic_dims(func)
         return func
 
@@ -254,6 +278,7 @@ class Parser:
         if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
             var = ir.Var(name, value.dtype)
             self.emit(ir.Let(var, value, loc=loc))
+            self.let_values[id(var)] = value
             value = var
         self._bind(name, value)
 
@@ -366,6 +391,9 @@ class Parser:
             self._declare_param(name, annotation, loc)
             return
         if node.value is None:
+            if isinstance(annotation, DType) and isinstance(node.target, ast.Name) and not self.in_kernel \
+                    and any(entry[0] == node.target.id and entry[1] is None for entry in self.params):
+                self._declare_scalar_param(node.target.id, annotation, loc)
             return
         self.name_hint = node.target.id if isinstance(node.target, ast.Name) else None
         try:
@@ -505,13 +533,7 @@ class Parser:
             if len(names) != len(spec.extents):
                 raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
                                    f"names", loc)
-            loop_vars = tuple(ir.Var(n) for n in names)
-            self.parallel_depth += 1
-            try:
-                body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
-            finally:
-                self.parallel_depth -= 1
-            self.emit(ir.Parallel(loop_vars, spec.extents, body, loc=loc))
+            self._parallel(names, spec.extents, node.body, loc)
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)
@@ -520,6 +542,46 @@ class Parser:
         body = self._scoped_block(node.body, {names[0]: var})
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
+
+    def _parallel(self, names, extents, body, loc):
+        """`for names in T.Parallel(*extents)`.  A tile has static extents, so an extent known
+        only at run time runs on a static one with the lanes past it masked off: on its upper
+        bound when it has one (``T.min(valid_len, 512)``: 512), else in chunks of the kernel's
+        threads (rounded up to a power of two) by a serial loop around the `T.Parallel` - the
+        last such extent; the others in chunks of one lane."""
+        unbounded = [i for i, e in enumerate(extents) if isinstance(e, ir.Expr)
+                     and upper_bound(e, self.let_values) is None]
+        lane_vars = tuple(ir.Var(n) for n in names)
+        static, indices, guards, chunk_loops = [], [], [], []
+        for axis, (name, extent, lane) in enumerate(zip(names, extents, lane_vars)):
+            if not isinstance(extent, ir.Expr):
+                static.append(extent)
+                indices.append(lane)
+                continue
+            if axis in unbounded:
+                size = 1 << max(self.kernel_threads - 1, 0).bit_length() if axis == unbounded[-1] else 1
+                chunk = ir.Var(f"{name}_chunk")
+                chunk_loops.append((chunk, exprs.binary("//", exprs.binary("+", extent, size - 1, loc), size, loc)))
+                index = exprs.binary("+", exprs.binary("*", chunk, size, loc), lane, loc)
+            else:
+                size, index = max(upper_bound(extent, self.let_values), 1), lane
+            static.append(size)
+            indices.append(index)
+            guards.append(exprs.binary("<", index, extent, loc))
+        self.parallel_depth += 1
+        try:
+            stmts = self._scoped_block(body, dict(zip(names, indices)))
+        finally:
+            self.parallel_depth -= 1
+        if guards:
+            cond = guards[0]
+            for guard in guards[1:]:
+                cond = exprs.binary("and", cond, guard, loc)
+            stmts = ir.Seq([ir.If(cond, stmts, loc=loc)])
+        stmt = ir.Parallel(lane_vars, tuple(static), stmts, loc=loc)
+        for chunk, count in reversed(chunk_loops):
+            stmt = ir.For(chunk, ir.Const(0), count, ir.Seq([stmt]), loc=loc)
+        self.emit(stmt)
 
     def _loop_spec(self, iter_node, loc):
         if isinstance(iter_node, ast.Call):
@@ -959,7 +1021,7 @@ def _bind_dynamic_dims(func: ir.PrimFunc):
             if isinstance(size, ir.Var) and size not in func.dim_bindings:
                 func.dim_bindings[size] = (index, dim)
                 func.dynamic_vars.append(size)
-    defined = {id(v) for v in func.dynamic_vars} | {id(v) for v in func.kernel.block_vars}
+    defined = {id(v) for v in func.runtime_vars} | {id(v) for v in func.kernel.block_vars}
     for node in walk(func.kernel.body):
         if isinstance(node, ir.For):
             defined.add(id(node.var))

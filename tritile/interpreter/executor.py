@@ -268,7 +268,8 @@ def _widen(value, ndim: int, new: int):
 
 
 def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
-    """Check `args` against `func.params` and return the runtime dims {Var: int}."""
+    """Check `args` against `func.params` and return the runtime scalars {Var: value}: the
+    dims, and the scalar parameters (`dim_values` must hold each, of its dtype's kind)."""
     if not isinstance(args, (list, tuple)):
         raise TypeError(f"args must be a list of tensors, got {type(args).__name__}")
     if len(args) != len(func.params):
@@ -280,8 +281,11 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     for var, value in dim_values.items():
         if not isinstance(var, ir.Var):
             raise TypeError(f"dim_values keys must be Vars, got {var!r}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"dim_values[{var.name}] must be an int, got {value!r}")
+        kind = var.dtype.kind if any(var is v for v in func.scalar_vars) else "int"
+        if not isinstance(value, {"bool": (bool, int), "float": (float, int)}.get(kind, int)) \
+                or (kind != "bool" and isinstance(value, bool)):
+            raise TypeError(f"dim_values[{var.name}] must be {'an int' if kind != 'float' else 'a float'}, got "
+                            f"{value!r}")
         dims[var] = value
     for buf, t in zip(func.params, args):
         if not isinstance(t, torch.Tensor):
@@ -301,6 +305,9 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     missing = [v.name for v in func.dynamic_vars if v not in dims]
     if missing:
         raise ValueError(f"no value for the dynamic dimension(s) {', '.join(missing)}")
+    missing = [v.name for v in func.scalar_vars if v not in dims]
+    if missing:
+        raise ValueError(f"no value for the scalar parameter(s) {', '.join(missing)}")
     evaluator = Evaluator(dims, None)
     for buf, t in zip(func.params, args):
         expected = [evaluator.scalar(d) for d in buf.shape]

@@ -641,11 +641,15 @@ class WarpSpecialization:
 
 @dataclass
 class PrimFunc:
-    """A compiled-program unit: global tensor parameters, runtime dims and one kernel.
+    """A compiled-program unit: global tensor parameters, runtime scalars and one kernel.
 
     `params` are the global Buffers in call order; `out_idx` the indices of params the
     runtime allocates and returns; `dynamic_vars` the `T.dynamic` Vars, each bound at
-    call time from `dim_bindings[var] = (param index, dim)`."""
+    call time from `dim_bindings[var] = (param index, dim)`.  `scalar_params` are the
+    runtime scalar parameters (`valid_len: T.int32`): ``(position, Var)`` pairs, the Var of
+    the parameter's dtype and `position` its index in the call's parameter list, which
+    interleaves them with the tensors (`call_params`).  Both kinds of Var are read-only
+    values of the whole kernel, passed to it after the tensors (`runtime_vars`)."""
 
     name: str
     params: list
@@ -655,6 +659,23 @@ class PrimFunc:
     dim_bindings: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)  # facts passes record (e.g. "shared_bytes")
     loc: Optional[SourceLoc] = None
+    scalar_params: list = field(default_factory=list)
+
+    @property
+    def scalar_vars(self) -> list:
+        return [var for _, var in self.scalar_params]
+
+    @property
+    def runtime_vars(self) -> list:
+        """The scalars the kernel takes after its tensors: the `T.dynamic` dims, then the scalar params."""
+        return [*self.dynamic_vars, *self.scalar_vars]
+
+    def call_params(self) -> list:
+        """The call's parameters in order: tensor Buffers and scalar-parameter Vars."""
+        out = list(self.params)
+        for position, var in sorted(self.scalar_params, key=lambda entry: entry[0]):
+            out.insert(position, var)
+        return out
 
 
 def const(value, dtype: DType = None) -> Const:

@@ -188,7 +188,8 @@ class _Printer:
 
 def format_func(func: ir.PrimFunc) -> str:
     p = _Printer()
-    params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" for b in func.params)
+    params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" if isinstance(b, ir.Buffer)
+                       else f"{b.name}: T.{b.dtype}" for b in func.call_params())
     p.emit(0, "@T.prim_func")
     p.emit(0, f"def {func.name}({params}):")
     if func.out_idx:

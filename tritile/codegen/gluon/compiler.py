@@ -47,14 +47,14 @@ class GluonKernel:
         self.descriptors = descriptors  # [DescriptorSpec] of the kernel's TMA descriptor arguments
         self._host_launch = host_launch
         self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
-        self._dynamic_vars = list(func.dynamic_vars)
+        self._runtime_vars = func.runtime_vars
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
-        runtime dims are looked up by `func`'s Vars, in the same order."""
+        runtime scalars are looked up by `func`'s Vars, in the same order."""
         return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors, self.tables)
 
     def launch(self, args, dim_values=None):
@@ -73,7 +73,7 @@ class GluonKernel:
     def launch_bound(self, args, dim_values=None):
         """Launch on arguments an `ArgumentBinder` already checked (count, dtypes, one device
         kind, contiguity); the launcher checks the alignment the kernel was compiled for."""
-        dims = [int(dim_values[v]) for v in self._dynamic_vars] if self._dynamic_vars else []
+        dims = [dim_values[v] for v in self._runtime_vars] if self._runtime_vars else []
         if self._launcher is None:
             from tritile.runtime.launcher import kernel_launcher
 
@@ -112,7 +112,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
             # another thread may have compiled it while this one waited for the lock
             hit = cache.lookup(key) or cache.remember(key, _compile(func, target, key))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
-    same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
+    same_vars = all(a is b for a, b in zip(hit.func.runtime_vars, func.runtime_vars))
     return hit if same_vars else hit.bound_to(func)
 
 
