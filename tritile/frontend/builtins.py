@@ -142,6 +142,15 @@ def empty(p, a, loc):
     return p.declare_output(shape, _dtype(dtype, loc), loc)
 
 
+def alloc_global(p, a, loc):
+    p.require_outside_kernel("T.alloc_global", loc)
+    shape = a["shape"]
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else _int(s, "T.alloc_global shape", loc)
+                  for s in shape)
+    return p.declare_workspace(shape, _dtype(a["dtype"], loc), loc)
+
+
 def _alloc(scope):
     def handler(p, a, loc):
         p.require_kernel(f"T.alloc_{scope}", loc)
@@ -468,7 +477,7 @@ HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
-    "alloc_global": _not_yet("T.alloc_global (a global workspace tensor)", "pass the tensor as a kernel parameter"),
+    "alloc_global": alloc_global,
     "alloc_reducer": _not_yet("T.alloc_reducer", "accumulate into a T.alloc_fragment and use T.reduce_*"),
     "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
     "view": _not_yet("T.view", "index the buffer with the viewed indices"),

@@ -12,6 +12,9 @@ Evaluation model
   scalar name that the body assigns and that is already bound outside it is promoted to a
   "var"-scope buffer (`Alloc` + `Store`/`Load`), so loop-carried and branch-merged values
   stay correct.  Names first bound inside such a body are local to it.
+* Each `with T.Kernel` block is one kernel; `T.alloc_global` outside them a workspace.  A
+  function of several kernels, or with workspaces, is a `PrimFunc` of one-kernel `parts`
+  (see `tritile.ir.nodes.PrimFunc`).
 * `for ... in range(...)` / `T.serial` / `T.unroll` / `T.Pipelined` become `For` loops
   (range is a serial loop, never unrolled by the frontend); `T.Parallel` becomes
   `Parallel`; iterating a Python list/tuple unrolls at compile time.  An `if` on a
@@ -78,7 +81,8 @@ class Parser:
         self.params = []  # (python name, Buffer or None until annotated)
         self.outputs = []
         self.returned = None
-        self.kernel = None
+        self.kernels = []  # the `with T.Kernel` blocks, in launch order
+        self.workspaces = []  # T.alloc_global buffers
         self.in_kernel = False
         self.swizzle = None
         self.name_hint = None
@@ -124,6 +128,11 @@ class Parser:
             return self.const_symbols.setdefault(name, ir.Var(name))
         raise CompileError(f"T.const {name!r} has no value: pass a tensor whose shape gives it, or "
                            f"{name}=... to .compile()", loc)
+
+    def declare_workspace(self, shape, dtype, loc):
+        buf = ir.Buffer(self.unique_name(self.name_hint or "workspace"), tuple(shape), dtype, "global", loc=loc)
+        self.workspaces.append(buf)
+        return buf
 
     def declare_output(self, shape, dtype, loc):
         buf = ir.Buffer(self.unique_name(self.name_hint or "out"), tuple(shape), dtype, "global", loc=loc)
@@ -235,11 +244,22 @@ class Parser:
         if self.probe:
             return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
                                scalar_params=scalar_params)
-        if self.kernel is None:
+        if not self.kernels:
             raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
-        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc,
-                           scalar_params=scalar_params)
-        _bind_dynamic_dims(func)
+        if len(self.kernels) == 1 and not self.workspaces:
+            func = ir.PrimFunc(src.name, params, self.kernels[0], out_idx=out_idx, attrs=attrs, loc=loc,
+                               scalar_params=scalar_params)
+            _bind_dynamic_dims(func, [func.kernel])
+            return func
+        # a program of several kernels and workspaces: each kernel its own one-kernel function
+        # taking the call's tensors, then the workspaces
+        func = ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
+                           scalar_params=scalar_params, workspaces=list(self.workspaces))
+        _bind_dynamic_dims(func, self.kernels)
+        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces, kernel,
+                                  dynamic_vars=list(func.dynamic_vars), dim_bindings=dict(func.dim_bindings),
+                                  attrs=dict(attrs), loc=kernel.loc, scalar_params=scalar_params)
+                      for i, kernel in enumerate(self.kernels)]
         return func
 
     # ---------------------------------------------------------------- names and frames
@@ -441,8 +461,6 @@ class Parser:
             return
         if not isinstance(spec, tile_ops.KernelSpec):
             raise CompileError("the only supported with-statement is `with T.Kernel(...) as ...`", loc)
-        if self.kernel is not None:
-            raise CompileError("only one `with T.Kernel(...)` block per kernel function", loc)
         if self.probe:
             raise _ProbeDone()
         target = item.optional_vars
@@ -466,13 +484,15 @@ class Parser:
                     self._bind(n, v)
         self.in_kernel = True
         self.kernel_threads = spec.threads
+        self.swizzle = None
         self.blocks.append([])
         try:
             self.statements(node.body)
         finally:
             body = self.blocks.pop()
             self.in_kernel = False
-        self.kernel = ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle, loc=loc)
+        self.kernels.append(ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle,
+                                      loc=loc))
 
     def _warp_groups(self, spec, node, loc):
         """`with T.ws(*groups):` - the body as an `ir.WarpGroups` block."""
@@ -1004,8 +1024,9 @@ _PY_SCALAR_BUILTINS = {
 }
 
 
-def _bind_dynamic_dims(func: ir.PrimFunc):
-    """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds."""
+def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
+    """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
+    `kernels`, the tensors' and the workspaces' shapes)."""
     from tritile.ir.transform import walk
 
     for index, buf in enumerate(func.params):
@@ -1021,17 +1042,17 @@ def _bind_dynamic_dims(func: ir.PrimFunc):
             if isinstance(size, ir.Var) and size not in func.dim_bindings:
                 func.dim_bindings[size] = (index, dim)
                 func.dynamic_vars.append(size)
-    defined = {id(v) for v in func.runtime_vars} | {id(v) for v in func.kernel.block_vars}
-    for node in walk(func.kernel.body):
-        if isinstance(node, ir.For):
-            defined.add(id(node.var))
-        elif isinstance(node, ir.Parallel):
-            defined.update(id(v) for v in node.vars)
-        elif isinstance(node, ir.Let):
-            defined.add(id(node.var))
-    for root in (func.kernel.grid, func.kernel.body, [b.shape for b in func.params]):
-        for node in walk(root):
-            if isinstance(node, ir.Var) and id(node) not in defined:
-                raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it as a "
-                                   f"dimension, so its value cannot be bound at call time",
-                                   getattr(func.kernel, "loc", None))
+    for kernel in kernels:
+        defined = {id(v) for v in func.runtime_vars} | {id(v) for v in kernel.block_vars}
+        for node in walk(kernel.body):
+            if isinstance(node, ir.For):
+                defined.add(id(node.var))
+            elif isinstance(node, ir.Parallel):
+                defined.update(id(v) for v in node.vars)
+            elif isinstance(node, ir.Let):
+                defined.add(id(node.var))
+        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces]):
+            for node in walk(root):
+                if isinstance(node, ir.Var) and id(node) not in defined:
+                    raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it "
+                                       f"as a dimension, so its value cannot be bound at call time", kernel.loc)

@@ -649,7 +649,15 @@ class PrimFunc:
     runtime scalar parameters (`valid_len: T.int32`): ``(position, Var)`` pairs, the Var of
     the parameter's dtype and `position` its index in the call's parameter list, which
     interleaves them with the tensors (`call_params`).  Both kinds of Var are read-only
-    values of the whole kernel, passed to it after the tensors (`runtime_vars`)."""
+    values of the whole kernel, passed to it after the tensors (`runtime_vars`).
+
+    A function of several `with T.Kernel` blocks, or with `T.alloc_global` workspaces, has
+    `kernel` None: `workspaces` are its global Buffers the runtime allocates for each call
+    (shapes of ints and the call's runtime scalars), and `parts` its kernels in launch order,
+    each a complete one-kernel `PrimFunc` whose `params` are the call's tensors followed by the
+    workspaces (its `out_idx` empty: the program allocates the outputs; the same runtime Vars).
+    The pass list, the backends and the interpreter see only such one-kernel functions; the
+    runtime launches the parts one after another on the same tensors."""
 
     name: str
     params: list
@@ -660,6 +668,13 @@ class PrimFunc:
     attrs: dict = field(default_factory=dict)  # facts passes record (e.g. "shared_bytes")
     loc: Optional[SourceLoc] = None
     scalar_params: list = field(default_factory=list)
+    workspaces: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list:
+        """The kernels in launch order: `kernel`, or each part's."""
+        return [part.kernel for part in self.parts] if self.parts else [self.kernel]
 
     @property
     def scalar_vars(self) -> list:

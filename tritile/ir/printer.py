@@ -187,15 +187,30 @@ class _Printer:
 
 
 def format_func(func: ir.PrimFunc) -> str:
+    """`func` as TileLang source; a function of several kernels (`parts`) prints its workspaces
+    and then each part's kernel, headed by the part's name."""
     p = _Printer()
+    call_params = func.call_params()
     params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" if isinstance(b, ir.Buffer)
-                       else f"{b.name}: T.{b.dtype}" for b in func.call_params())
+                       else f"{b.name}: T.{b.dtype}" for b in call_params)
     p.emit(0, "@T.prim_func")
     p.emit(0, f"def {func.name}({params}):")
     if func.out_idx:
         p.emit(1, f"# out_idx={func.out_idx}")
     if func.dynamic_vars:
         p.emit(1, "# dynamic: " + ", ".join(v.name for v in func.dynamic_vars))
+    for b in func.workspaces:
+        p.emit(1, f"{b.name} = T.alloc_global({_shape_str(b.shape)}, {b.dtype})")
+    for part in func.parts:
+        p.emit(1, f"# kernel {part.name}")
+        _kernel(p, part)
+    if not func.parts:
+        _kernel(p, func)
+    return "\n".join(p.lines) + "\n"
+
+
+def _kernel(p, func: ir.PrimFunc):
+    """The `with T.Kernel` block of one-kernel `func`, after the facts passes recorded about it."""
     ws = func.attrs.get("warp_specialization")
     if ws is not None:
         p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "
@@ -210,7 +225,6 @@ def format_func(func: ir.PrimFunc) -> str:
     if k.swizzle is not None:
         p.emit(2, f"T.use_swizzle({k.swizzle[0]}, order={k.swizzle[1]!r})")
     p.seq(k.body, 2)
-    return "\n".join(p.lines) + "\n"
 
 
 def format_node(node) -> str:

@@ -36,8 +36,8 @@ from tritile.ir.transform import walk, written_buffer
 
 
 def written_params(func: ir.PrimFunc) -> set:
-    """Indices of the parameters the kernel writes."""
-    ids = {id(written_buffer(node)) for node in walk(func.kernel.body)}
+    """Indices of the parameters the kernels write."""
+    ids = {id(written_buffer(node)) for kernel in func.kernels for node in walk(kernel.body)}
     return {i for i, p in enumerate(func.params) if id(p) in ids}
 
 
@@ -180,11 +180,11 @@ class ArgumentBinder:
             dim_values, out_shapes, runs = known
             if scalars:
                 dim_values = {**dim_values, **scalars}
-                runs = self._grid_has_blocks(dim_values)
+                runs = self.grid_has_blocks(dim_values)
             return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs
         tensors, dim_values = self._bind_checked(args)
         dim_values.update(scalars)
-        runs = self._grid_has_blocks(dim_values)
+        runs = self.grid_has_blocks(dim_values)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
@@ -212,7 +212,7 @@ class ArgumentBinder:
                 scalars[var] = scalar_value(var, value, position)
         return tensors, scalars
 
-    def _grid_has_blocks(self, dim_values: dict) -> bool:
+    def grid_has_blocks(self, dim_values: dict) -> bool:
         """False for an empty grid; a negative extent raises ValueError naming its sizes."""
         runs = True
         for axis, extent in self.dynamic_grid:
@@ -229,8 +229,7 @@ class ArgumentBinder:
         """`args` (the inputs, or every tensor) with the outputs allocated on their device."""
         if not (self.allocates and len(args) == len(self.inputs)):
             return args
-        # no input to follow (a kernel that only writes its outputs): the GPU when there is one, as TileLang
-        device = args[0].device if args else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = call_device(args)
         full = [None] * self.n_params
         for i, t in zip(self.inputs, args):
             full[i] = t
@@ -249,6 +248,20 @@ class ArgumentBinder:
             expected = f"{len(self.inputs)} ({names})" if self.allocates else f"{self.n_params} ({names})"
             raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
         return check_tensors(func, range(self.n_params), args, self.written, dim_values), dim_values
+
+
+def call_device(tensors) -> torch.device:
+    """Where a call's new tensors (outputs, workspaces) go: its tensors' device; without input
+    tensors (a kernel that only writes its outputs) the GPU when there is one, as TileLang."""
+    return tensors[0].device if tensors else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def allocate_workspaces(func: ir.PrimFunc, dim_values: dict, device) -> list:
+    """The call's `T.alloc_global` tensors on `device`, uninitialised (as TileLang's); their
+    shapes are ints or expressions of the call's runtime scalars."""
+    evaluator = Evaluator(dim_values, None)
+    return [torch.empty([int(evaluator.scalar(s)) if isinstance(s, ir.Expr) else s for s in b.shape],
+                        dtype=b.dtype.torch, device=device) for b in func.workspaces]
 
 
 def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:

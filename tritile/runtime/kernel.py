@@ -15,9 +15,17 @@ whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs
 It returns the outputs (one tensor, or a list when there are several), or None without
 `out_idx`.  `globals_read` holds the guards of the module globals the frontend read
 (`tritile.frontend.source`), which the JIT checks before serving this kernel again.
+
+A function of several kernels (`PrimFunc.parts`: several `with T.Kernel` blocks, or
+`T.alloc_global` workspaces) is one `JITKernel` per part, each compiled as any one-kernel
+function; this one binds the call's arguments, allocates the workspaces on the call's device
+(`arguments.allocate_workspaces`) and runs the parts in order on the tensors and workspaces (a
+part whose grid has no block is skipped).  Its stages are the function with every part at that
+stage, and `get_source` of a codegen stage is the parts' sources one after another.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from tritile import codegen
@@ -25,13 +33,15 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import ArgumentBinder, written_params
+from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, written_params
 from tritile.runtime.target import Target, parse_target
 
 # generated source stages; "triton" and "ttir" always from the triton.language backend, the
 # others from the backend chosen for the planned target
 _CODEGEN_STAGES = ("gluon", "triton", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 _PLANNED_FOR_CPU = Target("cuda", 90)
+# how each codegen stage writes a comment line (the heading of each part's source)
+_COMMENT = {"gluon": "#", "triton": "#", "llir": ";", "amdgcn": ";"}
 
 
 class JITKernel:
@@ -45,13 +55,20 @@ class JITKernel:
         self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())
         self.backends = codegen.candidates(self.backend, self.plan_target)
-        with switches.overridden(transform.schedule_overrides(self.pass_configs)):
-            self.stages = run_passes(func, self.plan_target,
-                                     stop_after=codegen.last_stage(self.backends, PASS_NAMES))
+        self._parts = [JITKernel(part, target=target, pass_configs=pass_configs, execution_backend=execution_backend,
+                                 compile_flags=compile_flags, backend=backend) for part in func.parts]
+        if self._parts:
+            self.stages = [(name, dataclasses.replace(func, parts=[part.stages[i][1] for part in self._parts]))
+                           for i, (name, _) in enumerate(self._parts[0].stages)]
+        else:
+            with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+                self.stages = run_passes(func, self.plan_target,
+                                         stop_after=codegen.last_stage(self.backends, PASS_NAMES))
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
-        self._bind = ArgumentBinder(self.func, self._written, func.kernel.grid)
+        # the parts check their own grids when they run
+        self._bind = ArgumentBinder(self.func, self._written, () if self._parts else func.kernel.grid)
         self._compiled = {}  # str(target) -> codegen result
         self._device_kernel = None  # the codegen result for the device target, once compiled
         self._inspected_stages = None  # the whole pass list's stages, when inspected past self.stages
@@ -65,7 +82,9 @@ class JITKernel:
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
         tensors, dim_values, runs = self._bind(args)
-        if runs:
+        if self._parts:
+            self._run_parts(tensors, dim_values)
+        elif runs:
             self._run(tensors, dim_values)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
@@ -85,6 +104,12 @@ class JITKernel:
             if self._device_kernel is None:
                 self._device_kernel = self._codegen(self._device_target())
             self._device_kernel.launch_bound(tensors, dim_values)
+
+    def _run_parts(self, tensors: list, dim_values: dict) -> None:
+        tensors = tensors + allocate_workspaces(self.func, dim_values, call_device(tensors))
+        for part in self._parts:
+            if part._bind.grid_has_blocks(dim_values):
+                part._run(tensors, dim_values)
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
@@ -112,7 +137,10 @@ class JITKernel:
         (generated sources), or "ttir", "ttgir", "llir", "ptx" / "amdgcn" (Triton's stages of the
         chosen backend for the planned target; "ttir" exists only on the triton.language
         backend, which it then uses).  Passes and the Gluon source past where the chosen backends
-        start are run for inspection on demand."""
+        start are run for inspection on demand.  A function of several kernels gives every
+        kernel at that stage."""
+        if self._parts:
+            return self._parts_source(stage)
         if stage in ("triton", "ttir"):
             kernel = self._triton_kernel(self.plan_target)
             return kernel.source if stage == "triton" else kernel.asm["ttir"]
@@ -125,11 +153,24 @@ class JITKernel:
             if stage not in asm:
                 raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
             return asm[stage]
+        return format_func(self._stage_func(stage))
+
+    def _stage_func(self, stage: str) -> ir.PrimFunc:
+        """The IR at "tile" or after pass `stage`."""
         for name, func in self.stages if stage in dict(self.stages) else self._all_stages():
             if name == stage:
-                return format_func(func)
+                return func
         valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
+
+    def _parts_source(self, stage: str, kernel_source: bool = False) -> str:
+        """Every part's source at `stage` (or its `get_kernel_source`), in launch order."""
+        if stage not in _CODEGEN_STAGES and not kernel_source:
+            return format_func(dataclasses.replace(self.func, parts=[p._stage_func(stage) for p in self._parts]))
+        mark = _COMMENT.get("gluon" if kernel_source else stage, "//")
+        return "\n".join(f"{mark} kernel {i} of {len(self._parts)}: {part.func.name}\n"
+                         + (part.get_kernel_source() if kernel_source else part.get_source(stage))
+                         for i, part in enumerate(self._parts))
 
     def _all_stages(self) -> list:
         """The stages of the whole pass list: `self.stages`, or, when the chosen backends start
@@ -149,6 +190,8 @@ class JITKernel:
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated source of the chosen backend (TileLang's name for the device kernel's source)."""
+        if self._parts:
+            return self._parts_source("gluon", kernel_source=True)
         return self._codegen(self.plan_target).source
 
     def __repr__(self) -> str:
