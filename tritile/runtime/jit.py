@@ -7,6 +7,9 @@ Two styles, detected from the decorated function's source:
   `A: T.Tensor(...)`, outputs from `T.empty` and `return`).  `f(a, b, **consts)` compiles
   once per specialisation (keyword constants, `T.const` values read from the tensors'
   shapes, dtypes, device kind) and runs; `f.compile(**consts)` returns the `JITKernel`.
+  A parameter annotated with a dtype (`alpha: T.float32` in the signature, or a bare
+  `n: T.int32` in the body) is a runtime scalar argument, not a constant: one kernel serves
+  every value.
   `out_idx` is rejected (the `return` statement names the outputs).
 Caches are per decorated function, keyed by value (not by object identity), so repeated
 calls with equal arguments return the same `JITKernel` object.  `f.cache_info()` reports
@@ -33,13 +36,13 @@ from collections import namedtuple
 
 import torch
 
+import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import parse_kernel, probe_const_dims
 from tritile.frontend.source import FunctionSource, GlobalReads, globals_unchanged
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import DType
 from tritile.runtime.kernel import JITKernel
-import tritile.language as T
 
 __all__ = ["jit", "compile", "JITKernel", "CacheInfo"]
 
