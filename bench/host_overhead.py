@@ -85,7 +85,7 @@ def main():
     a = torch.randn(n, n, dtype=torch.float16)
     b = torch.randn(n, n, dtype=torch.float16)
 
-    tensors, dims = kernel._bind((a, b))
+    tensors, dims = kernel._bind((a, b))[:2]
     grid, kernel_tensors, operands, dim_args = _captured_launch(gluon, tensors, dims)
     rows = [
         ("kernel(a, b)  [compiled JITKernel, total]", lambda: kernel(a, b)),

@@ -9,8 +9,7 @@ Triton caches, so nothing compiled by one variant serves another:
                (lowering/persistent_tiles.py), the producer running ahead into the next tile;
   producer   - TRITILE_WARP_SPECIALIZE=1: every kernel with a qualifying loop gets a producer
                warp (GEMMs too, whose consumers stay whole) and so is persistent as well.
-`EXTRA_VARIANTS='{"name": {"SWITCH": "value"}}'` adds variants (JSON; a `SOURCE_PATCHES` entry
-applies what-if edits of the generated source, bench/source_patches.py), `VARIANTS=a,b` picks
+`EXTRA_VARIANTS='{"name": {"SWITCH": "value"}}'` adds variants (JSON), `VARIANTS=a,b` picks
 some of them, `CASES=gemm` (or `attn`, or `d128` / `d64`: attention of that head dim) some of the cases; `ROUNDS` rounds (odd ones in reverse
 order) while fewer than `ROUND_SECONDS` (60) have passed.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
@@ -63,10 +62,6 @@ def rel_err(out, ref) -> float:
 def run_variant(variant: str) -> dict:
     """Time tritile's attention and GEMM under `variant` (called in a child process)."""
     os.environ.update(VARIANTS[variant])
-    if os.environ.get("SOURCE_PATCHES"):  # what-if edits of the generated source (source_patches.py)
-        import source_patches
-
-        source_patches.install(os.environ["SOURCE_PATCHES"])
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from examples.flash_attention import tritile_attention

@@ -5,7 +5,8 @@
 * row softmax over fragments (`T.reduce_max`, `T.exp`, `T.reduce_sum`), fp16 in and out;
 * `T.alloc_var` scalars as counters and accumulators in a serial loop;
 * Python `while` and `if` on runtime values (a per-row length read from a tensor);
-* `T.float16.max` / `.min` (the type's finite extremes) as clamp bounds.
+* `T.float16.max` / `.min` (the type's finite extremes) as clamp bounds;
+* a `T.alloc_local` array read inside `T.Parallel` at a runtime index.
 On the `device` fixture's tensors (CPU: the reference interpreter; CUDA: the Gluon kernel),
 against torch on the same device.
 """
@@ -179,6 +180,50 @@ def test_dtype_extremes_as_clamp_bounds(device, assert_close):
     assert_close(out, expected)
 
 
+@tritile.jit(out_idx=[-1])
+def affine_per_row_block(M, N, block_M):
+    """`T.alloc_local` arrays (registers, read and written at runtime indices): a (2, 3) table
+    of coefficients filled, then written in a serial loop from global memory, and one row of
+    it read inside `T.Parallel` at the block's own index: C = A * coef[r, 0] + coef[r, 1] + coef[r, 2]."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float32"), Coef: T.Tensor((6,), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as bx:
+            coef = T.alloc_local((2, 3), "float32")
+            T.fill(coef, 1.0)
+            for t in T.serial(5):  # the last element keeps the fill
+                coef[t // 3, t % 3] = Coef[t] * 2.0
+            r = bx % 2
+            for i, j in T.Parallel(block_M, N):
+                C[bx * block_M + i, j] = A[bx * block_M + i, j] * coef[r, 0] + coef[r, 1] + coef[r, 2]
+
+    return main
+
+
+def test_local_array_read_inside_parallel(device, assert_close):
+    a, c = torch.randn(64, 32, device=device), torch.randn(6, device=device)
+    coef = (c * 2).reshape(2, 3)
+    coef[1, 2] = 1.0
+    rows = coef[torch.arange(64, device=device) // 16 % 2]
+    assert_close(affine_per_row_block(64, 32, 16)(a, c), a * rows[:, :1] + rows[:, 1:2] + rows[:, 2:])
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_local_array_indexed_by_a_lane_is_a_compile_error(backend):
+    from tritile.runtime.target import Target
+
+    @T.prim_func
+    def gather(A: T.Tensor((32,), "float32"), C: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            table = T.alloc_local((4,), "float32")
+            for i in T.Parallel(32):
+                C[i] = A[i] * table[i % 4]
+
+    with pytest.raises(tritile.CompileError, match=r"local array table by a T\.Parallel variable") as err:
+        tritile.compile(gather, target=Target("cuda", 90), backend=backend).get_source("ptx")
+    assert "C[i] = A[i] * table[i % 4]" in str(err.value)
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
 @tritile.jit(out_idx=[1])
 def scale_rows_in_band(M, N, block_M, block_N, lo, hi):
@@ -214,6 +259,7 @@ COMPILE_CASES = {
     "count_and_sum_positives": lambda: count_and_sum_positives(16, 64),
     "prefix_sums_by_sign": lambda: prefix_sums_by_sign(16, 64),
     "saturate_to_half": lambda: saturate_to_half(64, 64, 32),
+    "affine_per_row_block": lambda: affine_per_row_block(64, 32, 16),
 }
 
 

@@ -212,6 +212,140 @@ def test_rms_norm_rows_of_one(block_M, device, assert_close):
     assert ".target sm_90" in kernel.get_source("ptx")
 
 
+@tritile.jit
+def online_softmax(X, BLOCK_M=1, BLOCK_N=8192, dtype: T.dtype = T.float16, max_dtype: T.dtype = T.float16):
+    """TileLang's online_softmax example (eager style): per block of BLOCK_M rows, a first
+    pipelined pass keeps the log-sum-exp of the row tiles, whose running max `max_x` (a
+    [BLOCK_M] fragment, [1] with BLOCK_M=1) is a reduction's result carried through the loop; a
+    second pass writes exp2(x * log2(e) - lse)."""
+    M, N = T.const("M, N")
+    X: T.Tensor([M, N], dtype)
+    Y = T.empty([M, N], dtype)
+    accum_dtype = T.float32
+    scale = 1.44269504  # log2(e)
+    with T.Kernel(T.ceildiv(M, BLOCK_M), threads=128) as (i_m):
+        x = T.alloc_fragment([BLOCK_M, BLOCK_N], dtype)
+        y = T.alloc_fragment([BLOCK_M, BLOCK_N], dtype)
+        lse = T.alloc_fragment([BLOCK_M], accum_dtype)
+        max_x = T.alloc_fragment([BLOCK_M], max_dtype)
+        exp_x = T.alloc_fragment([BLOCK_M, BLOCK_N], accum_dtype)
+        sum_exp_x = T.alloc_fragment([BLOCK_M], accum_dtype)
+        T.fill(lse, -T.infinity(accum_dtype))
+        for i_n in T.Pipelined(T.ceildiv(N, BLOCK_N)):
+            T.copy(X[i_m * BLOCK_M, i_n * BLOCK_N], x)
+            T.reduce_max(x, max_x, dim=1, clear=True)
+            for i, j in T.Parallel(BLOCK_M, BLOCK_N):
+                exp_x[i, j] = T.exp2(x[i, j] * scale - max_x[i] * scale)
+            T.reduce_sum(exp_x, sum_exp_x, dim=1, clear=True)
+            for i in T.Parallel(BLOCK_M):
+                lse[i] = max_x[i] * scale + T.log2(T.exp2(lse[i] - max_x[i] * scale) + sum_exp_x[i])
+        for i_n in T.Pipelined(T.ceildiv(N, BLOCK_N)):
+            T.copy(X[i_m * BLOCK_M, i_n * BLOCK_N], x)
+            for i, j in T.Parallel(BLOCK_M, BLOCK_N):
+                y[i, j] = T.exp2(x[i, j] * scale - lse[i])
+            T.copy(y, Y[i_m * BLOCK_M, i_n * BLOCK_N])
+    return Y
+
+
+@tritile.jit
+def online_softmax_columns(X, BLOCK_N=64, BLOCK_M=4, dtype: T.dtype = T.float16):
+    """`online_softmax` transposed: softmax over dim 0, the running max a reduction of [BLOCK_N,
+    BLOCK_M] tiles over their dim 0 carried through the loop."""
+    N, M = T.const("N, M")
+    X: T.Tensor([N, M], dtype)
+    Y = T.empty([N, M], dtype)
+    scale = 1.44269504
+    with T.Kernel(T.ceildiv(M, BLOCK_M), threads=128) as i_m:
+        x = T.alloc_fragment([BLOCK_N, BLOCK_M], dtype)
+        lse = T.alloc_fragment([BLOCK_M], T.float32)
+        max_x = T.alloc_fragment([BLOCK_M], dtype)
+        exp_x = T.alloc_fragment([BLOCK_N, BLOCK_M], T.float32)
+        sum_exp_x = T.alloc_fragment([BLOCK_M], T.float32)
+        T.fill(lse, -T.infinity(T.float32))
+        for i_n in T.Pipelined(T.ceildiv(N, BLOCK_N)):
+            T.copy(X[i_n * BLOCK_N, i_m * BLOCK_M], x)
+            T.reduce_max(x, max_x, dim=0, clear=True)
+            for i, j in T.Parallel(BLOCK_N, BLOCK_M):
+                exp_x[i, j] = T.exp2(x[i, j] * scale - max_x[j] * scale)
+            T.reduce_sum(exp_x, sum_exp_x, dim=0, clear=True)
+            for j in T.Parallel(BLOCK_M):
+                lse[j] = max_x[j] * scale + T.log2(T.exp2(lse[j] - max_x[j] * scale) + sum_exp_x[j])
+        for i_n in T.Pipelined(T.ceildiv(N, BLOCK_N)):
+            T.copy(X[i_n * BLOCK_N, i_m * BLOCK_M], x)
+            for i, j in T.Parallel(BLOCK_N, BLOCK_M):
+                x[i, j] = T.exp2(x[i, j] * scale - lse[j])
+            T.copy(x, Y[i_n * BLOCK_N, i_m * BLOCK_M])
+    return Y
+
+
+ONLINE_SOFTMAX_VARIANTS = [(1, "float16"), (2, "float16"), (4, "float16"), (1, "float32"), (4, "float32")]
+
+
+@pytest.mark.usefixtures("gluon_backend")  # the triton.language backend takes no [1, N] lane-by-lane write yet
+@pytest.mark.parametrize("block_M, max_dtype", ONLINE_SOFTMAX_VARIANTS)
+def test_online_softmax(block_M, max_dtype, device, assert_close):
+    """A fp16 running max written by a reduction inside a loop keeps its dtype (Gluon rejected the
+    fp32 that gl.max returns as a loop-carried fp16 variable)."""
+    x = torch.randn(8, 256, dtype=torch.float16, device=device)
+    y = online_softmax(x, BLOCK_M=block_M, BLOCK_N=64, max_dtype=getattr(T, max_dtype))
+    assert_close(y, x.float().softmax(dim=1).half())
+    kernel = online_softmax.compile(M=64, N=1024, BLOCK_M=block_M, BLOCK_N=256, max_dtype=getattr(T, max_dtype))
+    assert ".target sm_90" in kernel.get_source("ptx")
+
+
+@pytest.mark.usefixtures("gluon_backend")
+def test_online_softmax_columns(device, assert_close):
+    x = torch.randn(256, 16, dtype=torch.float16, device=device)
+    assert_close(online_softmax_columns(x), x.float().softmax(dim=0).half())
+    assert ".target sm_90" in online_softmax_columns.compile(N=1024, M=64).get_source("ptx")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("gluon_backend")
+def test_online_softmax_example_sizes(assert_close):
+    """TileLang's example as it runs: M = N = 8192 fp16, one 8192-wide row tile per block."""
+    x = torch.randn(8192, 8192, dtype=torch.float16, device="cuda")
+    assert_close(online_softmax(x), x.softmax(dim=1))
+
+
+@tritile.jit(out_idx=[-1])
+def running_reduce(M, N, block_N, kind, dtype):
+    """A reduction result of a narrow dtype (the source's) combined across a loop (clear=False):
+    the generated reduction widens (Triton's max / sum of fp16, bf16, int8 give fp32 / int32),
+    the fragment carried through the loop keeps `dtype`."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M,), dtype)):
+        with T.Kernel(1, threads=128) as _:
+            tile = T.alloc_fragment((M, block_N), dtype)
+            acc = T.alloc_fragment((M,), dtype)
+            T.fill(acc, 0)
+            for k in T.Pipelined(N // block_N):
+                T.copy(A[0, k * block_N], tile)
+                if kind == "max":
+                    T.reduce_max(tile, acc, dim=1, clear=False)
+                else:
+                    T.reduce_sum(tile, acc, dim=1, clear=False)
+            T.copy(acc, B)
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_running_reduce_of_narrow_dtype(kind, dtype, device, assert_close):
+    torch_dtype = getattr(torch, dtype)
+    if dtype == "int8":  # sums of 4 x 16 values in [-4, 4): no wrap-around
+        a = torch.randint(-4, 4, (16, 64), dtype=torch_dtype, device=device)
+    else:
+        a = torch.randn(16, 64, device=device).to(torch_dtype)
+    expected = torch.zeros(16, dtype=torch_dtype, device=device)
+    for tile in a.split(16, dim=1):  # the fragment holds `dtype`: rounded after every tile
+        step = tile.float().amax(1) if kind == "max" else tile.float().sum(1)
+        expected = (torch.maximum(expected.float(), step) if kind == "max" else expected.float() + step).to(torch_dtype)
+    assert_close(running_reduce(16, 64, 16, kind, dtype)(a), expected)
+    assert ".target sm_90" in running_reduce(64, 256, 64, kind, dtype).get_source("ptx")
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80: every kernel of
 # this module with every reduction kind, dimension, clear/keep_dim and scan variant tested above.
 COMPILE_CASES = {
@@ -228,4 +362,6 @@ COMPILE_CASES = {
     **{f"cumsum_1d-{'reverse' if rev else 'forward'}": (lambda rev=rev: cumsum_1d(256, 64, rev))
        for rev in (False, True)},
     "rms_norm_rows-block_M4": lambda: rms_norm_rows(1024, 1024, 4),  # block_M=1: in its own (Gluon) test
+    **{f"running_reduce-{kind}-{dtype}": (lambda kind=kind, dtype=dtype: running_reduce(64, 256, 64, kind, dtype))
+       for kind in ("max", "sum") for dtype in ("float16", "bfloat16", "int8")},
 }

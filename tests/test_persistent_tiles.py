@@ -66,6 +66,19 @@ def test_split_kernel_walks_the_tiles_inside_its_partitions(monkeypatch):
     assert [s.var.name for s in lets] == ["tile", "bx", "by", "bz"]
 
 
+def test_kept_plain_when_its_buffers_fit_only_by_reusing_bytes(monkeypatch):
+    """GQA backward at head dim 192 fits the H100 because its epilogue tiles reuse its loop's
+    bytes (ir/shared_lifetimes.py); hoisted above a tile loop they would all be live at once."""
+    from test_kernels_gqa_bwd import example_tiles
+
+    monkeypatch.setenv("TRITILE_PERSISTENT", "1")
+    for epilogue in ("split", "atomic"):
+        func = run_passes(example_tiles(epilogue).stages[0][1], H100)[-1][1]
+        assert "persistent_tile_loop" not in func.attrs, epilogue
+    func = run_passes(gemm_ir(), H100)[-1][1]  # its buffers fit all at once: made persistent
+    assert "persistent_tile_loop" in func.attrs
+
+
 def test_refused_when_a_ring_buffer_is_used_before_its_loop(monkeypatch):
     """The consumers release a slot only from the loop on: a kernel touching the ring's
     buffers before its first copy would let the producer overwrite them, so it stays as is."""

@@ -42,6 +42,11 @@ def test_supply_types_and_do_bench():
     kernel = rms_norm(16, 64, 4)
     profiler = kernel.get_profiler(tritile.TensorSupplyType.Uniform)
     (x,) = profiler._inputs()
-    assert x.shape == (16, 64) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1
+    # TileLang's meanings: Uniform in [-1, 1], Integer in {-2..2}, Auto uniform for half/float
+    assert x.shape == (16, 64) and x.dtype == torch.float32 and -1 <= x.min() < 0 < x.max() <= 1
     torch.testing.assert_close(profiler.run_once([x]), rms_reference(x), rtol=1e-4, atol=1e-4)
     assert profiler.do_bench(warmup=1, rep=1) > 0
+    (auto,) = kernel.get_profiler()._inputs()
+    assert -1 <= auto.min() < 0 < auto.max() <= 1 and auto.unique().numel() > 5
+    (integers,) = kernel.get_profiler(tritile.TensorSupplyType.Integer)._inputs()
+    assert set(integers.unique().tolist()) <= {-2.0, -1.0, 0.0, 1.0, 2.0}

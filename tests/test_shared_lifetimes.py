@@ -1,4 +1,4 @@
-"""codegen/gluon/shared_lifetimes.py: shared buffers allocated at their first use, so that
+"""ir/shared_lifetimes.py and codegen/gluon/shared_lifetimes.py: shared buffers allocated at their first use, so that
 Triton's liveness-based allocator reuses bytes of buffers that are never live together."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile.ir import nodes as ir
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import Target
 
@@ -50,6 +51,33 @@ def line_of(source: str, pattern: str) -> int:
     return next(i for i, line in enumerate(source.splitlines()) if re.search(pattern, line))
 
 
+def test_plan_defers_to_the_first_use_and_keeps_gemm_operands_on_top():
+    from tritile.ir.shared_lifetimes import lifetimes
+    from tritile.ir.transform import top_level
+
+    func = product_plus_tile.fn(256, 256)
+    top = top_level(func.kernel.body)
+    spans = {s.buffer.name: s for s in lifetimes(func.kernel.body, keep_on_top=False)}
+    gemm_at = next(i for i, s in enumerate(top) if isinstance(s, ir.Gemm))
+    for name in ("A_shared", "B_shared"):  # operands: allocated before the first statement
+        assert (spans[name].first, spans[name].last, spans[name].deferred) == (0, gemm_at, True)
+    d = spans["D_shared"]  # from its copy to the T.Parallel reading it, after the gemm
+    assert d.deferred and gemm_at < d.first < d.last and isinstance(top[d.last], ir.Parallel)
+    on_top = lifetimes(func.kernel.body, keep_on_top=True)
+    assert not any(s.deferred for s in on_top)
+    assert [s.first for s in on_top] == [top.index(a) for a in top if isinstance(a, ir.Alloc)
+                                         and a.buffer.scope == "shared"]
+
+
+def test_budget_counts_the_bytes_live_at_once():
+    from tritile.lowering import run_passes
+
+    func = run_passes(product_plus_tile.fn(256, 256), H100, stop_after="shared_memory_budget")[-1][1]
+    tile = 64 * 64 * 2
+    assert func.attrs["shared_buffers"] == {"A_shared": tile, "B_shared": tile, "D_shared": tile}
+    assert func.attrs["shared_bytes"] == 2 * tile  # D's tile is live only after the gemm's operands
+
+
 def test_attention_epilogue_tile_reuses_the_q_tile_bytes():
     from examples.flash_attention import flashattn
 
@@ -72,7 +100,6 @@ def test_a_deferred_allocation_first_retires_wgmmas_still_in_flight():
     checks the rule for a state where one is still in flight."""
     from tritile.codegen.gluon import shared_lifetimes
     from tritile.codegen.gluon.emitter import Emitter
-    from tritile.ir import nodes as ir
     from tritile.ir.transform import walk
     from tritile.lowering import run_passes
 

@@ -7,6 +7,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile.ir.dtypes import truncate_to_tf32
 from tritile.language.fp8 import determine_fp8_type, determine_torch_fp8_type
 
 
@@ -90,7 +91,8 @@ def test_tfloat32_buffers_store_float32_and_vector_dtypes_are_rejected():
 
     kernel = tritile.compile(main, out_idx=[2])
     a, b = torch.randn(16, 16), torch.randn(16, 16)
-    torch.testing.assert_close(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    tf32 = truncate_to_tf32  # the gemm reads its tfloat32 operands as the tensor cores do
+    torch.testing.assert_close(kernel(a, b), tf32(a) @ tf32(b), rtol=1e-4, atol=1e-4)
     with pytest.raises(tritile.CompileError, match="vector dtype float32x2"):
         @T.prim_func
         def vec(A: T.Tensor((16,), T.float32)):
@@ -126,3 +128,29 @@ def test_float_literals_in_range_and_infinities_are_kept():
     tritile.compile(kernel)(a, b)
     torch.testing.assert_close(a, torch.tensor([3.0e38, -float("inf"), float("inf")]))
     torch.testing.assert_close(b, torch.tensor([1e300, 5e299, -1e300], dtype=torch.float64))
+
+
+@tritile.jit(out_idx=-1)
+def _fill_with_infinity(dtype):
+    @T.prim_func
+    def main(A: T.Tensor((32,), dtype)):
+        with T.Kernel(1, threads=32):
+            T.fill(A, T.infinity(dtype))
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", [T.float16, T.bfloat16, T.float32, T.float64, T.float8_e5m2])
+def test_fill_of_a_global_output_with_infinity(dtype):
+    """TileLang's test_tilelang_language_infinity: fp8 has no literal, its infinity is its byte."""
+    out = _fill_with_infinity(dtype)()
+    assert out.dtype == dtype.as_torch() and out.shape == (32,)
+    assert torch.all(out.float() == float("inf"))
+    assert "tl.float8e5" in _fill_with_infinity(dtype).get_source("triton") or dtype.bits > 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [T.float16, T.float32, T.float8_e5m2])
+def test_fill_of_a_global_output_with_infinity_on_the_gpu(dtype):
+    out = _fill_with_infinity(dtype)()
+    assert out.is_cuda and torch.all(out.float() == float("inf"))

@@ -7,7 +7,6 @@ import tritile.language as T
 
 
 @pytest.mark.parametrize("name,args", [
-    ("alloc_reducer", ((64,), T.float32)),
     ("reshape", (None, (8, 8))),
     ("view", (None, (8, 8))),
 ])

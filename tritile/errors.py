@@ -27,5 +27,15 @@ class CompileError(Exception):
         return text
 
 
+class DeviceAssertError(AssertionError):
+    """A `T.device_assert` whose condition the interpreter found false (a GPU kernel compiled
+    in Triton's debug mode traps there instead)."""
+
+    def __init__(self, message: str, loc: Optional[SourceLoc] = None):
+        self.message = message
+        self.loc = loc
+        super().__init__(message if loc is None else f"{loc.filename}:{loc.lineno}: {message}")
+
+
 class HazardError(RuntimeError):
     """An async copy or async gemm was used in a way that real hardware would race on."""

@@ -5,8 +5,8 @@ a kernel module, `compile_kernel(func, target)`):
 
 * ``gluon`` (`codegen/gluon/`): the final IR of the whole pass list -> generated ``@gluon.jit``
   (TTGIR level: tritile's own pipelining, layouts, mbarriers, warp specialization); NVIDIA only.
-* ``triton`` (`codegen/triton/`): the IR after `accumulator_init`, before any pipeline pass ->
-  generated ``@triton.jit`` (TTIR level: Triton's own pipeliner and layouts); NVIDIA and AMD,
+* ``triton`` (`codegen/triton/`): the IR after `accumulator_init` (the passes before it included),
+  before any pipeline pass -> generated ``@triton.jit`` (TTIR level: Triton's own pipeliner and layouts); NVIDIA and AMD,
   and, on CPU tensors, Triton's interpreter.
 
 `BACKENDS` says what each needs and takes; `AUTO` which backends ``backend="auto"`` tries, in

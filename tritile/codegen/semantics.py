@@ -9,6 +9,8 @@ that name.  This module owns that text, once:
   float32);
 * `helpers_text`: the ``@jit`` helper functions a generated module defines (floor `//` / `%`
   for ints and floats, NaN-propagating max / min, the scan's add);
+* `picked_element_text`, `written_element_text`: one element of a register tile read or
+  written at a runtime index (`T.alloc_local` arrays);
 * `EXPR_RULES` / `lower_scalar_expr`: the rules of the expression nodes whose meaning does
   not depend on where data lives (Const, BinOp, UnaryOp, Call, Cast), and the folding of
   constant-only expressions with the interpreter's meaning.
@@ -29,6 +31,7 @@ from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
 from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
+from tritile.ir.padding import padded
 from tritile.ir.transform import walk
 
 # IR dtype name -> the dtype's name in triton.language (and Gluon's `gl`)
@@ -133,6 +136,65 @@ def cast_text(text: str, src, dst, lang: str) -> str:
     return f"{text}.to({want})"
 
 
+# T.reduce_* kind -> (reduction of a tile along `axis`, combination with the old destination);
+# max / maximum are maxnumf: NaN-ignoring (docs/semantics.md)
+_REDUCTIONS = {"max": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})"),
+               "min": ("{lang}.min({src}, axis={axis})", "{lang}.minimum({old}, {new})"),
+               "sum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
+               "abssum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
+               "absmax": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})")}
+# with nan_propagate: maximumf / minimumf, a NaN wins
+_REDUCTIONS_PROPAGATING_NAN = {
+    "max": ("{lang}.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
+    "min": ("{lang}.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
+    "absmax": ("{lang}.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
+
+
+def reduction_dtype(src):
+    """The dtype a `T.reduce_*` of `src` elements combines in - so the dtype of its result in
+    the generated code: float32 for narrower floats (docs/semantics.md: float sums are computed
+    in float32; Triton's max / min widen them anyway and its NaN-propagating combine wants
+    float32), int32 / uint32 for narrower integers and bool (Triton's max / min / sum widen
+    them), else `src` itself.  Every reduction widens explicitly, so the result's dtype never
+    depends on which of Triton's reductions widens what - a value of the wrong dtype assigned to
+    a fragment changes a loop-carried variable's type, which Triton rejects."""
+    if src.bits >= 32 and src.kind != "bool":
+        return src
+    if src.is_float:
+        return dt.float32
+    return dt.uint32 if src.kind == "uint" else dt.int32
+
+
+def _propagates_nan(kind: str, src_dtype, nan_propagate: bool) -> bool:
+    return nan_propagate and src_dtype.is_float and kind in _REDUCTIONS_PROPAGATING_NAN
+
+
+def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, lang: str) -> tuple:
+    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis`, the result's IR
+    dtype: `reduction_dtype`).  The abs of abssum / absmax is taken in the source's type
+    (integer abs wraps, as in the interpreter) before the reduction widens."""
+    reduction = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
+                 else _REDUCTIONS)[kind][0]
+    if kind in ("abssum", "absmax"):
+        src = f"{lang}.abs({src})"
+    computed = reduction_dtype(src_dtype)
+    src = cast_text(src, src_dtype, computed, lang)
+    return reduction.format(lang=lang, src=src, axis=axis), computed
+
+
+def reduction_combine_text(kind: str, old: str, old_dtype, new: str, new_dtype, src_dtype, nan_propagate: bool,
+                           lang: str) -> tuple:
+    """(text combining a `T.reduce_*(clear=False)`'s old destination value `old` with the new
+    reduction result `new`, its IR dtype): in the reduction's dtype `new_dtype`, or in the
+    destination's where that is wider or of another kind (a float64 or float destination of an
+    integer reduction), so the old value is never narrowed; rounded once when written."""
+    combine = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
+               else _REDUCTIONS)[kind][1]
+    wider = old_dtype if old_dtype.kind != new_dtype.kind or old_dtype.bits > new_dtype.bits else new_dtype
+    text = combine.format(lang=lang, old=cast_text(old, old_dtype, wider, lang), new=cast_text(new, new_dtype, wider, lang))
+    return text, wider
+
+
 def unsupported(em, what: str, loc=None) -> CompileError:
     return CompileError(f"{what} is not supported by the {em.backend} backend yet", loc)
 
@@ -150,14 +212,19 @@ class Val:
 # ======================================================================================
 
 
+def fp8_literal(value: float, dtype, lang: str) -> Val:
+    """Triton has no fp8 literals: the value's byte, bitcast."""
+    byte = torch.tensor(value, dtype=dtype.torch).view(torch.int8).item()
+    return Val(f"{lang}.full([], {byte}, {lang}.int8).to({dtype_text(dtype, lang)}, bitcast=True)")
+
+
 def lower_const(em, e: ir.Const) -> Val:
     v, lang = e.value, em.lang
     if isinstance(v, bool):
         return Val(str(v))
     v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
-    if e.dtype.is_float and e.dtype.bits == 8:  # Triton has no fp8 literals: its byte, bitcast
-        byte = torch.tensor(float(v), dtype=e.dtype.torch).view(torch.int8).item()
-        return Val(f"{lang}.full([], {byte}, {lang}.int8).to({dtype_text(e.dtype, lang)}, bitcast=True)")
+    if e.dtype.is_float and e.dtype.bits == 8:
+        return fp8_literal(float(v), e.dtype, lang)
     if e.dtype.is_float or isinstance(v, float):
         v = float(v)
         if v != v:
@@ -234,25 +301,39 @@ _MATH = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sq
          "min": "minimum", "if_then_else": "where", "fma": "fma"}
 
 
+# Triton's math functions that take only float32 / float64 operands
+_FLOAT32_MATH = {"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "floor", "ceil", "sigmoid", "tanh"}
+
+
 def lower_call(em, e: ir.Call) -> Val:
-    if e.fn == "infinity":
-        return Val('float("inf")')
+    if e.fn == "infinity":  # e4m3 has none: NaN, as torch converts it
+        return fp8_literal(float("inf"), e.dtype, em.lang) if e.dtype.bits == 8 else Val('float("inf")')
     lang = em.lang
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
     texts = [a.text for a in args]
-    if e.dtype.is_float and e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else":
-        # in float32 and converted back, as every fp8 operation: Triton's fp8 abs masks the
-        # sign bits of packed fp8 pairs, and the H100 replay read garbage in every odd lane
+    if e.fn in ("isnan", "isinf", "isfinite"):  # bool results: nothing to convert back
+        x = texts[0] if e.args[0].dtype.bits >= 32 else f"{texts[0]}.to({lang}.float32)"
+        test = {"isnan": f"({x} != {x})", "isinf": f"({lang}.abs({x}) == float(\"inf\"))",
+                "isfinite": f"({lang}.abs({x}) < float(\"inf\"))"}[e.fn]
+        return Val(test, dims)
+    # narrower floats compute in float32 and convert back (rounded once, as the interpreter):
+    # Triton's exp / log / sqrt ... take no float16 / bfloat16, and every fp8 operation computes
+    # so - Triton's fp8 abs masks the sign bits of packed fp8 pairs, and the H100 replay read
+    # garbage in every odd lane
+    narrow = e.dtype.is_float and e.dtype.bits < 32
+    in_float32 = narrow and (e.fn in _FLOAT32_MATH or e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else")
+    if in_float32:
         texts = [f"{t}.to({lang}.float32)" for t in texts]
-        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)}).to({dtype_text(e.dtype, lang)})", dims)
     if e.fn in _MATH:
-        return Val(f"{lang}.{_MATH[e.fn]}({', '.join(texts)})", dims)
-    if e.fn == "sigmoid":
-        return Val(f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))", dims)
-    if e.fn == "tanh":
-        return Val(f"(2.0 / (1.0 + {lang}.exp(-2.0 * {texts[0]})) - 1.0)", dims)
-    raise unsupported(em, f"T.{e.fn}")
+        text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
+    elif e.fn == "sigmoid":
+        text = f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))"
+    elif e.fn == "tanh":
+        text = f"(2.0 / (1.0 + {lang}.exp(-2.0 * {texts[0]})) - 1.0)"
+    else:
+        raise unsupported(em, f"T.{e.fn}")
+    return Val(f"{text}.to({dtype_text(e.dtype, lang)})" if in_float32 else text, dims)
 
 
 def lower_cast(em, e: ir.Cast) -> Val:
@@ -260,6 +341,15 @@ def lower_cast(em, e: ir.Cast) -> Val:
         return lower_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
     v = em.expr(e.value)
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
+
+
+def lower_device_assert(em, s: ir.DeviceAssert):
+    """`T.device_assert` -> Triton's device_assert (compiled only with TRITON_DEBUG=1); inside
+    T.Parallel only the lanes that run the statement (`em.par.cond`) must satisfy it."""
+    cond = em.expr(s.cond).text
+    if em.par is not None and em.par.cond:
+        cond = f"({cond} | ({em.par.cond} == 0))"
+    em.emit(f"{em.lang}.device_assert({cond}, {s.msg!r})")
 
 
 def is_constant(e) -> bool:
@@ -273,6 +363,52 @@ def zero_literal(dtype) -> str:
     """The `other` of a masked load (an out-of-bounds read gives 0, docs/semantics.md): a float
     literal for float buffers (Triton cannot convert an int constant to fp8)."""
     return "0.0" if dtype.is_float else "0"
+
+
+def reduction_identity(kind: str, dtype) -> str:
+    """The value the pad lanes of a padded tile (ir/padding.py) take in a `T.reduce_<kind>`
+    over `dtype` (for abssum / absmax: of the |x| tile), so that they change no result."""
+    if kind in ("sum", "abssum", "absmax"):
+        return zero_literal(dtype)
+    if dtype.is_float:
+        return 'float("-inf")' if kind == "max" else 'float("inf")'
+    info = torch.iinfo(dtype.torch)
+    return str(info.min if kind == "max" else info.max)
+
+
+# ---- one element of a flattened register tile: a `T.alloc_local` array on both backends (a
+# 1-D tensor of its elements, padded to a power of two), any on-chip tile on triton.language.
+# Registers have no indexing by a runtime value: the element is selected through a lane mask.
+
+
+def local_array_lanes(buf: ir.Buffer) -> int:
+    """The lanes of `T.alloc_local` array `buf`'s tensor: its elements, padded to a power of two."""
+    n = 1
+    for d in buf.shape:
+        n *= d
+    return padded(n)
+
+
+def flat_index_text(shape, idx: list) -> str:
+    """The row-major index in a tile of `shape` of the element at the emitted indices `idx`."""
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    strides.reverse()
+    return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
+
+
+def picked_element_text(lang: str, flat: str, lanes: str, index: str, dtype) -> str:
+    """Element `index` of 1-D tensor `flat` (lane indices `lanes`): a masked sum (the other lanes
+    add -0.0, which leaves every float, -0.0 and NaN included, unchanged; integers add 0)."""
+    other = "-0.0" if dtype.is_float else "0"
+    return f"{lang}.sum({lang}.where({lanes} == {index}, {flat}, {other}), axis=0).to({dtype_text(dtype, lang)})"
+
+
+def written_element_text(lang: str, flat: str, lanes: str, index: str, value: str) -> str:
+    """1-D tensor `flat` with element `index` replaced by `value` (a select over its lanes)."""
+    return f"{lang}.where({lanes} == {index}, {value}, {flat})"
 
 
 def bounds_mask(em, indices, emitted, buf) -> str:

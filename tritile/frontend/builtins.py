@@ -14,8 +14,9 @@ from typing import Optional
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
+from tritile.frontend import reducers
 from tritile.ir import nodes as ir
-from tritile.ir.dtypes import element_dtype
+from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 
@@ -156,10 +157,83 @@ def _alloc(scope):
         p.require_kernel(f"T.alloc_{scope}", loc)
         shape = _static_shape(a["shape"], f"T.alloc_{scope}", loc)
         buf = p.new_buffer(shape, _dtype(a["dtype"], loc), scope, loc)
+        if is_tfloat32(a["dtype"]):
+            p.tf32_buffers.add(buf.name)
         p.emit(ir.Alloc(buf, loc=loc))
         return buf
 
     return handler
+
+
+_ALLOC_BY_SCOPE = {"shared": "alloc_shared", "shared.dyn": "alloc_shared", "local.fragment": "alloc_fragment",
+                   "local": "alloc_local", "local.var": "alloc_var", "global": "alloc_global"}
+
+
+def alloc_buffer(p, a, loc):
+    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope.  TVM's aliasing
+    arguments (`data`, `strides`, `elem_offset`) make a view of another buffer: not supported."""
+    scope = a["scope"]
+    if scope not in _ALLOC_BY_SCOPE:
+        raise CompileError(f"T.alloc_buffer: scope must be one of {', '.join(map(repr, _ALLOC_BY_SCOPE))}, got "
+                           f"{scope!r}", loc)
+    for name in ("data", "strides", "elem_offset"):
+        if a[name] is not None:
+            raise CompileError(f"T.alloc_buffer({name}=...) (a view of another buffer's storage) is not supported "
+                               f"by tritile", loc)
+    alloc = _ALLOC_BY_SCOPE[scope]
+    if alloc == "alloc_var":
+        if _static_shape(a["shape"], "T.alloc_buffer", loc) != (1,):
+            raise CompileError(f"T.alloc_buffer(scope='local.var') holds one scalar: shape (1,), got {a['shape']!r}",
+                               loc)
+        return HANDLERS[alloc](p, {"dtype": a["dtype"], "init": None}, loc)
+    return HANDLERS[alloc](p, {"shape": a["shape"], "dtype": a["dtype"], "scope": scope}, loc)
+
+
+def alloc_reducer(p, a, loc):
+    op = a["op"]
+    if op not in reducers.OPS:
+        raise CompileError(f"T.alloc_reducer: op must be one of {', '.join(map(repr, reducers.OPS))}, got {op!r}", loc)
+    buf = _alloc("fragment")(p, {"shape": a["shape"], "dtype": a["dtype"]}, loc)
+    p.reducers[buf] = op
+    return buf
+
+
+def _reducer(value, what, loc) -> ir.Buffer:
+    if not isinstance(value, ir.Buffer) or value.scope != "fragment":
+        raise CompileError(f"{what} must be a buffer made by T.alloc_reducer, got {value!r}", loc)
+    return value
+
+
+def reducer_init(p, a, loc):
+    p.require_kernel("T.reducer_init", loc)
+    buf = _reducer(a["reducer"], "T.reducer_init reducer", loc)
+    op = p.reducers.get(buf, "sum")
+    init = reducers.identity(op, buf.dtype) if a["init"] is None else exprs.cast(p.scalar(a["init"], loc), buf.dtype, loc)
+    p.emit(ir.Fill(ir.Region.full(buf), init, loc=loc))
+
+
+def reducer_update(p, a, loc):
+    target = a["target"]
+    if not (isinstance(target, acc.BufferAccess) and target.is_point and target.buffer in p.reducers):
+        raise CompileError("T.reducer_update(target, value): target must be an element r[...] of a T.alloc_reducer", loc)
+    if not p.parallel_depth:
+        raise CompileError("T.reducer_update must be inside T.Parallel", loc)
+    indices = acc.element_indices(target)
+    value = reducers.update_value(p.reducers[target.buffer], target.buffer, indices, p.scalar(a["value"], loc), loc)
+    p.emit(ir.Store(target.buffer, indices, value, loc=loc))
+
+
+def finalize_reducer(p, a, loc):
+    p.require_kernel("T.finalize_reducer", loc)
+    buf = _reducer(a["reducer"], "T.finalize_reducer reducer", loc)
+    if _int(a["batch"], "T.finalize_reducer batch", loc) < 1:
+        raise CompileError("T.finalize_reducer: batch must be >= 1", loc)
+    if a["dst"] is not None:
+        dst = acc.region(a["dst"], loc, "T.finalize_reducer dst")
+        if dst.tile_shape != ir.Region.full(buf).tile_shape:
+            raise CompileError(f"T.finalize_reducer: dst {dst.buffer.name} has shape {list(dst.tile_shape)}, the "
+                               f"reducer {list(buf.shape)}", loc)
+        p.emit(ir.Copy(ir.Region.full(buf), dst, loc=loc))
 
 
 def alloc_var(p, a, loc):
@@ -217,6 +291,8 @@ def gemm(p, a, loc):
                    transpose_a=_bool(a["transpose_A"], "transpose_A", loc),
                    transpose_b=_bool(a["transpose_B"], "transpose_B", loc), policy=policy,
                    clear_accum=_bool(a["clear_accum"], "clear_accum", loc), loc=loc)
+    # TileLang's tfloat32 operands: float32 storage, TF32 tensor-core inputs
+    node.tf32 = any(r.buffer.name in p.tf32_buffers for r in (node.a, node.b))
     gemm_mnk(node)
     if node.c.buffer.scope not in ("fragment", "local"):
         raise CompileError(f"T.gemm accumulator C ({node.c.buffer.name}) must be a fragment "
@@ -295,8 +371,20 @@ def _cum_extremum(kind):
     return handler
 
 
-def atomic_add(p, a, loc):
-    p.require_kernel("T.atomic_add", loc)
+def _atomic(kind):
+    """`T.atomic_add` / `T.atomic_max` / `T.atomic_min`: an `ir.AtomicAdd` of `kind`."""
+
+    def handler(p, a, loc):
+        return _atomic_update(p, a, loc, kind)
+
+    return handler
+
+
+def _atomic_update(p, a, loc, kind):
+    name = f"T.atomic_{kind}"
+    p.require_kernel(name, loc)
+    if _bool(a["return_prev"], "return_prev", loc):
+        raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
     dst, value = a["dst"], a["value"]
     dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
     value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
@@ -304,15 +392,49 @@ def atomic_add(p, a, loc):
     if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
         indices = acc.element_indices(dst)
         region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
-        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc))
+        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind))
         return None
-    value_region = acc.region(value, loc, "T.atomic_add value")
-    dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, "T.atomic_add dst")
+    value_region = acc.region(value, loc, f"{name} value")
+    dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, f"{name} dst")
     if dst_region.tile_shape != value_region.tile_shape:
-        raise CompileError(f"T.atomic_add shape mismatch: dst {list(dst_region.tile_shape)} vs value "
+        raise CompileError(f"{name} shape mismatch: dst {list(dst_region.tile_shape)} vs value "
                            f"{list(value_region.tile_shape)}", loc)
-    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc))
+    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind))
     return None
+
+
+def _vector_head(operand, lanes, what, loc) -> tuple:
+    """The indices of the first of `lanes` consecutive elements along the last dimension that
+    `operand` names: a point (TileLang's head address) or a region of exactly those elements."""
+    if isinstance(operand, acc.BufferAccess) and operand.is_point:
+        return operand.buffer, acc.element_indices(operand)
+    region = acc.region(operand, loc, what)
+    if region.extents[-1] != lanes or any(e != 1 for e in region.extents[:-1]):
+        raise CompileError(f"{what}: {region.buffer.name}{list(region.extents)} must be {lanes} consecutive "
+                           f"elements of the last dimension", loc)
+    return region.buffer, tuple(region.starts)
+
+
+def _atomic_add_vector(lanes):
+    """`T.atomic_addx2` / `T.atomic_addx4(dst, value)`: `dst[..., j + k] += value[..., j + k]` for
+    k < lanes (one vector atomic on the GPU; element by element it adds the same values)."""
+
+    def handler(p, a, loc):
+        name = f"T.atomic_addx{lanes}"
+        p.require_kernel(name, loc)
+        if _bool(a["return_prev"], "return_prev", loc):
+            raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
+        dst_buf, dst_at = _vector_head(a["dst"], lanes, f"{name} dst", loc)
+        src_buf, src_at = _vector_head(a["value"], lanes, f"{name} value", loc)
+        if dst_buf.scope != "global":
+            raise CompileError(f"{name}: dst {dst_buf.name} must be a global tensor, not {dst_buf.scope}", loc)
+        for k in range(lanes):
+            at = dst_at[:-1] + (exprs.binary("+", dst_at[-1], k, loc),)
+            value = ir.Load(src_buf, src_at[:-1] + (exprs.binary("+", src_at[-1], k, loc),), src_buf.dtype)
+            p.emit(ir.AtomicAdd(ir.Region(dst_buf, at, tuple(1 for _ in at)),
+                                exprs.cast(value, dst_buf.dtype, loc), loc=loc))
+
+    return handler
 
 
 def use_swizzle(p, a, loc):
@@ -338,6 +460,42 @@ def annotate_layout(p, a, loc):
                                f"the buffer has shape {list(buf.shape)}", loc)
         buf.annotated_layout = layout  # T.Layout / T.Fragment: see tritile/language/layout.py
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
+
+
+def assume(p, a, loc):
+    """`T.assume(cond)`: a hint TVM's simplifier may use; tritile checks it is an expression and
+    drops it (no pass here reasons about value ranges)."""
+    p.require_kernel("T.assume", loc)
+    if a["cond"] is not None:
+        p.scalar(a["cond"], loc)
+
+
+def device_assert(p, a, loc):
+    p.require_kernel("T.device_assert", loc)
+    msg = a["msg"]
+    if not isinstance(msg, str) or not msg.isascii() or not msg.isprintable():
+        raise CompileError(f"T.device_assert: msg must be a string of printable ASCII characters, got {msg!r}",
+                           loc)
+    cond = p.scalar(a["condition"], loc)
+    if not isinstance(cond, ir.Expr):
+        if not cond:
+            raise CompileError(f"T.device_assert({cond!r}) always fails: {msg}", loc)
+        return
+    p.emit(ir.DeviceAssert(exprs.truth(cond), msg, loc=loc))
+
+
+def annotate_pass_configs(p, a, loc):
+    configs = a["configs"]
+    if not isinstance(configs, dict):
+        raise CompileError(f"T.annotate_pass_configs takes a dict {{PassConfigKey: value}}, got {configs!r}", loc)
+    p.pass_configs.update(configs)
+
+
+def annotate_compile_flags(p, a, loc):
+    flags = a["flags"]
+    if not isinstance(flags, (list, tuple)) or not all(isinstance(f, str) for f in flags):
+        raise CompileError(f"T.annotate_compile_flags takes a list of strings, got {flags!r}", loc)
+    p.compile_flags = list(flags)
 
 
 def _static_dims(shape) -> bool:
@@ -421,6 +579,17 @@ def unroll(p, a, loc):
     return LoopSpec("unroll", *_range(p, a["start"], a["stop"], a["step"], loc))
 
 
+def vectorized(p, a, loc):
+    """Inside `T.Parallel`, from 0 to a constant: one more parallel dimension (the parser fuses
+    `for i in T.Parallel(M): for j in T.vectorized(N)` into `T.Parallel(M, N)`); otherwise a
+    serial loop, which computes the same values (a vectorizable loop carries no dependence)."""
+    start, stop, step = _range(p, a["start"], a["stop"], None, loc)
+    extent = exprs.static_difference(stop, start)
+    if p.parallel_depth and exprs.static_difference(start, 0) == 0 and extent is not None and extent >= 1:
+        return LoopSpec("parallel", extents=(extent,))
+    return LoopSpec("serial", start, stop, step)
+
+
 def parallel(p, a, loc):
     extents = a["extents"]
     if len(extents) == 1 and isinstance(extents[0], (tuple, list)):
@@ -440,6 +609,11 @@ def parallel(p, a, loc):
 
 def _binary(op):
     return lambda p, a, loc: exprs.binary(op, *(p.scalar(v, loc) for v in a.values()), loc)
+
+
+def _binary_xy(op):
+    """A tvm.tir operator `T.<name>(x, y, span=None)`: `span` (TVM's source span) is ignored."""
+    return lambda p, a, loc: exprs.binary(op, p.scalar(a["x"], loc), p.scalar(a["y"], loc), loc)
 
 
 def _intrinsic(fn):
@@ -464,6 +638,29 @@ def infinity(p, a, loc):
     return ir.Call("infinity", (), _dtype(a["dtype"], loc))
 
 
+def clamp(p, a, loc):
+    """TileLang's `T.clamp`: ``T.min(T.max(dst, min_val), max_val)``."""
+    low = exprs.binary("max", p.scalar(a["dst"], loc), p.scalar(a["min_val"], loc), loc)
+    return exprs.binary("min", low, p.scalar(a["max_val"], loc), loc)
+
+
+def select(p, a, loc):
+    cond = p.scalar(a["condition"], loc)
+    return exprs.select(cond, p.scalar(a["true_value"], loc), p.scalar(a["false_value"], loc), loc)
+
+
+def _float_predicate(fn):
+    """`T.isnan` / `T.isinf` / `T.isfinite`: a bool; integers are never NaN or infinite."""
+
+    def handler(p, a, loc):
+        x = p.scalar(a["x"], loc)
+        if not x.dtype.is_float:
+            return ir.Const(fn == "isfinite", bool_)
+        return ir.Call(fn, (x,), bool_)
+
+    return handler
+
+
 def _not_yet(construct, advice):
     """A TileLang construct tritile does not implement yet: a CompileError at the call."""
 
@@ -478,18 +675,27 @@ HANDLERS = {
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
     "alloc_global": alloc_global,
-    "alloc_reducer": _not_yet("T.alloc_reducer", "accumulate into a T.alloc_fragment and use T.reduce_*"),
+    "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
+    "finalize_reducer": finalize_reducer,
     "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
     "view": _not_yet("T.view", "index the buffer with the viewed indices"),
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
-    "atomic_add": atomic_add,
+    "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
+    "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
+    "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
+    "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
+    "vectorized": vectorized, "alloc_buffer": alloc_buffer,
     "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
+    "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},
+    "shift_left": _binary_xy("<<"), "shift_right": _binary_xy(">>"), "bitwise_and": _binary_xy("&"),
+    "bitwise_or": _binary_xy("|"), "bitwise_xor": _binary_xy("^"),
+    "bitwise_not": lambda p, a, loc: exprs.unary("~", p.scalar(a["x"], loc), loc),
     **{fn: _intrinsic(fn) for fn in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "tanh", "sin",
                                      "cos", "floor", "ceil", "sigmoid")},
 }

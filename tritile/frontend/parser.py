@@ -37,12 +37,14 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import warp_groups
+from tritile.frontend import persistent, reducers, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
 from tritile.ir.bounds import upper_bound
 from tritile.ir.dtypes import DType, as_dtype
+
+_HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS}  # T.<name> -> its handler
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
@@ -87,10 +89,14 @@ class Parser:
         self.swizzle = None
         self.name_hint = None
         self.buffer_names = set()
+        self.tf32_buffers = set()  # names of on-chip buffers allocated as T.tfloat32
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.let_values = {}  # id(Var) -> value of each Let emitted (for `upper_bound`)
         self.global_reads = GlobalReads()
+        self.pass_configs = {}  # T.annotate_pass_configs
+        self.reducers = {}  # T.alloc_reducer fragments -> their op (frontend/reducers.py)
+        self.compile_flags = None  # T.annotate_compile_flags
 
     # ---------------------------------------------------------------- helpers for handlers
     @property
@@ -240,16 +246,21 @@ class Parser:
             out_idx = [out_start + self.outputs.index(b) for b in self.returned]
         else:
             out_idx = list(range(out_start, len(params)))
-        attrs = {"globals_read": self.global_reads.guards()}
+        attrs = {"globals_read": self.global_reads.guards(), "pass_configs": dict(self.pass_configs),
+                 "compile_flags": self.compile_flags}
         if self.probe:
             return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
                                scalar_params=scalar_params)
-        if not self.kernels:
-            raise CompileError(f"{src.name} has no `with T.Kernel(...)` block", loc)
-        if len(self.kernels) == 1 and not self.workspaces:
-            func = ir.PrimFunc(src.name, params, self.kernels[0], out_idx=out_idx, attrs=attrs, loc=loc,
-                               scalar_params=scalar_params)
-            _bind_dynamic_dims(func, [func.kernel])
+        host = self.blocks[0]
+        if host and self.kernels:  # they would be lost: the runtime launches kernels and nothing else
+            raise CompileError("statements outside `with T.Kernel(...)` (TileLang's host code) are not supported; "
+                               "move them into a kernel", host[0].loc)
+        if len(self.kernels) <= 1 and not self.workspaces:
+            # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
+            func = ir.PrimFunc(src.name, params, self.kernels[0] if self.kernels else None, out_idx=out_idx,
+                               attrs=attrs, loc=loc, scalar_params=scalar_params)
+            if self.kernels:
+                _bind_dynamic_dims(func, self.kernels)
             return func
         # a program of several kernels and workspaces: each kernel its own one-kernel function
         # taking the call's tensors, then the workspaces
@@ -346,7 +357,7 @@ class Parser:
         if isinstance(node.value, ast.Constant):  # docstrings and bare constants
             return
         value = self.eval(node.value)
-        if isinstance(value, (tile_ops.LoopSpec, tile_ops.KernelSpec)):
+        if isinstance(value, (tile_ops.LoopSpec, tile_ops.KernelSpec, persistent.PersistentSpec)):
             raise CompileError("this T construct must be used as a `for` iterator or a `with` context",
                                self.source.loc(node))
 
@@ -538,6 +549,11 @@ class Parser:
         if node.orelse:
             raise CompileError("for/else is not supported", loc)
         spec = self._loop_spec(node.iter, loc)
+        if isinstance(spec, persistent.PersistentSpec):
+            self._promote_assigned(node.body, loc)
+            persistent.emit_loop(self, spec, _target_names(node.target, loc),
+                                 lambda bindings: self._scoped_block(node.body, bindings), loc)
+            return
         if not isinstance(spec, tile_ops.LoopSpec):  # a Python sequence: unroll at compile time
             if isinstance(spec, (ir.Expr, ir.Buffer, acc.BufferAccess)) or not hasattr(spec, "__iter__"):
                 raise CompileError("a kernel `for` must iterate over range(...), T.serial, T.unroll, "
@@ -593,15 +609,19 @@ class Parser:
             stmts = self._scoped_block(body, dict(zip(names, indices)))
         finally:
             self.parallel_depth -= 1
+        if len(stmts.stmts) == 1 and isinstance(stmts.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
+            inner = stmts.stmts[0]
+            lane_vars, static, stmts = lane_vars + inner.vars, static + list(inner.extents), inner.body
         if guards:
             cond = guards[0]
             for guard in guards[1:]:
                 cond = exprs.binary("and", cond, guard, loc)
             stmts = ir.Seq([ir.If(cond, stmts, loc=loc)])
-        stmt = ir.Parallel(lane_vars, tuple(static), stmts, loc=loc)
+        out = reducers.expand(self, ir.Parallel(lane_vars, tuple(static), stmts, loc=loc))
         for chunk, count in reversed(chunk_loops):
-            stmt = ir.For(chunk, ir.Const(0), count, ir.Seq([stmt]), loc=loc)
-        self.emit(stmt)
+            out = [ir.For(chunk, ir.Const(0), count, ir.Seq(out), loc=loc)]
+        for stmt in out:
+            self.emit(stmt)
 
     def _loop_spec(self, iter_node, loc):
         if isinstance(iter_node, ast.Call):
@@ -893,7 +913,7 @@ class Parser:
                 return impl(*bound.args, **bound.kwargs)
             except Exception as exc:  # noqa: BLE001
                 raise CompileError(f"T.{name}: {type(exc).__name__}: {exc}", loc) from None
-        handler = tile_ops.HANDLERS.get(name) or warp_groups.HANDLERS[name]
+        handler = _HANDLERS[name]
         return handler(self, dict(bound.arguments), loc)
 
     def _inline_macro(self, macro, args, kwargs, loc):
@@ -928,7 +948,9 @@ class Parser:
 # T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)
 _FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
                              "log2", "sqrt", "rsqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "sigmoid",
-                             "pow", "if_then_else"))
+                             "pow", "if_then_else",
+                             "clamp", "Select", "isnan", "isinf", "isfinite", "shift_left", "shift_right",
+                             "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"))
 
 
 def _as_bool(value):

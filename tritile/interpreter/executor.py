@@ -31,7 +31,7 @@ import itertools
 
 import torch
 
-from tritile.errors import CompileError
+from tritile.errors import CompileError, DeviceAssertError
 from tritile.interpreter import tile_ops
 from tritile.interpreter.barriers import Barriers
 from tritile.interpreter import values as V
@@ -115,6 +115,19 @@ class BlockRunner(Evaluator):
                 print(f"{pid} idx ({', '.join(map(str, index))}){prefix}{_print_value(tile[index].item())}")
         else:
             print(f"{pid} idx (){prefix}{_print_value(self.scalar(s.value))}")
+
+    def _device_assert(self, s: ir.DeviceAssert):
+        holds = self.eval(s.cond)
+        if V.is_tensor(holds):
+            failed = ~holds.to(torch.bool)
+            if self.mask is not None:
+                failed = failed & self.mask
+            if bool(failed.any()):
+                lanes = failed.nonzero().tolist()[0] if failed.dim() else []
+                raise DeviceAssertError(f"T.device_assert failed in block {tuple(self.tracker.block)}"
+                                        f"{f' at T.Parallel lane {tuple(lanes)}' if lanes else ''}: {s.msg}", s.loc)
+        elif not holds:
+            raise DeviceAssertError(f"T.device_assert failed in block {tuple(self.tracker.block)}: {s.msg}", s.loc)
 
     def _tile_op(self, s):
         if self.lane_ndim and not (isinstance(s, ir.AtomicAdd) and not isinstance(s.value, ir.Region)):
@@ -236,7 +249,7 @@ class BlockRunner(Evaluator):
             self.env, self.mask, self.lane_ndim = saved_env, saved_mask, saved_ndim
 
     _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
-              ir.Print: _print,
+              ir.Print: _print, ir.DeviceAssert: _device_assert,
               ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
               ir.ConsumerPartitions: _consumer_partitions,
               ir.AllocBarrier: _alloc_barrier, ir.BarrierArrive: _barrier_op, ir.BarrierWait: _barrier_op,
@@ -308,6 +321,11 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     missing = [v.name for v in func.scalar_vars if v not in dims]
     if missing:
         raise ValueError(f"no value for the scalar parameter(s) {', '.join(missing)}")
+    for v in func.runtime_vars:  # a variant specialised on divisibility (ir/divisibility.py) assumes it
+        if v.multiple_of > 1 and dims[v] % v.multiple_of:
+            kind = "dynamic dimension" if any(v is d for d in func.dynamic_vars) else "scalar parameter"
+            raise ValueError(f"{kind} {v.name} = {dims[v]}: this program was specialised for a "
+                             f"multiple of {v.multiple_of}")
     evaluator = Evaluator(dims, None)
     for buf, t in zip(func.params, args):
         expected = [evaluator.scalar(d) for d in buf.shape]

@@ -183,6 +183,9 @@ _FLOAT_CALLS = {
     "abs": torch.abs, "pow": torch.pow, "fma": lambda x, y, z: x * y + z,
 }
 
+# float -> bool (T.isnan / T.isinf / T.isfinite)
+_FLOAT_PREDICATES = {"isnan": torch.isnan, "isinf": torch.isinf, "isfinite": torch.isfinite}
+
 
 def _unary(op: str, a):
     if op == "-":
@@ -269,6 +272,9 @@ class Evaluator:
             if len(args) != 2:
                 raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
             return self._apply(e.fn, args[0], args[1], e)
+        if e.fn in _FLOAT_PREDICATES:
+            value = _FLOAT_PREDICATES[e.fn](T(args[0], torch.float32 if e.args[0].dtype.bits < 64 else torch.float64))
+            return value if V.is_tensor(args[0]) else bool(value.item())
         if e.fn in ("floor", "ceil", "abs") and not e.dtype.is_float:
             return normalize(abs(args[0]), e.dtype) if e.fn == "abs" else args[0]
         fn = _FLOAT_CALLS.get(e.fn)

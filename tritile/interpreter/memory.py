@@ -19,6 +19,8 @@ Contract
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tritile.errors import CompileError
@@ -73,8 +75,9 @@ class Memory:
 
     def write_region(self, region: ir.Region, starts: tuple, value: torch.Tensor, stmt, *,
                      accumulate: bool = False, check: bool = True, async_accumulate: bool = False):
-        """Store `value` (shape = `region.extents`) into the region, or add it when
-        `accumulate`; out-of-bounds global parts are dropped."""
+        """Store `value` (shape = `region.extents`) into the region, or combine it with the old
+        values when `accumulate` (True or "add", "max", "min": `combine`); out-of-bounds
+        global parts are dropped."""
         buffer = region.buffer
         tensor = self.tensor(buffer, stmt)
         box = self.region_box(region, starts, stmt)
@@ -85,7 +88,7 @@ class Memory:
         dst = tensor[tuple(slice(lo, hi) for lo, hi in box)]
         part = value[_offsets(box, starts)]
         if accumulate:
-            part = V.from_storage(dst, buffer.dtype) + part
+            part = combine(accumulate, V.from_storage(dst, buffer.dtype), part)
         dst.copy_(V.round_tensor(part, buffer.dtype))
 
     # ------------------------------------------------------------------ elements
@@ -124,7 +127,7 @@ class Memory:
                 self.tracker.check(buffer, tuple((i, i + 1) for i in indices), stmt, write=True)
             index = tuple(indices)
             if accumulate:
-                value = V.from_storage(tensor[index], buffer.dtype).item() + value
+                value = combine(accumulate, V.from_storage(tensor[index], buffer.dtype), value).item()
             tensor[index] = V.storage_scalar(value, buffer.dtype)
             return
         if not V.is_tensor(value):  # a Python float would become float32, losing float64 digits
@@ -148,7 +151,7 @@ class Memory:
         if self.tracker.busy(buffer):
             self.tracker.check(buffer, _lane_box(lanes, None), stmt, write=True)
         if accumulate:
-            self._accumulate(tensor, buffer, lanes, value)
+            self._accumulate(tensor, buffer, lanes, value, accumulate)
         else:
             tensor.index_put_(tuple(lanes), V.round_tensor(value, buffer.dtype).to(tensor.dtype))
 
@@ -166,7 +169,7 @@ class Memory:
         value = in_buffer_order(value)
         old = V.from_storage(dst, buffer.dtype)
         if accumulate:
-            value = old + value
+            value = combine(accumulate, old, value)
         if mask is not None:
             value = torch.where(in_buffer_order(mask), value, old)
         dst.copy_(V.round_tensor(value, buffer.dtype))
@@ -178,14 +181,25 @@ class Memory:
             return tensor.view(1), [0]
         return tensor, list(indices)
 
-    def _accumulate(self, tensor, buffer, lanes, value):
-        """Atomic-add semantics: lanes hitting the same element all contribute."""
+    def _accumulate(self, tensor, buffer, lanes, value, kind):
+        """Atomic semantics: lanes hitting the same element all contribute (summed, or their
+        max / min taken, by `kind`: see `combine`)."""
         points = torch.stack([i.reshape(-1) for i in lanes], dim=1)
         unique, inverse = torch.unique(points, dim=0, return_inverse=True)
         compute = V.compute_dtype(buffer.dtype)
-        sums = torch.zeros(unique.shape[0], dtype=compute).index_add_(0, inverse, value.reshape(-1).to(compute))
         index = tuple(unique.t())
-        total = V.from_storage(tensor[index], buffer.dtype) + sums
+        old = V.from_storage(tensor[index], buffer.dtype)
+        if kind in (True, "add"):
+            sums = torch.zeros(unique.shape[0], dtype=compute).index_add_(0, inverse, value.reshape(-1).to(compute))
+            total = old + sums
+        else:  # the max / min of each element's lanes (NaN lanes take no part), then `combine`d
+            values = value.reshape(-1).to(compute)
+            floats = compute.is_floating_point
+            keep = ~values.isnan() if floats else torch.ones_like(values, dtype=torch.bool)
+            start = torch.full((unique.shape[0],), math.nan if floats else 0, dtype=compute)
+            reduced = start.scatter_reduce(0, inverse[keep], values[keep], "amax" if kind == "max" else "amin",
+                                           include_self=False)
+            total = combine(kind, old.to(compute), reduced)
         tensor[index] = V.round_tensor(total, buffer.dtype).to(tensor.dtype)
 
     def _lanes(self, buffer, indices, shape, mask, stmt):
@@ -210,6 +224,15 @@ class Memory:
     def _oob(buffer, indices, shape, stmt):
         raise CompileError(f"index {list(indices)} is out of bounds of {buffer.scope} buffer "
                            f"{buffer.name}{list(shape)}", getattr(stmt, "loc", None))
+
+
+def combine(kind, old, new):
+    """The value an atomic update of `kind` (True or "add", "max", "min") stores from the
+    element's `old` value and `new`; max / min ignore NaN (T.max's fmaxf)."""
+    if kind in (True, "add"):
+        return old + new
+    new = V.as_tensor(new, old.dtype if V.is_tensor(old) else None)
+    return (torch.fmax if kind == "max" else torch.fmin)(V.as_tensor(old), new)
 
 
 def _in_bounds(indices, shape) -> bool:

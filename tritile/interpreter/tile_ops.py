@@ -16,6 +16,7 @@ import torch
 
 from tritile.interpreter import values as V
 from tritile.ir import nodes as ir
+from tritile.ir.dtypes import truncate_to_tf32
 from tritile.ir.printer import region_str
 from tritile.ir.verifier import gemm_mnk
 
@@ -74,8 +75,11 @@ def gemm(run, s: ir.Gemm):
     wide = any(r.buffer.dtype.bits == 64 for r in (s.a, s.b, s.c)) or not (
         s.a.buffer.dtype.is_float and s.b.buffer.dtype.is_float)
     compute = torch.float64 if wide else torch.float32
-    a = _read(run, s.a).reshape(s.a.tile_shape).to(compute)
-    b = _read(run, s.b).reshape(s.b.tile_shape).to(compute)
+    a = _read(run, s.a).reshape(s.a.tile_shape)
+    b = _read(run, s.b).reshape(s.b.tile_shape)
+    if s.tf32:
+        a, b = truncate_to_tf32(a.float()), truncate_to_tf32(b.float())
+    a, b = a.to(compute), b.to(compute)
     product = (a.t() if s.transpose_a else a) @ (b.t() if s.transpose_b else b)
     c_starts = run.starts(s.c)
     c_box = run.memory.region_box(s.c, c_starts, s)
@@ -166,16 +170,17 @@ def cum_extremum(run, s: ir.CumExtremum):
 
 
 def atomic_add(run, s: ir.AtomicAdd):
+    """`T.atomic_add` / `T.atomic_max` / `T.atomic_min` (`s.kind`)."""
     if isinstance(s.value, ir.Region):
         value = _read(run, s.value)
         if value.numel() != _numel(s.dst.extents):
-            raise run.error(f"T.atomic_add: {region_str(s.dst)} and {region_str(s.value)} differ in size")
-        _write(run, s.dst, value, accumulate=True)
+            raise run.error(f"T.atomic_{s.kind}: {region_str(s.dst)} and {region_str(s.value)} differ in size")
+        _write(run, s.dst, value, accumulate=s.kind)
         return
     if any(e != 1 for e in s.dst.extents):
-        raise run.error(f"T.atomic_add of a scalar needs a single element, got {region_str(s.dst)}")
+        raise run.error(f"T.atomic_{s.kind} of a scalar needs a single element, got {region_str(s.dst)}")
     indices = [run.eval(i) for i in s.dst.starts]  # lane tensors inside T.Parallel
-    run.memory.store(s.dst.buffer, indices, run.eval(s.value), run.mask, s, accumulate=True)
+    run.memory.store(s.dst.buffer, indices, run.eval(s.value), run.mask, s, accumulate=s.kind)
 
 
 def _numel(shape) -> int:

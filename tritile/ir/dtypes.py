@@ -160,13 +160,26 @@ def as_dtype(value) -> DType:
 
 def element_dtype(value) -> DType:
     """The dtype a buffer of `value` elements stores: `as_dtype(value)`, with `tfloat32` stored
-    as `float32` (TF32 is an MMA input precision, not a storage type; tritile's GEMMs keep
-    float32's precision).  TypeError for a vector dtype (`float32x2`): no tile operation takes
+    as `float32` (TF32 is an MMA input precision, not a storage type: the frontend marks a gemm
+    over tfloat32 operands `Gemm(tf32=True)`).  TypeError for a vector dtype (`float32x2`): no tile operation takes
     one yet."""
     dtype = as_dtype(value)
     if dtype.lanes != 1:
         raise TypeError(f"vector dtype {dtype} is not supported as a buffer element type yet")
     return float32 if dtype is tfloat32 else dtype
+
+
+def is_tfloat32(value) -> bool:
+    """Whether `value` names TileLang's `tfloat32` (which `element_dtype` stores as float32)."""
+    try:
+        return as_dtype(value) is tfloat32
+    except TypeError:
+        return False
+
+
+def truncate_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 `x` with the 13 low mantissa bits cleared: the value a TF32 tensor core reads."""
+    return (x.view(torch.int32) & -(1 << 13)).view(torch.float32)
 
 
 def from_torch(dtype: torch.dtype) -> DType:

@@ -10,9 +10,11 @@ Paths:
 * `gemm_engine`: "wgmma" (sm_90, 16/8-bit inputs, B in shared, M a multiple of 64),
   "mma_v2" (mma.sync m16n8, sm_80+, 16/8-bit inputs), or "fma" (everything else, notably
   float32 inputs: we use exact FP32 FMA instead of TF32 tensor cores, so float32 GEMMs match
-  torch's float32 matmul at 1e-4).
+  torch's float32 matmul at 1e-4; a `Gemm(tf32=True)` - TileLang's `T.tfloat32` operands -
+  takes mma.sync's TF32 path).
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
-  equal to one whole buffer version, same dtype, static 16-byte aligned row pitch); a
+  equal to one whole buffer version, same dtype, a row pitch provably a multiple of 16
+  bytes: static, or a `T.dynamic` dim specialised on divisibility, `ir/divisibility.py`); a
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
@@ -23,7 +25,8 @@ Paths:
   stores still reading it.
 * `uses_cp_async`: a non-TMA async global->shared copy whose per-thread vectors are provably
   4-byte aligned (cp.async moves 4/8/16 bytes); otherwise the copy is a synchronous masked
-  load + shared store, correct for any row stride (runtime `T.dynamic` dims, K = 33 fp16).
+  load + shared store, correct for any row stride (`T.dynamic` dims not known to be
+  multiples of 16, K = 33 fp16).
 
 Register (fragment) gemm operands are fed to the tensor cores as DotOperandLayout tensors;
 a transposed one (A stored (K, M), B stored (N, K)) is permuted in registers first, so it
@@ -33,8 +36,11 @@ are cast to it: Triton's FMA dot requires equal element types).
 """
 from __future__ import annotations
 
+import math
+
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded_shape
 from tritile.ir.transform import walk, written_buffer
 from tritile.ir.verifier import gemm_mnk
 
@@ -43,9 +49,19 @@ def _is_tensor_core_dtype(dtype) -> bool:
     return dtype.bits in (8, 16) and dtype.kind in ("float", "int")
 
 
+def padded_mnk(g: ir.Gemm) -> tuple:
+    """The gemm's (M, N, K) as its tiles hold them: padded to powers of two (ir/padding.py;
+    pad lanes of the operands are 0, so a padded K adds nothing)."""
+    return tuple(padded_shape(gemm_mnk(g)))
+
+
 def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
-    m, n, k = gemm_mnk(g)
+    m, n, k = padded_mnk(g)
     a_dt, b_dt = g.a.buffer.dtype, g.b.buffer.dtype
+    if g.tf32 and a_dt == b_dt and a_dt.name == "float32":
+        # mma.sync m16n8k8.tf32 (wgmma's tf32 reads both shared operands K-major only: a lever)
+        ok = k % 8 == 0 and lay.mma_v2_accumulator(m, n, num_warps, g.policy) is not None
+        return "mma_v2" if ok else "fma"
     if a_dt != b_dt or not _is_tensor_core_dtype(a_dt):
         return "fma"
     if a_dt.kind == "int" and g.c.buffer.dtype.name != "int32":
@@ -63,7 +79,7 @@ def gemm_engine(g: ir.Gemm, target, num_warps: int) -> str:
 
 
 def accumulator_layout(g: ir.Gemm, target, num_warps: int):
-    m, n, _ = gemm_mnk(g)
+    m, n, _ = padded_mnk(g)
     engine = gemm_engine(g, target, num_warps)
     if engine == "wgmma":
         return lay.wgmma_accumulator(m, n, num_warps, g.policy, g.a.buffer.dtype.bits)
@@ -93,7 +109,11 @@ def _multiple_of(e, n: int) -> bool:
 def _linear_terms(e):
     """(coefficients, constant) of an integer expression read as sum(c_i * t_i) + k, where a
     term t_i is anything but a sum, a difference or a product with a constant (a Var, a
-    ``T.max(...)``, a ``%``): ``bx * 192 + part * 64`` -> ({192, 64}, 0)."""
+    ``T.max(...)``, a ``%``): ``bx * 192 + part * 64`` -> ({192, 64}, 0).  A Var known to be
+    a multiple of m (a runtime dim specialised on divisibility) is the term m * t:
+    ``K`` with ``multiple_of=16`` -> ({16}, 0)."""
+    if isinstance(e, ir.Var):
+        return {e.multiple_of}, 0
     if isinstance(e, int):
         return set(), e
     if isinstance(e, ir.Const) and isinstance(e.value, int):
@@ -135,13 +155,17 @@ def tma_rows_view(region) -> bool:
 
 def _tma_tile_ok(region, box) -> bool:
     """A TMA descriptor for `region` of a global tensor with block `box`: rank 2 (or a
-    `tma_rows_view`), static 16-byte aligned row pitch, a box row of at least 16 bytes, box
-    dims <= 256 (the hardware limit)."""
+    `tma_rows_view`), a row pitch provably a multiple of 16 bytes (a static last dim, or a
+    runtime one specialised as a multiple of 16 elements: the host descriptor is encoded from
+    the tensor's actual shape and strides at launch, and clips the edge tiles), a box row of
+    at least 16 bytes, box dims <= 256 (the hardware limit)."""
     global_buf = region.buffer
     inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    if is_padded(box):  # a box fills whole shared tiles: padded ones take masked loads / stores
+        return False
     return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
             and global_buf.dtype.bits in (8, 16, 32)
-            and isinstance(inner, int) and (inner * elem) % 16 == 0 and box[-1] * elem >= 16
+            and _multiple_of(inner, 16 // math.gcd(16, elem)) and box[-1] * elem >= 16
             and all(b <= 256 for b in box))
 
 
@@ -212,15 +236,16 @@ def uses_cp_async(copy) -> bool:
     of the tile's last dim; Triton emits cp.async only when it proves every vector is at
     least 4 bytes and 4-byte aligned.  The base pointer is 16-byte aligned (checked at
     launch), so that holds for 1/2-byte elements when the tensor's last dim (a factor of
-    every other stride, and the bound of the last-dim mask) is a static multiple of 4 bytes
-    and the tile's last-dim start and extent are provable multiples of 4 bytes.  A runtime
-    last dim is never assumed aligned: such copies take the synchronous path."""
+    every other stride, and the bound of the last-dim mask) is a provable multiple of 4 bytes
+    (static, or a runtime dim specialised as a multiple of 16, which the code generators
+    pass to Triton as `tt.divisibility`) and the tile's last-dim start and extent are
+    provable multiples of 4 bytes.  Any other runtime last dim is not assumed aligned: such
+    copies take the synchronous path."""
     src = copy.src
     buf = src.buffer
     elem = buf.dtype.itemsize
     if elem >= 4:
         return True
     per = 4 // elem
-    inner = buf.shape[-1]
-    return (isinstance(inner, int) and inner % per == 0 and src.extents[-1] % per == 0
+    return (_multiple_of(buf.shape[-1], per) and src.extents[-1] % per == 0
             and _multiple_of(src.starts[-1], per))

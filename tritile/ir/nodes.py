@@ -123,11 +123,16 @@ _var_ids = itertools.count()
 
 @dataclass(eq=False)
 class Var(Expr):
-    """A scalar name: loop variable, block index, runtime dimension or `Let` binding."""
+    """A scalar name: loop variable, block index, runtime dimension or `Let` binding.
+
+    `multiple_of` is a divisor its value is known to have: a runtime dimension of a program
+    specialised at launch on its divisibility (`tritile.ir.divisibility`) carries 16; 1 says
+    nothing.  Passes asking whether an expression is aligned (`tritile.ir.instructions`) read it."""
 
     name: str
     dtype: DType = int32
     uid: int = field(default_factory=lambda: next(_var_ids))
+    multiple_of: int = 1
 
     def __repr__(self) -> str:
         return f"Var({self.name})"
@@ -168,7 +173,8 @@ class UnaryOp(Expr):
 
 # math intrinsics understood by every backend; "if_then_else" has three arguments
 INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
-              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma")
+              "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma",
+              "isnan", "isinf", "isfinite")  # the last three: float -> bool predicates
 
 
 @dataclass
@@ -369,7 +375,9 @@ GEMM_POLICIES = ("Square", "FullRow", "FullCol")
 @dataclass
 class Gemm(Stmt):
     """``C (+)= op(A) @ op(B)``; transpose_A means A is stored (K, M), transpose_B means B
-    is stored (N, K).  clear_accum=True overwrites C."""
+    is stored (N, K).  clear_accum=True overwrites C.  tf32=True: float32 A and B are read as
+    TF32, their mantissas truncated to 10 bits as the tensor cores do (TileLang's
+    `T.tfloat32` operands); otherwise float32 operands keep float32's precision."""
 
     a: Region
     b: Region
@@ -379,6 +387,7 @@ class Gemm(Stmt):
     policy: str = "Square"
     clear_accum: bool = False
     is_async: bool = False
+    tf32: bool = False
     loc: Optional[SourceLoc] = None
 
 
@@ -438,12 +447,15 @@ class CumExtremum(Stmt):
 
 @dataclass
 class AtomicAdd(Stmt):
-    """``dst += value`` atomically; `value` is a Region (tile form) or an Expr (scalar form,
-    `dst` then has all extents 1)."""
+    """``dst += value`` atomically, or with `kind` "max" / "min" ``dst = max(dst, value)`` /
+    ``min`` (`T.atomic_max` / `T.atomic_min`; of floats NaN-ignoring in the interpreter, a NaN
+    is unspecified on the GPU); `value` is a Region (tile form) or an Expr (scalar form, `dst`
+    then has all extents 1)."""
 
     dst: Region
     value: Union[Region, Expr]
     loc: Optional[SourceLoc] = None
+    kind: str = "add"
 
 
 @dataclass
@@ -465,6 +477,18 @@ class Print(Stmt):
     other statement."""
 
     value: Union[Region, Expr, None]
+    msg: str
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
+class DeviceAssert(Stmt):
+    """`T.device_assert(cond, msg)`: the program is wrong where `cond` is false (for any active
+    lane inside `T.Parallel`).  The interpreter raises `tritile.errors.DeviceAssertError` with
+    `msg`; the GPU backends emit Triton's device_assert, which Triton compiles only in debug
+    mode (TRITON_DEBUG=1) and drops otherwise.  It reads and never writes."""
+
+    cond: Expr
     msg: str
     loc: Optional[SourceLoc] = None
 
@@ -657,11 +681,14 @@ class PrimFunc:
     each a complete one-kernel `PrimFunc` whose `params` are the call's tensors followed by the
     workspaces (its `out_idx` empty: the program allocates the outputs; the same runtime Vars).
     The pass list, the backends and the interpreter see only such one-kernel functions; the
-    runtime launches the parts one after another on the same tensors."""
+    runtime launches the parts one after another on the same tensors.
+
+    A `@T.prim_func` with no `with T.Kernel` block (TileLang's host code only) has `kernel`
+    None and no `parts`: it can be built and printed, and compiling it is a CompileError."""
 
     name: str
     params: list
-    kernel: Kernel
+    kernel: Optional[Kernel]
     out_idx: list = field(default_factory=list)
     dynamic_vars: list = field(default_factory=list)
     dim_bindings: dict = field(default_factory=dict)
@@ -673,8 +700,10 @@ class PrimFunc:
 
     @property
     def kernels(self) -> list:
-        """The kernels in launch order: `kernel`, or each part's."""
-        return [part.kernel for part in self.parts] if self.parts else [self.kernel]
+        """The kernels in launch order: `kernel`, or each part's (none for host code only)."""
+        if self.parts:
+            return [part.kernel for part in self.parts]
+        return [self.kernel] if self.kernel is not None else []
 
     @property
     def scalar_vars(self) -> list:

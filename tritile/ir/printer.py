@@ -114,6 +114,8 @@ class _Printer:
                 args.append("clear_accum=True")
             if s.is_async:
                 args.append("is_async=True")
+            if s.tf32:
+                args.append("tf32=True")
             self.emit(d, f"T.gemm({', '.join(args)})")
         elif isinstance(s, ir.WaitMMA):
             self.emit(d, f"T.wait_mma({s.pending})")
@@ -127,9 +129,11 @@ class _Printer:
         elif isinstance(s, ir.CumExtremum):
             self.emit(d, f"T.cum{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):
-            self.emit(d, f"T.atomic_add({region_str(s.dst)}, {_operand(s.value)})")
+            self.emit(d, f"T.atomic_{s.kind}({region_str(s.dst)}, {_operand(s.value)})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
+        elif isinstance(s, ir.DeviceAssert):
+            self.emit(d, f"T.device_assert({expr_str(s.cond)}, {s.msg!r})")
         elif isinstance(s, ir.Print):
             value = "None" if s.value is None else _operand(s.value)
             self.emit(d, f"T.print({value}, msg={s.msg!r})")
@@ -198,7 +202,10 @@ def format_func(func: ir.PrimFunc) -> str:
     if func.out_idx:
         p.emit(1, f"# out_idx={func.out_idx}")
     if func.dynamic_vars:
-        p.emit(1, "# dynamic: " + ", ".join(v.name for v in func.dynamic_vars))
+        p.emit(1, "# dynamic: " + ", ".join(_divisor_note(v) for v in func.dynamic_vars))
+    divisible_scalars = [v for v in func.scalar_vars if v.multiple_of > 1]
+    if divisible_scalars:  # a divisibility variant (ir/divisibility.py): its own text, its own cache key
+        p.emit(1, "# scalars: " + ", ".join(_divisor_note(v) for v in divisible_scalars))
     for b in func.workspaces:
         p.emit(1, f"{b.name} = T.alloc_global({_shape_str(b.shape)}, {b.dtype})")
     for part in func.parts:
@@ -207,6 +214,10 @@ def format_func(func: ir.PrimFunc) -> str:
     if not func.parts:
         _kernel(p, func)
     return "\n".join(p.lines) + "\n"
+
+
+def _divisor_note(v: ir.Var) -> str:
+    return v.name + (f" (multiple of {v.multiple_of})" if v.multiple_of > 1 else "")
 
 
 def _kernel(p, func: ir.PrimFunc):
@@ -219,6 +230,9 @@ def _kernel(p, func: ir.PrimFunc):
     if "consumer_partitions" in func.attrs:
         p.emit(1, f"# consumer partitions: {func.attrs['consumer_partitions']}")
     k = func.kernel
+    if k is None:
+        p.emit(1, "# no `with T.Kernel(...)` block: host code only, which tritile does not compile")
+        return
     grid = ", ".join(expr_str(g) for g in k.grid)
     names = ", ".join(v.name for v in k.block_vars)
     p.emit(1, f"with T.Kernel({grid}, threads={k.threads}) as ({names}):")

@@ -87,10 +87,12 @@ class Tensor:
         self.shape = tuple(shape)
         self.dtype = _dtypes.element_dtype(dtype)
 
-    def __class_getitem__(cls, item):
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (tuple, list)):
-            return cls(item[0], item[1])
-        return cls(item)
+    def __class_getitem__(cls, keys):
+        # TileLang's rule: keys holding a tuple, list or str (a dtype is a str) are the
+        # arguments, (shape, dtype, ...); otherwise they are the shape: T.Tensor[M, N]
+        if isinstance(keys, tuple) and any(isinstance(k, (tuple, list, str)) for k in keys):
+            return cls(*keys)
+        return cls(keys)
 
     def __repr__(self) -> str:
         return f"T.Tensor({list(self.shape)}, {self.dtype})"
@@ -220,7 +222,25 @@ def alloc_global(shape, dtype, scope="global"):
 
 @_tile_op
 def alloc_reducer(shape, dtype, op="sum", replication=None):
-    """A deferred-reduction buffer (not supported yet: a CompileError)."""
+    """A fragment that `T.Parallel` loops update with ``r[i] = r[i] + x[i, j]`` (op "sum"),
+    ``T.max`` / ``T.min`` (op "max" / "min") or `T.reducer_update`, reducing over the loop
+    variable the index leaves out (tritile/frontend/reducers.py)."""
+
+
+@_tile_op
+def reducer_init(reducer, init=None):
+    """Start `reducer` from its op's identity, or from `init`."""
+
+
+@_tile_op
+def reducer_update(target, value):
+    """`target` (``r[i]``) combined with `value` by the reducer's op, inside `T.Parallel`."""
+
+
+@_tile_op
+def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
+    """End the reduction: the reducer holds its values (tritile reduces after each loop);
+    with `dst` they are copied there."""
 
 
 @_tile_op
@@ -272,11 +292,34 @@ def serial(start, stop=None, step=None, annotations=None):
 
 
 @_tile_op
+def Persistent(domain, wave_size, index, group_size=8):
+    """`for bx, by in T.Persistent([m_tiles, n_tiles], sm_num, block_id):` - program `index` of
+    `wave_size` walks the tiles of `domain`, in groups of `group_size` along the last
+    dimension (tritile/frontend/persistent.py)."""
+
+
+@_tile_op
 def unroll(start, stop=None, step=None, explicit=False, unroll_factor=None, annotations=None):
     pass
 
 
 Serial, Unroll = serial, unroll
+
+
+@_tile_op
+def vectorized(start, stop=None, *, annotations=None):
+    """A loop whose iterations are independent (TVM vectorizes it): inside `T.Parallel` one more
+    parallel dimension, elsewhere a serial loop."""
+
+
+Vectorized = vectorized
+
+
+@_tile_op
+def alloc_buffer(shape, dtype="float32", data=None, strides=None, elem_offset=None, scope="global", align=-1,
+                 offset_factor=0, buffer_type="default", axis_separators=None, annotations=None):
+    """TVM's allocation, by `scope`: "shared" / "shared.dyn" (T.alloc_shared), "local.fragment"
+    (T.alloc_fragment), "local" (T.alloc_local), "local.var" (T.alloc_var), "global" (T.alloc_global)."""
 
 
 @_tile_op
@@ -322,6 +365,48 @@ def cummin(src, dst=None, dim=0, reverse=False, annotations=None):
 @_tile_op
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     pass
+
+
+@_tile_op
+def assume(cond=None):
+    """A fact the compiler may rely on (TVM's `T.assume`): accepted, and used by nothing."""
+
+
+@_tile_op
+def device_assert(condition, msg="", no_stack_info=False):
+    """Fail where `condition` is false: the interpreter raises `tritile.errors.DeviceAssertError`
+    with `msg`; on the GPU, Triton's device_assert (compiled only with TRITON_DEBUG=1)."""
+
+
+@_tile_op
+def annotate_pass_configs(configs):
+    """`pass_configs` written in the kernel's body; those given to `tritile.jit` / `compile` win."""
+
+
+@_tile_op
+def annotate_compile_flags(flags):
+    """Compile flags written in the kernel's body (recorded, like `compile_flags=`: nvcc's
+    flags have no Triton counterpart)."""
+
+
+@_tile_op
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """``dst = max(dst, value)`` atomically (an element, or a tile as `T.atomic_add`'s)."""
+
+
+@_tile_op
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """``dst = min(dst, value)`` atomically (an element, or a tile as `T.atomic_add`'s)."""
+
+
+@_tile_op
+def atomic_addx2(dst, value, return_prev=False):
+    """`dst[..., j:j + 2] += value[..., j:j + 2]` (head addresses or 2-element regions)."""
+
+
+@_tile_op
+def atomic_addx4(dst, value, return_prev=False):
+    """`dst[..., j:j + 4] += value[..., j:j + 4]` (head addresses or 4-element regions)."""
 
 
 @_tile_op
@@ -392,3 +477,17 @@ if_then_else = _foldable("if_then_else", _if_then_else)
 cast = _foldable("cast", _cast)
 Cast = _foldable("Cast", lambda dtype, value: _cast(value, dtype))  # TileLang's T.Cast(dtype, value)
 infinity = _foldable("infinity", _infinity)
+
+# TileLang's tvm.tir spellings of expressions above (tilelang/language/customize.py, tir/ir.py)
+clamp = _foldable("clamp", lambda dst, min_val, max_val: _builtins.min(_builtins.max(dst, min_val), max_val))
+Select = _foldable("Select", lambda condition, true_value, false_value, span=None:
+                   true_value if condition else false_value)
+isnan = _foldable("isnan", lambda x, span=None: math.isnan(x))
+isinf = _foldable("isinf", lambda x, span=None: math.isinf(x))
+isfinite = _foldable("isfinite", lambda x, span=None: math.isfinite(x))
+shift_left = _foldable("shift_left", lambda x, y, span=None: x << y)
+shift_right = _foldable("shift_right", lambda x, y, span=None: x >> y)
+bitwise_and = _foldable("bitwise_and", lambda x, y, span=None: x & y)
+bitwise_or = _foldable("bitwise_or", lambda x, y, span=None: x | y)
+bitwise_xor = _foldable("bitwise_xor", lambda x, y, span=None: x ^ y)
+bitwise_not = _foldable("bitwise_not", lambda x, span=None: ~x)

@@ -11,6 +11,8 @@ import importlib
 
 # (stage name, module under tritile.lowering); the module defines `run(func, target)`.
 PASSES = [
+    ("warp_group_serialization", "warp_group_serialization"),
+    ("flat_reshapes", "flat_reshapes"),
     ("accumulator_init", "accumulator_init"),
     ("pipeline_planning", "pipeline_planning"),
     ("buffer_versioning", "buffer_versioning"),

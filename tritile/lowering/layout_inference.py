@@ -36,6 +36,7 @@ import dataclasses
 from tritile.ir import instructions as isel
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import padded_shape
 from tritile.ir.transform import substitute_buffers, walk
 
 # requirement priorities (lower wins)
@@ -83,7 +84,7 @@ def _shared_requirements(func, target, num_warps) -> dict:
 
 
 def _shared_layout(buf: ir.Buffer, uses: set):
-    tile = buf.tile_shape
+    tile = padded_shape(buf.tile_shape)  # the allocated tile (ir/padding.py)
     bits = buf.dtype.bits
     if len(tile) >= 2 and uses & {"wgmma", "tma"}:
         return lay.nvmma_default_for(tile, bits)
@@ -128,7 +129,7 @@ def _decide_fragments(func, target, num_warps, fragments, decided):
             # nothing to derive from: the highest-rank undecided buffer gets a blocked
             # layout, from which its lower-rank neighbours may then be derived
             first = min(pending, key=lambda b: (-len(b.shape), b.name, str(b.shape)))
-            decided[first] = lay.blocked_for(first.shape, 32, num_warps)
+            decided[first] = lay.blocked_for(padded_shape(first.shape), 32, num_warps)
             pending.remove(first)
 
 

@@ -47,7 +47,9 @@ When (``run``, ``TRITILE_PERSISTENT``): ``auto`` (the default) for warp-speciali
 kernels, ``1`` wherever applicable, ``0`` never.  Kernels without warp specialization stay
 as they are in ``auto``: on an H100 persistence measured neutral for examples/gemm.py
 (bench/NOTES.md, 2026-11-22: within +-3% of the plain launch at 4096^3, 8192^3, 1024x8192^2).
-Applicable: see `applicable`.  `persist(func, num_programs)` applies it unconditionally
+Applicable: see `applicable`; and the kernel's shared buffers must fit the target all allocated
+at once (hoisted above the tile loop, they no longer reuse each other's bytes:
+ir/shared_lifetimes.py), else the kernel stays as it is.  `persist(func, num_programs)` applies it unconditionally
 (tests use small program counts).
 """
 from __future__ import annotations
@@ -57,6 +59,7 @@ import heapq
 
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk
+from tritile.lowering.shared_memory_budget import fits_allocated_at_once
 from tritile.switches import schedule_switch
 
 # SM counts of the default GPU of each architecture, used when no GPU is present
@@ -82,6 +85,8 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     if target.kind != "cuda" or chosen == "off" or not applicable(func):
         return func
     if chosen == "auto" and "warp_specialization" not in func.attrs:
+        return func
+    if not fits_allocated_at_once(func, target):  # hoisted buffers no longer share bytes
         return func
     return persist(func, num_sms(target))
 

@@ -2,8 +2,11 @@
 
 Contract: `ArgumentBinder(func, written, grid)(args)` takes what the user passed to a kernel (all
 parameters, or only the inputs when the function has `out_idx`) and returns the full tensor list
-in parameter order, the value of every `T.dynamic` Var and scalar parameter and whether the grid
-(`grid`: the kernel's extents as the user wrote them) has any block, or raises:
+in parameter order, the value of every `T.dynamic` Var and scalar parameter, whether the grid
+(`grid`: the kernel's extents as the user wrote them) has any block and the divisibility key of
+the call's runtime integers (`tritile.ir.divisibility.key` over its `specialized_vars`: the
+`T.dynamic` values, then the integer scalar parameters; which variant of the program runs), or
+raises:
 * `TypeError`  - wrong number of arguments, a non-tensor, a wrong dtype, mixed device kinds, a
   device that runs no kernel (a `meta` tensor: only CUDA and CPU tensors run), a scalar
   parameter given something else than a Python number or a 0-d tensor of its kind (an int for
@@ -29,6 +32,7 @@ import torch
 
 from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
+from tritile.ir import divisibility
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
@@ -134,15 +138,18 @@ def _shape(param: ir.Buffer) -> list:
 
 
 class ArgumentBinder:
-    """`binder(args)` -> (full tensor list in param order, {Var: value}, grid has blocks) for a
-    call with `args`.  Scalar parameters' arguments are taken out of `args` first (by their
-    positions in the call) and converted (`scalar_value`); the rest is the tensors.
+    """`binder(args)` -> (full tensor list in param order, {Var: value}, grid has blocks,
+    divisibility key) for a call with `args`.  Scalar parameters' arguments are taken out of
+    `args` first (by their positions in the call) and converted (`scalar_value`); the rest is
+    the tensors.
 
-    The checks of `check_tensors` run in full the first time a combination of argument
-    types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes) is
-    remembered under that combination, so a later call with contiguous tensors of the same
-    kind only rebuilds the key, checks contiguity and allocates the outputs.  Anything else
-    (a non-tensor, a strided tensor, a new shape) takes the full path and its messages."""
+    The checks of `check_tensors` run in full the first time a combination of tensor types,
+    dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes, the dims'
+    divisibility key) is remembered under that combination, so a later call with contiguous
+    tensors of the same kind only rebuilds the key, checks contiguity and allocates the
+    outputs (the scalars, which change from call to call, are converted and their part of the
+    divisibility key computed every call).  Anything else (a non-tensor, a strided tensor, a
+    new shape) takes the full path and its messages."""
 
     _MEMO_LIMIT = 64  # distinct argument kinds remembered; past it the memo starts over
 
@@ -157,12 +164,13 @@ class ArgumentBinder:
         self.inputs = [i for i in range(self.n_params) if i not in func.out_idx]
         self.allocates = bool(func.out_idx)
         self.outputs = [(i, func.params[i].dtype.torch) for i in func.out_idx]
-        self._memo = {}  # argument kinds -> (dim_values, [output shape per out_idx entry])
+        self._memo = {}  # tensor kinds -> (dim_values, [output shape per out_idx entry], runs, dims' key)
         # the call's parameters: which positions are scalars, and which of them a call leaving
         # out the outputs passes
         call_params = func.call_params()
         outputs = {id(func.params[i]) for i in func.out_idx}
         self.scalar_positions = {position: var for position, var in func.scalar_params}
+        self.int_scalars = divisibility.specialized_vars(func)[len(func.dynamic_vars):]
         self.call_inputs = [position for position, p in enumerate(call_params) if id(p) not in outputs]
         self.call_names = [p.name for p in call_params]
 
@@ -177,20 +185,23 @@ class ArgumentBinder:
             key, contiguous = None, False
         known = self._memo.get(key)
         if known is not None and contiguous:
-            dim_values, out_shapes, runs = known
+            dim_values, out_shapes, runs, divisible = known
             if scalars:
                 dim_values = {**dim_values, **scalars}
                 runs = self.grid_has_blocks(dim_values)
-            return self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs
+                divisible += divisibility.key(self.int_scalars, scalars)
+            return (self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs,
+                    divisible)
         tensors, dim_values = self._bind_checked(args)
+        divisible = divisibility.key(self.func.dynamic_vars, dim_values)
+        dims = dict(dim_values)
         dim_values.update(scalars)
         runs = self.grid_has_blocks(dim_values)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
-            dims = {var: value for var, value in dim_values.items() if var not in scalars}
-            self._memo[key] = (dims, [list(tensors[i].shape) for i, _ in self.outputs], runs)
-        return tensors, dim_values, runs
+            self._memo[key] = (dims, [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)
+        return tensors, dim_values, runs, divisible + divisibility.key(self.int_scalars, scalars)
 
     def _split_scalars(self, args):
         """(the tensor arguments, {scalar Var: value}) of a call passing every parameter, or

@@ -108,7 +108,10 @@ def _constants_key(args: tuple, kwargs: dict):
         return ("frozen", _freeze(args), _freeze(kwargs))
 
 
-class _JITBase:
+class JITFunction:
+    """What `@tritile.jit` returns: a `LazyJIT` or an `EagerJIT` (TileLang's `JITFunc`), with
+    the specialisation cache both share."""
+
     def __init__(self, fn, options: dict):
         self.fn = fn
         self.options = options
@@ -144,7 +147,7 @@ class _JITBase:
         self._hits = self._misses = 0
 
 
-class LazyJIT(_JITBase):
+class LazyJIT(JITFunction):
     """`f(*consts)` -> the function's `@T.prim_func`, compiled and cached."""
 
     def __call__(self, *args, **kwargs) -> JITKernel:
@@ -164,7 +167,7 @@ class LazyJIT(_JITBase):
     compile = __call__
 
 
-class EagerJIT(_JITBase):
+class EagerJIT(JITFunction):
     """The body is the kernel: `f(a, b, **consts)` runs it, `f.compile(**consts)` builds it."""
 
     def __init__(self, fn, options: dict):

@@ -7,6 +7,13 @@ when the target is the CPU so the passes are still exercised) and keeps every st
 remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
 final IR; CUDA tensors -> the backend's kernel, compiled on first use and kept here.
+A program with runtime integers (`T.dynamic` dims, integer scalar parameters) is specialised
+per call on which of them are multiples of 16 (`tritile.ir.divisibility`, as Triton's
+`tt.divisibility`): each divisibility key has its own stages (the pass list run on
+`divisibility.specialize` of the frontend IR, the first time a call has that key) and its own
+compiled kernels; interpreting a call runs its key's final IR too.  `stages` / `func` are the
+key of no divisible value (what assumes nothing of them), and
+`get_source(stage, dims={name: value})` shows the variant those values select.
 `backend` ("gluon" | "triton" | "auto"; None reads `TRITILE_BACKEND`) picks the code generator
 through `tritile.codegen`'s table (auto: Gluon on NVIDIA where it takes the program, else
 triton.language; triton.language on AMD); the pass list runs as far as the chosen backends
@@ -20,15 +27,21 @@ A function of several kernels (`PrimFunc.parts`: several `with T.Kernel` blocks,
 `T.alloc_global` workspaces) is one `JITKernel` per part, each compiled as any one-kernel
 function; this one binds the call's arguments, allocates the workspaces on the call's device
 (`arguments.allocate_workspaces`) and runs the parts in order on the tensors and workspaces (a
-part whose grid has no block is skipped).  Its stages are the function with every part at that
-stage, and `get_source` of a codegen stage is the parts' sources one after another.
+part whose grid has no block is skipped).  The call's divisibility key is one for the whole
+call (the parts share the function's runtime Vars); each part keeps its variant per key, so
+each kernel is specialised on the values it is launched with.  Its stages are the function
+with every part at that stage, and `get_source` of a codegen stage is the parts' sources one
+after another.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass, field
 
 from tritile import codegen
+from tritile.errors import CompileError
+from tritile.ir import divisibility
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
@@ -44,13 +57,41 @@ _PLANNED_FOR_CPU = Target("cuda", 90)
 _COMMENT = {"gluon": "#", "triton": "#", "llir": ";", "amdgcn": ";"}
 
 
+@dataclass
+class _Variant:
+    """The program for one divisibility key: its stages, the runtime integers it renamed (the
+    frontend's Var -> the variant's, `multiple_of` 16), its codegen results per target."""
+
+    stages: list
+    renamed: dict
+    compiled: dict = field(default_factory=dict)  # str(target) -> codegen result
+    device_kernel: object = None  # the codegen result for the device target, once compiled
+    inspected_stages: list = None  # the whole pass list's stages, when inspected past `stages`
+
+    @property
+    def func(self) -> ir.PrimFunc:
+        return self.stages[-1][1]
+
+    def dims(self, dim_values: dict) -> dict:
+        """A call's runtime values ({frontend Var: value}) keyed by this variant's Vars (the
+        interpreters'; the device kernel looks the frontend's Vars up itself)."""
+        if not self.renamed:
+            return dim_values
+        return {self.renamed.get(v, v): value for v, value in dim_values.items()}
+
+
 class JITKernel:
     def __init__(self, func: ir.PrimFunc, target="auto", verbose: bool = False, pass_configs=None,
                  execution_backend=None, compile_flags=None, backend=None):
+        if func.kernel is None and not func.parts:
+            raise CompileError(f"{func.name} has no `with T.Kernel(...)` block: tritile compiles kernels, and "
+                               f"a function of host code only (TileLang's statements outside T.Kernel) has none",
+                               func.loc)
         self.target = parse_target(target)
         self.backend = codegen.backend_name(backend)
-        self.pass_configs = transform.normalize(pass_configs)
-        self.compile_flags = compile_flags
+        # the body's T.annotate_pass_configs / T.annotate_compile_flags; the caller's override them
+        self.pass_configs = transform.normalize({**func.attrs.get("pass_configs", {}), **dict(pass_configs or {})})
+        self.compile_flags = compile_flags if compile_flags is not None else func.attrs.get("compile_flags")
         self.execution_backend = execution_backend
         self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())
@@ -69,9 +110,11 @@ class JITKernel:
         self._written = written_params(self.func)
         # the parts check their own grids when they run
         self._bind = ArgumentBinder(self.func, self._written, () if self._parts else func.kernel.grid)
-        self._compiled = {}  # str(target) -> codegen result
-        self._device_kernel = None  # the codegen result for the device target, once compiled
-        self._inspected_stages = None  # the whole pass list's stages, when inspected past self.stages
+        self._runtime_vars = list(self.func.runtime_vars)
+        self._plain = _Variant(self.stages, {})  # no runtime integer assumed divisible
+        # divisibility key -> _Variant (a function of several kernels: each part keeps its own)
+        self._variants = {(False,) * len(divisibility.specialized_vars(self.func)): self._plain}
+        self._launched = self._plain  # the variant of the last call (`_device_kernel`)
         if verbose:
             print(format_func(self.func))
 
@@ -81,35 +124,56 @@ class JITKernel:
 
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
-        tensors, dim_values, runs = self._bind(args)
+        tensors, dim_values, runs, divisible = self._bind(args)
         if self._parts:
-            self._run_parts(tensors, dim_values)
+            self._run_parts(tensors, dim_values, divisible)
         elif runs:
-            self._run(tensors, dim_values)
+            self._run(tensors, dim_values, divisible)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _run(self, tensors: list, dim_values: dict) -> None:
+    def _run(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
+        variant = self._variants.get(divisible) or self._variant(divisible)
+        self._launched = variant
         # the binder checked that every tensor is on one device kind
         if self._interprets(tensors[0].device.type if tensors else "cpu"):
             if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
                 # the generated triton.language kernel in Triton's interpreter: a second oracle
-                return self._triton_kernel(self.plan_target).interpret(tensors, dim_values)
+                return self._triton_kernel(variant, self.plan_target).interpret(tensors, variant.dims(dim_values))
             from tritile.interpreter import execute
 
-            execute(self.func, tensors, dim_values)
+            execute(variant.func, tensors, variant.dims(dim_values))
         else:
-            if self._device_kernel is None:
-                self._device_kernel = self._codegen(self._device_target())
-            self._device_kernel.launch_bound(tensors, dim_values)
+            if variant.device_kernel is None:
+                # looking the call's runtime values up by the frontend's Vars: no translation per launch
+                variant.device_kernel = self._codegen(self._device_target(), variant).with_runtime_vars(
+                    self._runtime_vars)
+            variant.device_kernel.launch_bound(tensors, dim_values)
 
-    def _run_parts(self, tensors: list, dim_values: dict) -> None:
+    def _variant(self, key: tuple) -> _Variant:
+        """The variant of divisibility key `key`, its pass list run on first use."""
+        variant = self._variants.get(key)
+        if variant is None:
+            func, renamed = divisibility.specialize(self.stages[0][1], key)
+            with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+                stages = run_passes(func, self.plan_target, stop_after=codegen.last_stage(self.backends, PASS_NAMES))
+            variant = self._variants[key] = _Variant(stages, renamed)
+        return variant
+
+    @property
+    def _device_kernel(self):
+        """The device kernel of the last call's variant (None before its first GPU launch)."""
+        return self._launched.device_kernel
+
+    def _run_parts(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
+        """Each part in order, at the call's divisibility key (the parts share the function's
+        runtime Vars, so one key selects each part's variant)."""
         tensors = tensors + allocate_workspaces(self.func, dim_values, call_device(tensors))
         for part in self._parts:
             if part._bind.grid_has_blocks(dim_values):
-                part._run(tensors, dim_values)
+                part._run(tensors, dim_values, divisible)
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
@@ -118,69 +182,82 @@ class JITKernel:
     def _device_target(self) -> Target:
         return self.target if self.target.kind in ("cuda", "hip") else parse_target("auto")
 
-    def _codegen(self, target: Target):
+    def _codegen(self, target: Target, variant: _Variant = None):
+        """The codegen result of `variant` (default: the one assuming nothing) for `target`."""
+        variant = variant or self._plain
         key = str(target)
-        if key not in self._compiled:
+        if key not in variant.compiled:
             backends = self.backends if target == self.plan_target else codegen.candidates(self.backend, target)
-            self._compiled[key] = codegen.compile_kernel(self.stages, target, backends)
-        return self._compiled[key]
+            variant.compiled[key] = codegen.compile_kernel(variant.stages, target, backends)
+        return variant.compiled[key]
 
-    def _triton_kernel(self, target: Target):
+    def _triton_kernel(self, variant: _Variant, target: Target):
         """The triton.language backend's kernel for `target`, generated (not yet compiled)."""
         from tritile.codegen.triton import compile_kernel
 
-        return compile_kernel(codegen.stage_of(codegen.BACKENDS["triton"], self.stages), target)
+        return compile_kernel(codegen.stage_of(codegen.BACKENDS["triton"], variant.stages), target)
 
     # ---------------------------------------------------------------- sources
-    def get_source(self, stage: str = "tile") -> str:
+    def get_source(self, stage: str = "tile", dims: dict = None) -> str:
         """The program at `stage`: "tile" (frontend IR), a pass name, "gluon", "triton"
         (generated sources), or "ttir", "ttgir", "llir", "ptx" / "amdgcn" (Triton's stages of the
         chosen backend for the planned target; "ttir" exists only on the triton.language
         backend, which it then uses).  Passes and the Gluon source past where the chosen backends
-        start are run for inspection on demand.  A function of several kernels gives every
-        kernel at that stage."""
+        start are run for inspection on demand.  `dims` ({T.dynamic or integer scalar parameter
+        name: value}) selects the divisibility variant a call with those values runs (one not
+        named: not a multiple of 16); without it, the variant that assumes nothing of them.  A
+        function of several kernels gives every kernel at that stage."""
         if self._parts:
-            return self._parts_source(stage)
+            return self._parts_source(stage, dims)
+        variant = self._variant(divisibility.key_of_sizes(self.func, dims)) if dims else self._plain
         if stage in ("triton", "ttir"):
-            kernel = self._triton_kernel(self.plan_target)
+            kernel = self._triton_kernel(variant, self.plan_target)
             return kernel.source if stage == "triton" else kernel.asm["ttir"]
         if stage == "gluon":
             from tritile.codegen.gluon import compile_kernel
 
-            return compile_kernel(self._all_stages()[-1][1], self.plan_target).source
+            return compile_kernel(self._all_stages(variant)[-1][1], self.plan_target).source
         if stage in _CODEGEN_STAGES:
-            asm = self._codegen(self.plan_target).asm
+            asm = self._codegen(self.plan_target, variant).asm
             if stage not in asm:
                 raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
             return asm[stage]
-        return format_func(self._stage_func(stage))
+        return format_func(self._stage_func(stage, variant))
 
-    def _stage_func(self, stage: str) -> ir.PrimFunc:
-        """The IR at "tile" or after pass `stage`."""
-        for name, func in self.stages if stage in dict(self.stages) else self._all_stages():
+    def _stage_func(self, stage: str, variant: _Variant) -> ir.PrimFunc:
+        """`variant`'s IR at "tile" or after pass `stage`."""
+        for name, func in variant.stages if stage in dict(variant.stages) else self._all_stages(variant):
             if name == stage:
                 return func
         valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
 
-    def _parts_source(self, stage: str, kernel_source: bool = False) -> str:
-        """Every part's source at `stage` (or its `get_kernel_source`), in launch order."""
+    def _parts_source(self, stage: str, dims: dict = None, kernel_source: bool = False) -> str:
+        """Every part's source at `stage` (or its `get_kernel_source`), in launch order, each of
+        the variant `dims` selects."""
+        key = divisibility.key_of_sizes(self.func, dims) if dims else None  # checked against the function's names
         if stage not in _CODEGEN_STAGES and not kernel_source:
-            return format_func(dataclasses.replace(self.func, parts=[p._stage_func(stage) for p in self._parts]))
+            variants = [p._variant(key) if key else p._plain for p in self._parts]
+            # the header's runtime Vars as the variants renamed them (the parts share the function's)
+            renamed = variants[0].renamed
+            head = dataclasses.replace(self.func, dynamic_vars=[renamed.get(v, v) for v in self.func.dynamic_vars],
+                                       scalar_params=[(i, renamed.get(v, v)) for i, v in self.func.scalar_params])
+            return format_func(dataclasses.replace(head, parts=[p._stage_func(stage, v)
+                                                                for p, v in zip(self._parts, variants)]))
         mark = _COMMENT.get("gluon" if kernel_source else stage, "//")
         return "\n".join(f"{mark} kernel {i} of {len(self._parts)}: {part.func.name}\n"
-                         + (part.get_kernel_source() if kernel_source else part.get_source(stage))
+                         + (part.get_kernel_source() if kernel_source else part.get_source(stage, dims))
                          for i, part in enumerate(self._parts))
 
-    def _all_stages(self) -> list:
-        """The stages of the whole pass list: `self.stages`, or, when the chosen backends start
-        earlier, the rest run once for inspection."""
-        if len(self.stages) == len(PASS_NAMES) + 1:
-            return self.stages
-        if self._inspected_stages is None:
+    def _all_stages(self, variant: _Variant) -> list:
+        """The stages of the whole pass list: `variant.stages`, or, when the chosen backends
+        start earlier, the rest run once for inspection."""
+        if len(variant.stages) == len(PASS_NAMES) + 1:
+            return variant.stages
+        if variant.inspected_stages is None:
             with switches.overridden(transform.schedule_overrides(self.pass_configs)):
-                self._inspected_stages = run_passes(self.stages[0][1], self.plan_target)
-        return self._inspected_stages
+                variant.inspected_stages = run_passes(variant.stages[0][1], self.plan_target)
+        return variant.inspected_stages
 
     def get_profiler(self, tensor_supply_type=None):
         """TileLang's profiler: `assert_allclose(ref_prog)`, `do_bench()`, `run_once()`."""

@@ -33,15 +33,29 @@ def _supply(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Ten
         if not isinstance(dim, int):
             raise ValueError(f"parameter {buffer.name!r} has the runtime dimension {dim!r}: pass input_tensors")
         shape.append(dim)
-    dtype = buffer.dtype.torch
+    dtype, ir_dtype = buffer.dtype.torch, buffer.dtype
     if kind is TensorSupplyType.Zero:
         return torch.zeros(shape, dtype=dtype, device=device)
     if kind is TensorSupplyType.One:
         return torch.ones(shape, dtype=dtype, device=device)
-    if not buffer.dtype.is_float or kind is TensorSupplyType.Integer:
+    # TileLang's choices (tilelang/utils/tensor.py): its tests' tolerances are set for them - a
+    # float16-accumulated GEMM over randn inputs misses them where uniform(-1, 1) inputs pass
+    if kind is TensorSupplyType.Auto and dtype in (torch.float16, torch.float32, torch.bfloat16):
+        return torch.empty(shape, device=device, dtype=dtype).uniform_(-1.0, 1.0)
+    if kind in (TensorSupplyType.Auto, TensorSupplyType.Integer):
+        if ir_dtype.is_float and ir_dtype.bits == 8:
+            return torch.randint(-128, 128, shape, device=device, dtype=torch.int8).to(dtype)
+        if ir_dtype.name == "bool":
+            return torch.randint(0, 2, shape, device=device).to(dtype)
+        if ir_dtype.name.startswith("uint"):
+            return torch.randint(0, 3, shape, device=device).to(dtype)
         return torch.randint(-2, 3, shape, device=device).to(dtype)
+    if dtype == torch.int8 and kind in (TensorSupplyType.Uniform, TensorSupplyType.Normal):
+        return torch.ones(shape, dtype=dtype, device=device)
     if kind is TensorSupplyType.Uniform:
-        return torch.rand(shape, device=device).to(dtype)
+        return torch.empty(shape, device=device, dtype=torch.float32).uniform_(-1.0, 1.0).to(dtype)
+    if kind is TensorSupplyType.Normal:  # TileLang's normal_(-1.0, 1.0): mean -1
+        return torch.empty(shape, device=device, dtype=torch.float32).normal_(-1.0, 1.0).to(dtype)
     return torch.randn(shape, device=device).to(dtype)
 
 

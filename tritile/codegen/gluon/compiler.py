@@ -18,14 +18,18 @@ pre-allocated) and the runtime dims; everything not depending on the tensors (ho
 launcher, argument checks, dynamic-dim order) is prepared at compile time, and the launch
 itself goes through `tritile.runtime.launcher`.  The kernel's constant tables (the
 persistent tile schedule) are copied to each device once and passed after the tensors.
-Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned.
+Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned; the runtime
+dims a variant assumes multiples of 16 (`tt.divisibility`, `codegen/arg_attrs.py`) are the
+ones `JITKernel` chose it for.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 
 import torch
 
+from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -47,10 +51,19 @@ class GluonKernel:
         self.descriptors = descriptors  # [DescriptorSpec] of the kernel's TMA descriptor arguments
         self._host_launch = host_launch
         self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
-        self._runtime_vars = func.runtime_vars
+        self._runtime_vars = list(func.runtime_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
+
+    def with_runtime_vars(self, runtime_vars: list) -> "GluonKernel":
+        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
+        the Vars they replaced: a divisibility variant called with the frontend's values)."""
+        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
+            return self
+        kernel = copy.copy(self)
+        kernel._runtime_vars = list(runtime_vars)
+        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
@@ -58,7 +71,8 @@ class GluonKernel:
         return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors, self.tables)
 
     def launch(self, args, dim_values=None):
-        """Launch on CUDA tensors `args` (params order, outputs allocated), checking them first."""
+        """Launch on CUDA tensors `args` (params order, outputs allocated), checking them (and
+        that the runtime integers are multiples of what the kernel assumes) first."""
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
         for t, (name, dtype) in zip(args, self._checks):
@@ -68,6 +82,10 @@ class GluonKernel:
                 raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
             if not t.is_contiguous():
                 raise ValueError(f"argument {name} must be contiguous")
+        for own, var in zip(self.func.runtime_vars, self._runtime_vars):
+            if own.multiple_of > 1 and int(dim_values[var]) % own.multiple_of:
+                raise ValueError(f"runtime value {own.name} = {dim_values[var]}: this kernel was compiled for a "
+                                 f"multiple of {own.multiple_of}")
         self.launch_bound(args, dim_values)
 
     def launch_bound(self, args, dim_values=None):
@@ -152,8 +170,8 @@ def _check_shared_memory(func, target, compiled):
 
 
 def _specialization(func) -> tuple:
-    # pointers are compiled as 16-byte aligned (checked at launch); runtime dims unspecialised;
-    # codegen switches that leave the IR text unchanged must still select another kernel
+    # pointers are compiled as 16-byte aligned (checked at launch); a runtime dim's divisibility
+    # is in the IR text (`ir/divisibility.py`: "# dynamic: k (multiple of 16)"); codegen switches that leave the IR text unchanged must still select another kernel
     from tritile.codegen.gluon.rings import codegen_options
 
     return ("ptr-align-16",) + codegen_options()
@@ -168,9 +186,9 @@ def _triton_compile(func, target, gen, module):
         def hash(self):
             return hashlib.sha256((super().hash() + cache.VERSION_KEY).encode()).hexdigest()
 
-    signature, attrs = {}, {}
+    signature = {}
     descs = {d.name: d for d in gen.descriptors}
-    for i, name in enumerate(gen.arg_names):
+    for name in gen.arg_names:
         if name in descs:
             d = descs[name]
             host = module.TensorDescriptor.from_tensor(
@@ -179,8 +197,7 @@ def _triton_compile(func, target, gen, module):
             signature[name] = mangle_type(host)
         else:
             signature[name] = gen.signature[name]
-            if signature[name].startswith("*"):
-                attrs[(i,)] = [["tt.divisibility", 16]]
+    attrs = divisibility_attrs(func, gen.arg_names, gen.signature)
     src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
         return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32), {"num_warps": gen.num_warps})

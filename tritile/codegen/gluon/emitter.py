@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 
 from tritile.ir import instructions as isel
 from tritile.codegen.semantics import TRITON_DTYPES, Val, cast_text, helpers_text
-from tritile.codegen.source_writer import SourceWriter, is_pow2, paren, static_int
+from tritile.codegen.source_writer import SourceWriter, paren, static_int
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded, padded_buffer_shape, padded_shape
 from tritile.ir.transform import walk
 
 GL_DTYPES = {name: f"gl.{triton_name}" for name, triton_name in TRITON_DTYPES.items()}
@@ -128,6 +129,14 @@ class ParallelContext:
     layout: object
     index: dict = field(default_factory=dict)  # Var -> index tensor text
     cond: str = None  # predicate of the enclosing `if` inside the Parallel
+    inside: str = None  # predicate of the lanes inside the extents, when some are padded (ir/padding.py)
+
+    @property
+    def write_mask(self):
+        """The lanes that write: inside the extents and the enclosing `if`s."""
+        if self.cond is None or self.inside is None:
+            return self.cond or self.inside
+        return f"({self.inside} & {self.cond})"
 
 
 class Emitter(SourceWriter):
@@ -198,10 +207,46 @@ class Emitter(SourceWriter):
     def buffer_layout(self, buf: ir.Buffer):
         if buf.layout is not None:
             return buf.layout
-        tile = buf.tile_shape
+        tile = padded_shape(buf.tile_shape)
         if buf.scope == "shared":
             return lay.plain_shared(len(tile))
         return lay.blocked_for(tile, 32, self.num_warps)
+
+    def shared_alloc(self, buf: ir.Buffer) -> list:
+        """The lines allocating shared buffer `buf` at its padded shape (ir/padding.py); a
+        padded one starts as zeros (each version), so that its pad lanes are 0 whoever writes it."""
+        name, dtype = self.name(buf), GL_DTYPES[buf.dtype.name]
+        shape = padded_buffer_shape(buf)
+        layout = self.layout_name(self.buffer_layout(buf), name)
+        lines = [f"{name} = gl.allocate_shared_memory({dtype}, {shape}, {layout})"]
+        if is_padded(buf.tile_shape):
+            tile = padded_shape(buf.tile_shape)
+            zeros = f"gl.zeros({tile}, {dtype}, layout={self.layout_name(lay.blocked_for(tile, buf.dtype.bits, self.num_warps))})"
+            if buf.num_versions > 1:
+                lines += [f"for _version in gl.static_range({buf.num_versions}):",
+                          f"    {name}.index(_version).store({zeros})  # padded: pad lanes 0"]
+            else:
+                lines.append(f"{name}.store({zeros})  # padded: pad lanes 0")
+            if self.target.has_wgmma:  # generic-proxy writes before wgmma / TMA read the buffer
+                lines.append("fence_async_shared()")
+        return lines
+
+    def inside_mask(self, shape, layout_name: str):
+        """Text of an int1 tensor of `shape`'s padded tile in `layout_name`, true on the lanes
+        inside `shape`; None when `shape` has no pad lanes.  Rank 1 or 2."""
+        if not is_padded(shape):
+            return None
+        if len(shape) == 1:
+            return f"(gl.arange(0, {padded(shape[0])}, layout={layout_name}) < {shape[0]})"
+        if len(shape) != 2:
+            raise unsupported(f"a {len(shape)}-D tile of shape {list(shape)} (not powers of two)", None)
+        terms = []
+        for axis, extent in enumerate(shape):
+            sl = self.layout_name(f"gl.SliceLayout({1 - axis}, {layout_name})")
+            lane = f"gl.arange(0, {padded(extent)}, layout={sl})"
+            terms.append(f"({lane}{'[:, None]' if axis == 0 else '[None, :]'} < {extent})")
+        zeros = f"gl.zeros({padded_shape(shape)}, gl.int1, layout={layout_name})"
+        return f"({zeros} | ({terms[0]} & {terms[1]}))"
 
     def settle(self, bufs):
         """Wait for async wgmmas still writing any of `bufs` (before a non-gemm use)."""
@@ -272,17 +317,19 @@ class Emitter(SourceWriter):
             if d not in tdims:
                 idx = s
             else:
-                if not is_pow2(extent):
-                    raise unsupported(f"a tile extent of {extent} (not a power of two) on {buf.name}", loc)
-                axis = tdims.index(d)
+                # a padded extent (ir/padding.py): the lanes past it are masked off too
+                axis, lanes = tdims.index(d), padded(extent)
                 name = self.tmp("i")
-                if rank == 1:
-                    self.emit(f"{name} = {_offset(s)}gl.arange(0, {extent}, layout={layout_name})")
-                    idx = name
+                layout = layout_name if rank == 1 else self.layout_name(f"gl.SliceLayout({1 - axis}, {layout_name})")
+                expand = "" if rank == 1 else "[:, None]" if axis == 0 else "[None, :]"
+                if lanes != extent:
+                    lane = self.tmp("lane")
+                    self.emit(f"{lane} = gl.arange(0, {lanes}, layout={layout})")
+                    self.emit(f"{name} = {_offset(s)}{lane}")
+                    masks.append(f"({lane}{expand} < {extent})")
                 else:
-                    sl = self.layout_name(f"gl.SliceLayout({1 - axis}, {layout_name})")
-                    self.emit(f"{name} = {_offset(s)}gl.arange(0, {extent}, layout={sl})")
-                    idx = f"{name}[:, None]" if axis == 0 else f"{name}[None, :]"
+                    self.emit(f"{name} = {_offset(s)}gl.arange(0, {extent}, layout={layout})")
+                idx = name + expand
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
             masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)

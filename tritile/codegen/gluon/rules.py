@@ -14,11 +14,11 @@ from tritile.codegen.gluon import early_loads, rings, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)
 from tritile.codegen.semantics import Val, cast_text
-from tritile.codegen.source_writer import is_pow2, static_int
+from tritile.codegen.source_writer import static_int
 from tritile.errors import CompileError
-from tritile.ir import dtypes
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded, padded_shape
 from tritile.ir.transform import walk
 
 # ======================================================================================
@@ -43,11 +43,16 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
             return Val(f"gl.load({em.name(buf)} + {offs})")
         mask = semantics.bounds_mask(em, e.indices, idx, buf)
         return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
+    if buf.scope == "local":
+        index = _local_index(em, buf, e.indices, None)
+        return Val(semantics.picked_element_text("gl", em.name(buf), _local_lanes(em, buf), index, buf.dtype))
     if buf.scope == "fragment" and all(n == 1 for n in buf.shape):
         # a one-element fragment (a `T.reduce_*` result, TileLang's alloc_fragment((1,))) read
-        # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included)
-        return Val(f"gl.max({em.name(buf)}, axis=0)" if len(buf.shape) == 1 else
-                   f"gl.max(gl.reshape({em.name(buf)}, [1]), axis=0)")
+        # anywhere: its value, as a scalar (max of one element: itself, NaN and -0.0 included),
+        # in the fragment's own dtype (gl.max widens narrower types)
+        flat = em.name(buf) if len(buf.shape) == 1 else f"gl.reshape({em.name(buf)}, [1])"
+        wide = semantics.reduction_dtype(buf.dtype)
+        return Val(cast_text(f"gl.max({cast_text(flat, buf.dtype, wide, 'gl')}, axis=0)", wide, buf.dtype, "gl"))
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -117,9 +122,8 @@ def lower_seq(em: Emitter, s: ir.Seq):
 
 
 def emit_shared_alloc(em: Emitter, buf: ir.Buffer):
-    name = em.name(buf)
-    layout = em.layout_name(em.buffer_layout(buf), name)
-    em.emit(f"{name} = gl.allocate_shared_memory({GL_DTYPES[buf.dtype.name]}, {list(buf.shape)}, {layout})")
+    for line in em.shared_alloc(buf):
+        em.emit(line)
 
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
@@ -134,14 +138,36 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
             em.emit(f"# {name}: allocated before the warp-specialized fork")
         elif id(buf) not in em.deferred_buffers:  # else allocated at its first use (shared_lifetimes.py)
             emit_shared_alloc(em, buf)
-    elif buf.scope == "fragment":
-        for d in buf.shape:
-            if not is_pow2(d):
-                raise unsupported(f"fragment {buf.name} with a non-power-of-two dimension {d}", s.loc)
+    elif buf.scope == "fragment":  # padded to powers of two, pad lanes 0 (ir/padding.py)
         layout = em.layout_name(em.buffer_layout(buf), name)
-        em.emit(f"{name} = gl.zeros({list(buf.shape)}, {dt}, layout={layout})")
+        em.emit(f"{name} = gl.zeros({padded_shape(buf.shape)}, {dt}, layout={layout})")
+    elif buf.scope == "local":
+        if not all(isinstance(d, int) for d in buf.shape):
+            raise unsupported(f"T.alloc_local with a runtime shape {list(buf.shape)}", s.loc)
+        em.emit(f"{name} = gl.zeros([{semantics.local_array_lanes(buf)}], {dt}, layout={_local_layout(em, buf)})")
     else:
-        raise unsupported(f"T.alloc_local of shape {list(buf.shape)}", s.loc)
+        raise unsupported(f"an allocation in {buf.scope} scope ({buf.name})", s.loc)
+
+
+# A `T.alloc_local` array of several elements is a 1-D tensor of its flattened elements (padded
+# to a power of two), as on the triton.language backend: an element is read by a masked sum and
+# written by a select over the lanes (codegen/semantics.py), at lane-independent indices.
+
+
+def _local_layout(em: Emitter, buf: ir.Buffer) -> str:
+    return em.layout_name(lay.blocked_for([semantics.local_array_lanes(buf)], 32, em.num_warps))
+
+
+def _local_lanes(em: Emitter, buf: ir.Buffer) -> str:
+    return f"gl.arange(0, {semantics.local_array_lanes(buf)}, layout={_local_layout(em, buf)})"
+
+
+def _local_index(em: Emitter, buf: ir.Buffer, indices, loc) -> str:
+    idx = [em.expr(i) for i in indices]
+    if any(i.dims for i in idx):
+        raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (registers have no gather "
+                          f"or scatter)", loc)
+    return semantics.flat_index_text(buf.shape, idx)
 
 
 def lower_consumer_partitions(em: Emitter, s: ir.ConsumerPartitions):
@@ -187,9 +213,17 @@ def lower_store(em: Emitter, s: ir.Store):
             return
         value = _full(v, s.value.dtype, buf.dtype, par)
         mask = semantics.bounds_mask(em, s.indices, idx, buf)
-        if par.cond:
-            mask += f" & {par.cond}"
+        if par.write_mask:
+            mask += f" & {par.write_mask}"
         em.emit(f"gl.store({em.name(buf)} + {offs}, {value}, mask={mask})")
+        return
+    if buf.scope == "local":
+        if par is not None and (v.dims or par.write_mask):  # every lane would write the element
+            raise unsupported(f"a lane-dependent write to one element of local array {buf.name}", s.loc)
+        index = _local_index(em, buf, s.indices, s.loc)
+        value = f"gl.to_tensor({v.text}).to({dt})"
+        em.emit(f"{em.name(buf)} = "
+                f"{semantics.written_element_text('gl', em.name(buf), _local_lanes(em, buf), index, value)}")
         return
     if par is None:
         raise unsupported(f"an element write to {buf.scope} buffer {buf.name} outside T.Parallel", s.loc)
@@ -198,16 +232,16 @@ def lower_store(em: Emitter, s: ir.Store):
         value = _full(v, s.value.dtype, buf.dtype, par)
         have = em.buffer_layout(buf)
         value = _convert(em, value, par.layout, have, em.layout_name(have, em.name(buf)))
-        if par.cond:
-            cond = _convert(em, _full_bool(em, par.cond, par), par.layout, have, em.layout_name(have))
+        if par.write_mask:  # the `if`s inside the loop, and the pad lanes (ir/padding.py) keep their value
+            cond = _convert(em, _full_bool(em, par.write_mask, par), par.layout, have, em.layout_name(have))
             value = f"gl.where({cond}, {value}, {em.name(buf)})"
         em.emit(f"{em.name(buf)} = {value}")
         return
     if buf.scope == "shared" and _identity(s.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "")
         value = _full(v, s.value.dtype, buf.dtype, par)
-        if par.cond:
-            value = f"gl.where({_full_bool(em, par.cond, par)}, {value}, {view}.load({par.layout_name}))"
+        if par.write_mask:
+            value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {view}.load({par.layout_name}))"
         em.emit(f"{view}.store({value})")
         _after_generic_shared_write(em)
         return
@@ -219,11 +253,12 @@ def _full(v: Val, src_dtype, dst_dtype, par) -> str:
     full = frozenset(range(len(par.loop.vars)))
     if v.dims == full:
         return cast_text(v.text, src_dtype, dst_dtype, "gl")
-    return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, list(par.loop.extents), par.layout_name)
+    return broadcast_text(f"gl.to_tensor({v.text})", src_dtype, dst_dtype, padded_shape(par.loop.extents),
+                          par.layout_name)
 
 
 def _full_bool(em, cond_text, par) -> str:
-    zeros = f"gl.zeros({list(par.loop.extents)}, gl.int1, layout={par.layout_name})"
+    zeros = f"gl.zeros({padded_shape(par.loop.extents)}, gl.int1, layout={par.layout_name})"
     return f"({zeros} | {cond_text})"
 
 
@@ -241,8 +276,8 @@ def lower_parallel(em: Emitter, s: ir.Parallel):
         raise unsupported("nested T.Parallel", s.loc)
     rank = len(s.vars)
     extents = list(s.extents)
-    if rank not in (1, 2) or not all(is_pow2(e) for e in extents):
-        raise unsupported(f"T.Parallel{tuple(extents)} (rank 1-2, power-of-two extents)", s.loc)
+    if rank not in (1, 2) or not all(isinstance(e, int) and e > 0 for e in extents):
+        raise unsupported(f"T.Parallel{tuple(extents)} (rank 1-2, static extents)", s.loc)
     layout, hint = None, None
     for node in _walk_stmts(s.body):
         if isinstance(node, ir.Store) and node.buffer.scope == "fragment" and tuple(node.buffer.shape) == tuple(extents) \
@@ -250,18 +285,23 @@ def lower_parallel(em: Emitter, s: ir.Parallel):
             layout, hint = em.buffer_layout(node.buffer), em.name(node.buffer)
             break
     if layout is None:
-        layout = lay.blocked_for(extents, 32, em.num_warps)
+        layout = lay.blocked_for(padded_shape(extents), 32, em.num_warps)
     lname = em.layout_name(layout, hint)
     par = ParallelContext(s, lname, layout)
     for k, (var, ext) in enumerate(zip(s.vars, extents)):
-        name = em.name(var)
+        # an extent that is not a power of two runs on the next one, the lanes past it
+        # masked off: they may read, never write (ir/padding.py)
+        name, lanes = em.name(var), padded(ext)
         if rank == 1:
-            em.emit(f"{name} = gl.arange(0, {ext}, layout={lname})")
+            em.emit(f"{name} = gl.arange(0, {lanes}, layout={lname})")
             par.index[var] = name
         else:
             sl = em.layout_name(f"gl.SliceLayout({1 - k}, {lname})")
-            em.emit(f"{name} = gl.arange(0, {ext}, layout={sl})")
+            em.emit(f"{name} = gl.arange(0, {lanes}, layout={sl})")
             par.index[var] = f"{name}[:, None]" if k == 0 else f"{name}[None, :]"
+        if lanes != ext:
+            inside = f"({par.index[var]} < {ext})"
+            par.inside = inside if par.inside is None else f"({par.inside} & {inside})"
     em.par = par
     try:
         em.body(s.body)
@@ -450,6 +490,7 @@ def lower_copy(em: Emitter, s):
     # keep-dim reduction's (1, N)), else the tile's
     frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
     shape = list(frag.shape) if frag is not None else list(dst.tile_shape)
+    tile = padded_shape(shape)  # the register tile (ir/padding.py)
 
     def converted(text: str) -> str:  # docs/semantics.md's conversion (saturating float -> int, fp8)
         return cast_text(text, src.buffer.dtype, dst.buffer.dtype, "gl")
@@ -460,7 +501,7 @@ def lower_copy(em: Emitter, s):
         return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
     if id(s) in em.early_loads:
         return early_loads.emit_issue(em, s)  # waited for before the buffer's first use
-    blocked = lay.blocked_for(shape, dst.buffer.dtype.bits, em.num_warps)
+    blocked = lay.blocked_for(tile, dst.buffer.dtype.bits, em.num_warps)
     if ss == "global":
         if ds == "fragment":
             _check_whole_fragment(dst, s.loc)
@@ -591,7 +632,7 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
             or not isel.uses_cp_async(s):
         return lower_copy(em, s)  # synchronous: data visible earlier than required, still correct
-    shape = list(s.dst.tile_shape)
+    shape = padded_shape(s.dst.tile_shape)
     lname = em.layout_name(lay.blocked_for(shape, s.dst.buffer.dtype.bits, em.num_warps))
     ptr, mask = em.global_tile(s.src, lname, s.loc)
     em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}, mask={mask})")
@@ -700,14 +741,15 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
         # not the accumulator's old value, even for wgmma (use_acc=False ignores it): passed,
         # it stays live into the gemm (in attention: the previous softmax's P), and the split
         # attention kernel had 1.5x the F2FP packs and 10x the PRMTs in its SASS
-        acc = f"gl.zeros({list(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
+        acc = f"gl.zeros({padded_shape(c.shape)}, {GL_DTYPES[c.dtype.name]}, layout={acc_name})"
     if engine == "wgmma":
         use_acc = "False" if s.clear_accum else "True"
         extra = ", is_async=True" if s.is_async else ""
         result = f"warpgroup_mma({a}, {b}, {acc}, use_acc={use_acc}{extra})"
     else:
         fn = "mma_v2" if engine == "mma_v2" else "gl.dot_fma"
-        result = f"{fn}({a}, {b}, {acc})"
+        precision = ', input_precision="tf32"' if s.tf32 and engine == "mma_v2" else ""
+        result = f"{fn}({a}, {b}, {acc}{precision})"
     if converted:
         tmp = em.tmp("acc")
         em.emit(f"{tmp} = {result}")
@@ -768,37 +810,43 @@ def lower_fill(em: Emitter, s: ir.Fill):
     dt = GL_DTYPES[buf.dtype.name]
     if buf.scope in ("var", "local") and all(d == 1 for d in buf.shape):
         em.emit(f"{em.name(buf)} = gl.to_tensor({v}).to({dt})")
+    elif buf.scope == "local":  # every lane, pad lanes too: nothing reads them
+        em.emit(f"{em.name(buf)} = "
+                f"{_filled(v, s.value.dtype, buf.dtype, [semantics.local_array_lanes(buf)], _local_layout(em, buf))}")
     elif buf.scope == "fragment":
         _check_whole_fragment(s.dst, s.loc)
         layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
-        em.emit(f"{em.name(buf)} = {_filled(v, s.value.dtype, buf.dtype, list(buf.shape), layout)}")
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(buf.shape), layout)
+        em.emit(f"{em.name(buf)} = {filled if _is_zero(s.value) else _masked_pads(em, filled, buf.shape, layout)}")
     elif buf.scope == "shared":
         shape = list(s.dst.tile_shape)
-        layout = em.layout_name(lay.blocked_for(shape, buf.dtype.bits, em.num_warps))
-        em.emit(f"{em.shared_view(s.dst, s.loc)}.store({_filled(v, s.value.dtype, buf.dtype, shape, layout)})")
+        layout = em.layout_name(lay.blocked_for(padded_shape(shape), buf.dtype.bits, em.num_warps))
+        filled = _filled(v, s.value.dtype, buf.dtype, padded_shape(shape), layout)
+        filled = filled if _is_zero(s.value) else _masked_pads(em, filled, shape, layout)
+        em.emit(f"{em.shared_view(s.dst, s.loc)}.store({filled})")
         _after_generic_shared_write(em)
     else:
         raise unsupported(f"T.fill on {buf.scope} buffer {buf.name}", s.loc)
+
+
+def _is_zero(value) -> bool:
+    """A fill with 0 leaves pad lanes 0 without a mask."""
+    return isinstance(value, ir.Const) and value.value == 0 and not isinstance(value.value, bool)
+
+
+def _masked_pads(em: Emitter, tile: str, shape, layout, pad_value: str = "0") -> str:
+    """`tile` (a register tile of `shape`'s padded shape in `layout`, a layout or its name) with
+    its pad lanes set to `pad_value` (ir/padding.py); `tile` itself when `shape` has none."""
+    if not is_padded(shape):
+        return tile
+    inside = em.inside_mask(shape, layout if isinstance(layout, str) else em.layout_name(layout))
+    return f"gl.where({inside}, {tile}, {pad_value})"
 
 
 def _filled(scalar: str, src, dst, shape: list, layout: str) -> str:
     if dst.is_float and dst.bits == 8:  # gl.full has no fp8 constants
         return broadcast_text(f"gl.to_tensor({scalar})", src, dst, shape, layout)
     return f"gl.full({shape}, {scalar}, {GL_DTYPES[dst.name]}, layout={layout})"
-
-
-# kind -> (reduction of a tile along `axis`, combination with the old destination); gl.max /
-# gl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
-_REDUCE = {"max": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})"),
-           "min": ("gl.min({src}, axis={axis})", "gl.minimum({old}, {new})"),
-           "sum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
-           "abssum": ("gl.sum({src}, axis={axis})", "{old} + {new}"),
-           "absmax": ("gl.max({src}, axis={axis})", "gl.maximum({old}, {new})")}
-# with nan_propagate: maximumf / minimumf, a NaN wins
-_REDUCE_PROPAGATING_NAN = {
-    "max": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
-    "min": ("gl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
-    "absmax": ("gl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
 
 
 def _register_tile(em, region, loc):
@@ -808,7 +856,7 @@ def _register_tile(em, region, loc):
         _check_whole_fragment(region, loc)
         return em.name(buf), em.buffer_layout(buf)
     if buf.scope == "shared":
-        layout = lay.blocked_for(list(region.tile_shape), buf.dtype.bits, em.num_warps)
+        layout = lay.blocked_for(padded_shape(region.tile_shape), buf.dtype.bits, em.num_warps)
         return f"{em.shared_view(region, loc)}.load({em.layout_name(layout)})", layout
     raise unsupported(f"a reduction over {buf.scope} buffer {buf.name}", loc)
 
@@ -843,18 +891,16 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         raise unsupported(f"T.reduce_{s.kind} into shape {list(s.dst.tile_shape)}", s.loc)
     if rank != 2 and not to_one:
         raise unsupported(f"T.reduce_{s.kind} over a {rank}-D tile", s.loc)
-    propagate = s.nan_propagate and s.src.buffer.dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
-    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
-    if s.kind in ("abssum", "absmax"):
-        src = f"gl.abs({src})"
-    if propagate and s.src.buffer.dtype.bits < 32:  # as gl.max does: Triton's combine wants fp32
-        src = f"{src}.to(gl.float32)"
+    # pad lanes (ir/padding.py) take the reduction's identity
+    src_shape = s.src.buffer.shape if s.src.buffer.scope == "fragment" else s.src.tile_shape
+    src = _masked_pads(em, src, src_shape, layout, semantics.reduction_identity(s.kind, s.src.buffer.dtype))
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, axis, s.nan_propagate, "gl")
     new = em.tmp("red")
-    em.emit(f"{new} = {reduction.format(src=src, axis=axis)}")
+    em.emit(f"{new} = {reduction}")
     if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile
         want = em.buffer_layout(s.dst.buffer)
         new_layout = want
-        em.emit(f"{new} = {_filled(new, s.src.buffer.dtype, s.src.buffer.dtype, list(s.dst.buffer.shape), em.layout_name(want, em.name(s.dst.buffer)))}")
+        em.emit(f"{new} = {_filled(new, computed, computed, list(s.dst.buffer.shape), em.layout_name(want, em.name(s.dst.buffer)))}")
     else:
         new_layout = lay.slice_of(layout, axis)
     if s.dst.buffer.scope == "fragment" and len(s.dst.buffer.shape) == rank and not to_one:
@@ -863,13 +909,15 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
         # keep-dim output ((1, N) / (M, 1) fragment): put the reduced dim back as size 1
         em.emit(f"{new} = gl.expand_dims({new}, {axis})")
         new_layout = layout
-    new_dtype = dtypes.float32 if propagate and s.src.buffer.dtype.bits < 32 else s.src.buffer.dtype
     if not s.clear:
         old, old_layout = _register_tile(em, s.dst, s.loc)
         old = _convert(em, old, old_layout, new_layout, em.layout_name(new_layout))
-        em.emit(f"{new} = {combine.format(old=old, new=cast_text(new, new_dtype, s.dst.buffer.dtype, 'gl'))}")
-        new_dtype = s.dst.buffer.dtype
-    _write_tile(em, s.dst, new, new_layout, new_dtype, s.loc)
+        combined, computed = semantics.reduction_combine_text(s.kind, old, s.dst.buffer.dtype, new, computed,
+                                                              s.src.buffer.dtype, s.nan_propagate, "gl")
+        em.emit(f"{new} = {combined}")
+    dst_shape = s.dst.buffer.shape if s.dst.buffer.scope == "fragment" else s.dst.tile_shape
+    new = _masked_pads(em, new, dst_shape, new_layout)
+    _write_tile(em, s.dst, new, new_layout, computed, s.loc)
 
 
 def lower_cumsum(em: Emitter, s: ir.Cumsum):
@@ -878,32 +926,33 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
         raise unsupported("T.cumsum with different source and destination shapes", s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    tmp = _masked_pads(em, tmp, s.src.tile_shape, layout)  # a forward scan's pads hold the total
     _write_tile(em, s.dst, tmp, layout, s.src.buffer.dtype, s.loc)
 
 
 def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
-        raise unsupported(f"T.atomic_add into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+        raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
         dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_add({ptr}, {value}.to({dt}), mask={mask})")
+        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask})")
         return
-    idx = [em.expr(x).text for x in dst.starts]
+    idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
-    offs = " + ".join(i if st == "1" else f"{i} * ({st})" for i, st in zip(idx, strides))
+    offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
     dt = GL_DTYPES[dst.buffer.dtype.name]
-    em.emit(f"gl.atomic_add({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}))")
-
-
-def lower_explicit_warp_specialization(em: Emitter, s):
-    """The program's own warp groups and mbarriers (`T.ws`, `T.alloc_barrier`, ...): not lowered
-    yet (tritile specializes warps itself, lowering/warp_specialization.py)."""
-    raise unsupported("explicit warp specialization (T.alloc_barrier / T.ws / T.barrier_arrive / "
-                      "T.barrier_wait)", s.loc)
+    value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+    par = em.par
+    if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
+        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value})")
+        return
+    # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
+    mask = _full_bool(em, par.write_mask, par)
+    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
@@ -932,8 +981,7 @@ RULES = {
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
+    ir.DeviceAssert: semantics.lower_device_assert,
     ir.ConsumerPartitions: lower_consumer_partitions,
     ir.CumExtremum: lower_cum_extremum,
-    **dict.fromkeys((ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups),
-                    lower_explicit_warp_specialization),
 }

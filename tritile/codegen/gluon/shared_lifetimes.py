@@ -1,25 +1,11 @@
-"""Shared buffers allocated where their lifetime starts, so that Triton can reuse their bytes.
+"""Shared buffers allocated where tritile/ir/shared_lifetimes.py's plan puts them, so that
+Triton can reuse the bytes of buffers that are never live together.
 
-Triton places `gl.allocate_shared_memory` values by liveness: two buffers share bytes when one's
-last use comes before the other's allocation.  Allocating every `T.alloc_shared` at the top of
-the kernel keeps them all live at once.  FlashAttention's epilogue tile `O_shared` and its
-`Q_shared` are never live together; with 64x128 tiles at head dim 64 they took 82 KB a CTA
-(two CTAs an SM), 74 KB when the epilogue reused Q's bytes (three), 375 -> 424 TFLOP/s on an
-H100 (bench/results/d64_smem_whatif_h100.txt).
-
-Contract: for a kernel that is neither warp specialized (its buffers are allocated before the
-fork) nor persistent (its buffers are hoisted above the tile loop), `plan(em, func)` defers
-each top-level shared `Alloc` to the first later top-level statement that touches its buffer
-(`em.deferred_allocs`: id(statement) -> [buffers]); `lower_alloc` then emits nothing for it and
-`emit_before(em, stmt)` allocates it right before that statement.  A buffer no statement
-touches keeps its place.
-
-Gemm operands are the exception: they are all allocated before the kernel's first statement,
-so that no two of them share bytes.  On the H100 a wgmma read wrong values from a 64-byte
-swizzled operand tile placed over the bytes of an earlier loop's 128-byte swizzled operand
-(pipeline replay program 1056: a 1-stage GEMM loop, then a 2-stage one; 94 % of the outputs
-wrong, every fence and barrier tried left it wrong, operands that did not share bytes were
-right).  The shared-memory budget counts every buffer anyway.
+Contract: `plan(em, func)` records the plan's deferred allocations (`em.deferred_allocs`:
+id(top-level statement) -> [buffers to allocate before it], `em.deferred_buffers`); `lower_alloc`
+then emits nothing for such a buffer and `emit_before(em, stmt)` allocates it right before
+that statement.  A warp-specialized kernel (its buffers are allocated before the fork) or a
+persistent one (its buffers are hoisted above the tile loop) keeps every allocation on top.
 
 Why reuse stays safe: Triton ends a buffer's lifetime at its last use in program order, but
 an asynchronous wgmma goes on reading its shared operands until it is waited for.  Every
@@ -30,31 +16,17 @@ write buffers that are read later, so those stay live).
 from __future__ import annotations
 
 from tritile.ir import nodes as ir
-from tritile.ir.transform import top_level, touches, walk
+from tritile.ir.shared_lifetimes import lifetimes
+from tritile.ir.transform import top_level
 
 
 def plan(em, func: ir.PrimFunc):
-    if em.partitions is not None or func.attrs.get("persistent_tile_loop") is not None:
-        return
+    keep_on_top = em.partitions is not None or func.attrs.get("persistent_tile_loop") is not None
     top = top_level(func.kernel.body)
-    operands = gemm_operands(func.kernel.body)
-    for at, stmt in enumerate(top):
-        if not (isinstance(stmt, ir.Alloc) and stmt.buffer.scope == "shared"):
-            continue
-        buf = stmt.buffer
-        if id(buf) in operands:
-            first_use = top[0]
-        else:
-            first_use = next((s for s in top[at + 1:] if not isinstance(s, ir.Alloc) and touches(s, buf)), None)
-        if first_use is not None:
-            em.deferred_allocs.setdefault(id(first_use), []).append(buf)
-            em.deferred_buffers.add(id(buf))
-
-
-def gemm_operands(body) -> set:
-    """ids of the shared buffers that some `T.gemm` in `body` reads."""
-    return {id(region.buffer) for g in walk(body) if isinstance(g, ir.Gemm)
-            for region in (g.a, g.b) if region.buffer.scope == "shared"}
+    for span in lifetimes(func.kernel.body, keep_on_top):
+        if span.deferred:
+            em.deferred_allocs.setdefault(id(top[span.first]), []).append(span.buffer)
+            em.deferred_buffers.add(id(span.buffer))
 
 
 def emit_before(em, stmt):

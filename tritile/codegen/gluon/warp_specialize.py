@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from tritile.codegen import signs
 from tritile.ir import instructions as isel
 from tritile.codegen.gluon import rings
-from tritile.codegen.gluon.emitter import GL_DTYPES, Emitter
+from tritile.codegen.gluon.emitter import Emitter
 from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, top_level, touches, walk
@@ -390,8 +390,8 @@ def _tile_load_copies(scope: ir.Seq, parts: Partitions) -> list:
 def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args: list):
     """The kernel's lines after the block ids: shared allocations, barriers, the fork."""
     for buf in parts.hoisted:
-        layout = em.layout_name(em.buffer_layout(buf), em.name(buf))
-        em.emit(f"{em.name(buf)} = gl.allocate_shared_memory({GL_DTYPES[buf.dtype.name]}, {list(buf.shape)}, {layout})")
+        for line in em.shared_alloc(buf):
+            em.emit(line)
     for ring in parts.rings:
         count = parts.full_arrivals[id(ring)]
         for name in (ring.name, empty_name(ring)):

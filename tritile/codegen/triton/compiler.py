@@ -15,8 +15,10 @@ executor, enabled for this call only and repaired: `interpreter.py`).  Both take
 """
 from __future__ import annotations
 
+import copy
 import threading
 
+from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.triton.interpreter import interpreting, typed_scalar
 from tritile.codegen.triton.kernel_module import emit_module
@@ -41,7 +43,16 @@ class TritonKernel:
         self._jit_fn = getattr(module, gen.kernel_name)
         self._compiled = None
         self._compile_lock = threading.Lock()
-        self._runtime_vars = func.runtime_vars
+        self._runtime_vars = list(func.runtime_vars)
+
+    def with_runtime_vars(self, runtime_vars: list) -> "TritonKernel":
+        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
+        the Vars they replaced: a divisibility variant called with the frontend's values)."""
+        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
+            return self
+        kernel = copy.copy(self)
+        kernel._runtime_vars = list(runtime_vars)
+        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
         """This kernel for `func`, an IR that prints the same (a cache hit): the runtime scalars
@@ -74,8 +85,7 @@ class TritonKernel:
         from triton.compiler import ASTSource
 
         gen, target = self._gen, self.target
-        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(gen.arg_names)
-                 if gen.signature[name].startswith("*")}
+        attrs = divisibility_attrs(self.func, gen.arg_names, gen.signature)
         src = ASTSource(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
         # num_stages=1: loops Triton pipelines are the T.Pipelined ones, each with its own stages
         options = {"num_warps": gen.num_warps, "num_stages": 1}

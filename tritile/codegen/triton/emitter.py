@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from tritile.codegen import semantics
 from tritile.codegen.semantics import HELPER_NAMES, Val, dtype_text
-from tritile.codegen.source_writer import SourceWriter, is_pow2, paren
+from tritile.codegen.source_writer import SourceWriter, paren
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
+from tritile.ir.padding import padded, padded_shape
 from tritile.ir.transform import walk
 
 _RESERVED = {"tl", "triton", "_tl_core", "range", "float", "int", "min", "max", "abs", "tritile_launch",
@@ -57,11 +58,14 @@ def axis_index(text: str, axis: int, rank: int) -> str:
 
 
 def padded_size(buf: ir.Buffer) -> int:
-    """Elements of a `T.alloc_local` array, rounded up to a power of two (a tensor's size)."""
+    """Elements of a buffer's flattened tile: a `T.alloc_local` array's, rounded up to a power
+    of two (a tensor's size); a shared / fragment tile's padded shape's (ir/padding.py)."""
+    if buf.scope == "local":
+        return semantics.local_array_lanes(buf)
     n = 1
-    for d in buf.shape:
+    for d in padded_shape(buf.shape):
         n *= d
-    return 1 << (n - 1).bit_length()
+    return n
 
 
 def is_scalar_buffer(buf: ir.Buffer) -> bool:
@@ -137,10 +141,14 @@ class Emitter(SourceWriter):
         for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
             s = self.expr(start).text
             if d in tdims:
-                if not is_pow2(extent):
-                    raise unsupported(f"a tile extent of {extent} (not a power of two) on {buf.name}", loc)
-                name = self.tmp("i")
-                self.emit(f"{name} = {'' if s == '0' else paren(s) + ' + '}tl.arange(0, {extent})")
+                name, lanes = self.tmp("i"), padded(extent)  # a padded extent's pad lanes masked off
+                if lanes != extent:
+                    lane = self.tmp("lane")
+                    self.emit(f"{lane} = tl.arange(0, {lanes})")
+                    self.emit(f"{name} = {'' if s == '0' else paren(s) + ' + '}{lane}")
+                    masks.append(f"({axis_index(lane, tdims.index(d), len(shape))} < {extent})")
+                else:
+                    self.emit(f"{name} = {'' if s == '0' else paren(s) + ' + '}tl.arange(0, {extent})")
                 idx = axis_index(name, tdims.index(d), len(shape))
             else:
                 idx = s

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from tritile.codegen import semantics
 from tritile.codegen.semantics import Val, cast_text, dtype_text
-from tritile.codegen.source_writer import is_pow2, static_int
+from tritile.codegen.source_writer import static_int
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
                                             unsupported)
 from tritile.errors import CompileError
-from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
+from tritile.ir.padding import is_padded, padded_shape
 
 # ======================================================================================
 # expressions
@@ -50,42 +50,26 @@ def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
 
 
 def _flat_index(em: Emitter, buf: ir.Buffer, idx: list) -> str:
-    strides, acc = [], 1
-    for d in reversed(buf.shape):
-        strides.append(acc)
-        acc *= d
-    strides.reverse()
-    return " + ".join(i.text if s == 1 else f"{i.text} * {s}" for i, s in zip(idx, strides))
+    """The element's index in `buf`'s flattened tile: a `T.alloc_local` array flattens its own
+    shape, a shared / fragment tile its padded one (ir/padding.py)."""
+    return semantics.flat_index_text(buf.shape if buf.scope == "local" else padded_shape(buf.shape), idx)
+
+
+def _flat(em: Emitter, buf: ir.Buffer) -> str:
+    return em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
 
 
 def _pick(em: Emitter, buf: ir.Buffer, indices, idx: list) -> str:
-    """One element of an on-chip buffer at lane-independent indices: a masked sum over the
-    flattened tile (the other lanes add -0.0, which leaves every float, -0.0 and NaN included,
-    unchanged; integers add 0)."""
+    """One element of an on-chip buffer at lane-independent indices (codegen/semantics.py)."""
     if not all(isinstance(d, int) for d in buf.shape):
         raise unsupported(f"a runtime-sized buffer {buf.name}")
-    lanes = _lanes(em, buf)
-    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
-    other = "-0.0" if buf.dtype.is_float else "0"
-    picked = f"tl.sum(tl.where({lanes} == {_flat_index(em, buf, idx)}, {flat}, {other}), axis=0)"
-    return f"{picked}.to({dtype_text(buf.dtype, 'tl')})"
+    return semantics.picked_element_text("tl", _flat(em, buf), _lanes(em, buf), _flat_index(em, buf, idx), buf.dtype)
 
 
 def _lanes(em: Emitter, buf: ir.Buffer) -> str:
     """`buf`'s flattened lane indices (a tl.arange over its padded size), emitted where used:
     a name bound inside a loop or branch would not reach the uses after it."""
-    size = padded_size(buf)
-    if buf.scope != "local" and size != _numel(buf):
-        raise unsupported(f"an element of {buf.scope} buffer {buf.name} of shape {list(buf.shape)} (not powers of "
-                          f"two)")
-    return f"tl.arange(0, {size})"
-
-
-def _numel(buf: ir.Buffer) -> int:
-    n = 1
-    for d in buf.shape:
-        n *= d
-    return n
+    return f"tl.arange(0, {padded_size(buf)})"
 
 
 def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
@@ -107,7 +91,7 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
                               f"partial view)")
         axes.append(axis)
     text = em.name(buf)
-    kept = [d for d in buf.shape if d != 1]
+    kept = [d for d in padded_shape(buf.shape) if d != 1]
     if len(kept) != len(buf.shape):
         text = f"tl.reshape({text}, {kept})"
     rank = len(par.loop.vars)
@@ -154,12 +138,8 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         if not all(isinstance(d, int) for d in buf.shape):
             raise unsupported(f"T.alloc_local with a runtime shape {list(buf.shape)}", s.loc)
         em.emit(f"{name} = tl.zeros([{padded_size(buf)}], {dtype})")
-    elif buf.scope in ("shared", "fragment"):
-        for d in buf.shape:
-            if not is_pow2(d):
-                raise unsupported(f"{buf.scope} buffer {buf.name} with a dimension of {d} (register tiles need "
-                                  f"powers of two)", s.loc)
-        em.emit(f"{name} = tl.zeros({list(buf.shape)}, {dtype})")
+    elif buf.scope in ("shared", "fragment"):  # padded to powers of two, pad lanes 0 (ir/padding.py)
+        em.emit(f"{name} = tl.zeros({padded_shape(buf.shape)}, {dtype})")
     else:
         raise unsupported(f"an allocation in {buf.scope} scope ({buf.name})", s.loc)
 
@@ -205,10 +185,10 @@ def lower_store(em: Emitter, s: ir.Store):
         value = cast_text(v.text, s.value.dtype, buf.dtype, "tl")
     else:
         value = em.splat(s.value, v, buf.dtype, shape)
-    if par.cond:
+    if par.cond:  # the `if`s inside the loop, and its pad lanes (which keep the tile's 0s)
         value = f"tl.where({par.cond}, {value}, {view})"
-    if list(buf.shape) != shape:
-        value = f"tl.reshape({value}, {list(buf.shape)})"
+    if padded_shape(buf.shape) != shape:
+        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {value}")
 
 
@@ -220,10 +200,9 @@ def _write_element(em: Emitter, s: ir.Store, v: Val, idx: list):
     if par is not None and (v.dims or par.cond):
         raise unsupported(f"a lane-dependent write to one element of {buf.scope} buffer {buf.name}", s.loc)
     value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, "tl")
-    flat = em.name(buf) if buf.scope == "local" else f"tl.reshape({em.name(buf)}, [{padded_size(buf)}])"
-    written = f"tl.where({_lanes(em, buf)} == {_flat_index(em, buf, idx)}, {value}, {flat})"
+    written = semantics.written_element_text("tl", _flat(em, buf), _lanes(em, buf), _flat_index(em, buf, idx), value)
     if buf.scope != "local":
-        written = f"tl.reshape({written}, {list(buf.shape)})"
+        written = f"tl.reshape({written}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {written}")
 
 
@@ -349,7 +328,7 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
     have = list(buf.shape)
     if shape is None or list(shape) == have:
         return em.name(buf), have
-    return f"tl.reshape({em.name(buf)}, {list(shape)})", list(shape)
+    return f"tl.reshape({em.name(buf)}, {padded_shape(shape)})", list(shape)
 
 
 def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
@@ -361,7 +340,7 @@ def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: l
     if [d for d in shape if d != 1] != [d for d in buf.shape if d != 1]:
         raise unsupported(f"a tile of shape {shape} written to {buf.name} of shape {list(buf.shape)}", loc)
     if list(shape) != list(buf.shape):
-        value = f"tl.reshape({value}, {list(buf.shape)})"
+        value = f"tl.reshape({value}, {padded_shape(buf.shape)})"
     em.emit(f"{em.name(buf)} = {cast_text(value, src_dtype, buf.dtype, 'tl')}")
 
 
@@ -402,8 +381,9 @@ _DOT_MIN = 16  # tl.dot needs every dim >= 16
 
 def lower_gemm(em: Emitter, s: ir.Gemm):
     """C (+)= op(A) @ op(B): `tl.dot` (computing in A's dtype; float32 as IEEE fp32, like
-    torch and the interpreter, not TF32), or, for tiles with a dim under 16, a broadcast
-    product summed over K in the accumulator's dtype."""
+    torch and the interpreter, unless the gemm is tf32: then its operands are truncated to TF32
+    first, so Triton's interpreter computes what the tensor cores do), or, for tiles with a dim
+    under 16, a broadcast product summed over K in the accumulator's dtype."""
     c = s.c.buffer
     _whole(s.c, s.loc)
     if len(c.shape) != 2:
@@ -419,13 +399,16 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
             text = f"tl.trans({text})"
         if region.buffer.dtype != compute:
             text = cast_text(text, region.buffer.dtype, compute, "tl")
+        if s.tf32:
+            text = f"({text}.to(tl.int32, bitcast=True) & -{1 << 13}).to(tl.float32, bitcast=True)"
         operands.append(text)
     a, b = operands
-    m, n = c.shape
-    k = s.a.tile_shape[0] if s.transpose_a else s.a.tile_shape[1]
+    m, n = padded_shape(c.shape)  # the tiles' shapes (ir/padding.py): a padded K adds 0 * 0
+    k = padded_shape(s.a.tile_shape)[0 if s.transpose_a else 1]
     cname, acc = em.name(c), dtype_text(c.dtype, "tl")
     if min(m, n, k) >= _DOT_MIN:
-        precision = ', input_precision="ieee"' if compute.name == "float32" else ""
+        precision = (', input_precision="tf32"' if s.tf32 else
+                     ', input_precision="ieee"' if compute.name == "float32" else "")
         if s.clear_accum:
             em.emit(f"{cname} = tl.dot({a}, {b}{precision}, out_dtype={acc})")
         else:
@@ -455,21 +438,18 @@ def lower_fill(em: Emitter, s: ir.Fill):
         em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}, mask={mask})")
         return
     _whole(s.dst, s.loc)
-    em.emit(f"{em.name(buf)} = {em.splat(s.value, v, buf.dtype, list(buf.shape))}")
+    filled = _masked_pads(em.splat(s.value, v, buf.dtype, padded_shape(buf.shape)), buf.shape)
+    em.emit(f"{em.name(buf)} = {filled}")
 
 
-# kind -> (reduction of a tile along `axis`, combination with the old destination); tl.max /
-# tl.maximum are maxnumf: NaN-ignoring (docs/semantics.md)
-_REDUCE = {"max": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})"),
-           "min": ("tl.min({src}, axis={axis})", "tl.minimum({old}, {new})"),
-           "sum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
-           "abssum": ("tl.sum({src}, axis={axis})", "{old} + {new}"),
-           "absmax": ("tl.max({src}, axis={axis})", "tl.maximum({old}, {new})")}
-# with nan_propagate: maximumf / minimumf, a NaN wins
-_REDUCE_PROPAGATING_NAN = {
-    "max": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
-    "min": ("tl.reduce({src}, {axis}, _min_propagate_nan)", "_min_propagate_nan({old}, {new})"),
-    "absmax": ("tl.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})")}
+def _masked_pads(tile: str, shape, pad_value: str = "0") -> str:
+    """`tile` (of `shape`'s padded shape) with its pad lanes set to `pad_value` (ir/padding.py);
+    `tile` itself when `shape` has none."""
+    inside = [f"({axis_index(f'tl.arange(0, {p})', a, len(shape))} < {d})"
+              for a, (d, p) in enumerate(zip(shape, padded_shape(shape))) if d != p]
+    if not inside:
+        return tile
+    return f"tl.where({' & '.join(inside)}, {tile}, {pad_value})"
 
 
 def lower_reduce(em: Emitter, s: ir.Reduce):
@@ -479,36 +459,21 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
     if [d for d in s.dst.tile_shape if d != 1] != [d for d in out_shape if d != 1]:
         raise unsupported(f"T.reduce_{s.kind} of {src_shape} along dim {s.dim} into shape "
                           f"{list(s.dst.tile_shape)}", s.loc)
-    dtype = s.src.buffer.dtype
-    propagate = s.nan_propagate and dtype.is_float and s.kind in _REDUCE_PROPAGATING_NAN
-    reduction, combine = (_REDUCE_PROPAGATING_NAN if propagate else _REDUCE)[s.kind]
-    if s.kind in ("abssum", "absmax"):
-        src = f"tl.abs({src})"
-    if propagate and dtype.bits < 32:  # as tl.max does: Triton's combine wants fp32
-        src = f"{src}.to(tl.float32)"
+    src = _masked_pads(src, src_shape, semantics.reduction_identity(s.kind, s.src.buffer.dtype))  # pad lanes change nothing
     new = em.tmp("red")
-    em.emit(f"{new} = {reduction.format(src=src, axis=s.dim)}")
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, s.dim, s.nan_propagate, "tl")
+    em.emit(f"{new} = {reduction}")
     if not out_shape:  # a 1-D tile reduced to one value
         out_shape = [1]
         em.emit(f"{new} = tl.broadcast_to({new}, [1])")
-    computed = _reduced_dtype(s, propagate)
+    if is_padded(out_shape):  # the pad lanes of the result: 0 (ir/padding.py)
+        em.emit(f"{new} = {_masked_pads(new, out_shape)}")
     if not s.clear:
         old, _ = _tile(em, s.dst, s.loc, out_shape)
-        old_cast = cast_text(old, s.dst.buffer.dtype, computed, "tl")
-        em.emit(f"{new} = {combine.format(old=old_cast, new=new)}")
+        combined, computed = semantics.reduction_combine_text(s.kind, old, s.dst.buffer.dtype, new, computed,
+                                                              s.src.buffer.dtype, s.nan_propagate, "tl")
+        em.emit(f"{new} = {combined}")
     _assign_tile(em, s.dst, new, computed, out_shape, s.loc)
-
-
-def _reduced_dtype(s: ir.Reduce, propagate: bool):
-    """The IR dtype of a reduction's result as emitted: float32 for a NaN-propagating reduction
-    of a narrower float (combined in fp32) and for tl.max / tl.min of bfloat16 (which promote
-    it), int32 for a sum of narrower ints (tl.sum widens), else the source's dtype."""
-    src = s.src.buffer.dtype
-    if propagate and src.bits < 32 or s.kind in ("max", "min", "absmax") and src.name == "bfloat16":
-        return dt.float32
-    if s.kind in ("sum", "abssum") and src.is_int and src.bits < 32:
-        return dt.int32 if src.kind == "int" else dt.uint32
-    return src
 
 
 def lower_cumsum(em: Emitter, s: ir.Cumsum):
@@ -517,6 +482,7 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
     src, shape = _tile(em, s.src, s.loc)
     tmp = em.tmp("scan")
     em.emit(f"{tmp} = tl.associative_scan({src}, {s.dim}, _add_combine, reverse={s.reverse})")
+    tmp = _masked_pads(tmp, shape)  # a forward scan's pad lanes hold the total
     _assign_tile(em, s.dst, tmp, s.src.buffer.dtype, shape, s.loc)
 
 
@@ -524,11 +490,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     buf = dst.buffer
     if buf.scope != "global":
-        raise unsupported(f"T.atomic_add into {buf.scope} buffer {buf.name}", s.loc)
+        raise unsupported(f"T.atomic_{s.kind} into {buf.scope} buffer {buf.name}", s.loc)
     if isinstance(s.value, ir.Region):
         value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.atomic_add({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask})")
         return
     idx = [em.expr(x) for x in dst.starts]
     v = em.expr(s.value)
@@ -536,11 +502,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dims = frozenset().union(v.dims, *[i.dims for i in idx])
     par = em.par
     if par is None or not dims:  # one address, one value: one atomic per program, as in the interpreter
-        em.emit(f"tl.atomic_add({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
         return
     full = par.shape
     mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
-    em.emit(f"tl.atomic_add(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
+    em.emit(f"tl.atomic_{s.kind}(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
             f"mask=tl.broadcast_to({mask}, {full}))")
 
 
@@ -561,4 +527,5 @@ RULES = {
     ir.While: lower_while,
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
+    ir.DeviceAssert: semantics.lower_device_assert,
 }

@@ -1,0 +1,142 @@
+"""bench/bench_h100.py and bench/tilelang_peer.py on the CPU: the rows the GPU run assembles (every
+candidate checked against torch, errors recorded, ratios), the TileLang column's import rules, and
+TileLang's GEMM / FlashAttention programs themselves - run through tritile's TileLang front end
+and interpreter at small sizes, so a wrong program is caught before it reaches TileLang on a GPU."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+import tritile
+import tritile.language
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "bench")
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """bench_h100 and tilelang_peer with CUDA tensors made on the CPU and a timer that calls once
+    and reports 1 ms; TileLang's programs compiled by tritile (a stand-in for the real package)."""
+    monkeypatch.syspath_prepend(BENCH)
+    import bench_h100
+    import tilelang_peer
+
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, device=None, **kw: randn(*shape, **kw))
+    monkeypatch.setattr(bench_h100, "bench", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(tilelang_peer, "_loaded", (tritile, None))
+    monkeypatch.setitem(sys.modules, "tilelang", tritile)
+    monkeypatch.setitem(sys.modules, "tilelang.language", tritile.language)
+    return bench_h100
+
+
+def test_gemm_row_checks_every_candidate_and_gives_both_ratios(bench):
+    torch.manual_seed(0)
+    [row] = bench.gemm_rows([(256, 256, 128)], [torch.float16], lambda r: None, {"available": True})
+    for name in ("cublas", "tilelang", "tritile", "tritile_triton"):  # right results, timed
+        assert row[name + "_rel_err"] < 1e-3 and row[name] == pytest.approx(2 * 256 * 256 * 128 / 1e-3 / 1e12)
+    assert row["triton"] == 0.0 and "triton_error" in row  # Triton's TMA GEMM cannot run on the CPU
+    assert row["ratio"] == pytest.approx(1.0) and row["gluon_over_triton"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_row_without_tilelang_reads_not_run(bench, causal):
+    torch.manual_seed(1)
+    [row] = bench.attention_rows([(1, 2, 128, 64, causal)], lambda r: None, {"available": False})
+    assert row["tilelang"] is None and "tilelang_rel_err" not in row
+    assert row["tritile_rel_err"] < 1e-3 and row["tritile_triton_rel_err"] < 1e-3
+    assert "n/a" in bench.summary([row])
+
+
+@pytest.mark.filterwarnings("ignore:pass_configs key 'tl.enable_fast_math'")  # TileLang's option, no-op in tritile
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_tilelang_attention_program_matches_torch(bench, dim, causal):
+    import tilelang_peer
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 256, dim, dtype=torch.float16) for _ in range(3))
+    kernel = tilelang_peer.attention(1, 2, 256, dim, causal)
+    ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+    assert bench.rel_err(kernel(q, k, v), ref) < 2e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tilelang_gemm_tuned_tile_matches_torch(bench, monkeypatch, dtype):
+    import tilelang_peer
+
+    tuned = tilelang_peer.gemm_config(8192, 8192, 8192)
+    assert (tuned["block_M"], tuned["block_N"], tuned["block_K"], tuned["threads"]) == (128, 256, 64, 256)
+    monkeypatch.setattr(tilelang_peer, "gemm_config", lambda M, N, K: tuned)
+    a, b = torch.randn(256, 128, dtype=dtype), torch.randn(128, 512, dtype=dtype)
+    assert bench.rel_err(tilelang_peer.gemm(256, 512, 128, dtype)(a, b), a.float() @ b.float()) < 1e-2
+
+
+def test_finish_row_marks_failures_zero_and_absent_candidates_null(bench):
+    row = bench.finish_row({}, {"cublas": 2.0, "tritile": 1.0}, 2e12, bench.GEMM_LIBRARIES, ("tilelang",))
+    assert (row["tilelang"], row["triton"], row["tritile_triton"]) == (None, 0.0, 0.0)
+    assert row["ratio"] == pytest.approx(2.0) and row["gluon_over_triton"] is None
+
+
+def test_quick_run_covers_tilelangs_tuned_shape():
+    sys.path.insert(0, BENCH)
+    import bench_h100
+
+    shapes, dtypes, attention = bench_h100.cases(quick=True)
+    assert (8192, 8192, 8192) in shapes and dtypes == [torch.float16] and len(attention) == 1
+
+
+@pytest.fixture
+def peer(monkeypatch, tmp_path):
+    """tilelang_peer with its import forgotten and a fake TileLang site at tmp_path."""
+    monkeypatch.syspath_prepend(BENCH)
+    import tilelang_peer
+
+    monkeypatch.setattr(tilelang_peer, "_loaded", None)
+    monkeypatch.delitem(sys.modules, "tilelang", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "tilelang").mkdir()
+    (tmp_path / "tilelang" / "__init__.py").write_text("__version__ = '0.1.15'\n")
+    return tilelang_peer
+
+
+def test_tilelang_column_without_a_site_is_not_available(peer, monkeypatch):
+    monkeypatch.delenv("TILELANG_SITE", raising=False)
+    status = peer.status()
+    assert not status["available"] and "TILELANG_SITE" in status["reason"], status
+    assert peer.gemm(128, 128, 128, torch.float16) is None and peer.attention(1, 1, 128, 64, False) is None
+
+
+def test_tilelang_from_the_site_is_imported(peer, monkeypatch, tmp_path):
+    monkeypatch.setenv("TILELANG_SITE", str(tmp_path))
+    status = peer.status()
+    assert status["available"] and status["version"] == "0.1.15", status
+    assert sys.modules["tilelang"].__file__.startswith(str(tmp_path))
+    assert not tritile.__file__.startswith(str(tmp_path))
+
+
+def test_tilelang_alias_to_tritile_is_refused(peer, monkeypatch, tmp_path):
+    monkeypatch.setenv("TILELANG_SITE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "tilelang", tritile)  # TileLang's example runner's alias
+    status = peer.status()
+    assert not status["available"] and "alias" in status["reason"], status
+
+
+def test_tilelang_whose_import_crashes_is_not_available(peer, monkeypatch, tmp_path):
+    (tmp_path / "tilelang" / "__init__.py").write_text("import os\nos.abort()\n")
+    monkeypatch.setenv("TILELANG_SITE", str(tmp_path))
+    status = peer.status()
+    assert not status["available"] and "child" in status["reason"], status
+    json.dumps(status)
+
+
+def test_z3_of_the_site_is_found_when_it_holds_only_a_versioned_library(peer, monkeypatch, tmp_path):
+    (tmp_path / "z3" / "lib").mkdir(parents=True)
+    (tmp_path / "z3" / "lib" / "libz3.so.4.15").write_bytes(b"")
+    monkeypatch.delenv("Z3_LIBRARY_PATH", raising=False)
+    peer._find_z3_library(str(tmp_path))
+    link = os.path.join(os.environ["Z3_LIBRARY_PATH"].split(os.pathsep)[0], "libz3.so")
+    assert os.path.realpath(link) == str((tmp_path / "z3" / "lib" / "libz3.so.4.15").resolve())
