@@ -74,6 +74,39 @@ def test_eager_compile_returns_cached_kernel(assert_close):
     assert_close(kernel(x), x * 1.5)
 
 
+def test_eager_compile_takes_tritile_compiles_options(monkeypatch, assert_close):
+    """`target=` and `backend=` given to `.compile` are options of the kernel, not constants."""
+    monkeypatch.delenv("TRITILE_BACKEND", raising=False)
+    default = scale_eager.compile(M=64, N=16, factor=1.5)
+    amd = scale_eager.compile(M=64, N=16, factor=1.5, target="hip:gfx942")
+    assert amd is not default and str(amd.target) == "hip:gfx942" and default.target != amd.target
+    assert [b.name for b in amd.backends] == ["triton"] and "@triton.jit" in amd.get_source("triton")
+    on_triton = scale_eager.compile(M=64, N=16, factor=1.5, backend="triton")
+    assert on_triton.backend == "triton" and default.backend == "auto"
+    assert scale_eager.compile(M=64, N=16, factor=1.5, backend="triton") is on_triton
+    x = torch.randn(64, 16)
+    assert_close(on_triton(x), x * 1.5)  # Triton's interpreter of the generated kernel
+    with pytest.raises(ValueError, match="unknown backend 'tvm'"):
+        scale_eager.compile(M=64, N=16, factor=1.5, backend="tvm")
+
+
+def test_eager_compile_option_named_like_a_parameter_is_a_type_error():
+    @tritile.jit
+    def shift(X, backend: int = 1):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(N):
+                Y[i] = X[i] + backend
+        return Y
+
+    with pytest.raises(TypeError, match="'backend' is both a parameter of the kernel and an option"):
+        shift.compile(N=32, backend="triton")
+    x = torch.randn(32)
+    torch.testing.assert_close(shift(x, backend=3), x + 3)  # a call still takes it as the constant
+
+
 def test_eager_rejects_out_idx():
     with pytest.raises(ValueError, match="out_idx"):
         @tritile.jit(out_idx=[-1])

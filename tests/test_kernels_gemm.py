@@ -227,3 +227,26 @@ COMPILE_CASES = {
     **{f"matmul_swizzled-{order}": (lambda order=order: matmul_swizzled(256, 192, 64, 64, 64, 32, 2, order))
        for order in ("row", "column")},
 }
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_A, trans_B", LAYOUTS, ids=LAYOUT_IDS)
+def test_mma_sync_gemm_loads_shared_operands_a_k_chunk_at_a_time(trans_A, trans_B, dtype, device, assert_close):
+    # a 32-row tile is too short for wgmma: mma.sync, with both operands in shared memory; its
+    # 128-deep K is loaded 32 at a time (64 where K is an operand's contiguous dim: a chunk
+    # covers a 128-byte swizzle row), not whole (gqa_bwd's dQ gemm spilled registers so)
+    M, N, K = 64, 256, 256
+    kernel = matmul(M, N, K, 32, 128, 128, trans_A, trans_B, dtype, dtype, "float32", 2, threads=256)
+    chunk = 64 if (not trans_A or trans_B) else 32
+    source = kernel.get_source("gluon")
+    assert f"gl.static_range(0, 128, {chunk}):" in source
+    assert f".slice(_k" in source and "mma_v2(" in source
+    assert "mma.sync.aligned" in kernel.get_source("ptx")
+    a, b = make_operands(M, N, K, trans_A, trans_B, DTYPES[dtype], device)
+    assert_close(kernel(a, b), gemm_reference(a, b, trans_A, trans_B, DTYPES[dtype]))
+
+
+def test_mma_sync_gemm_of_a_short_k_loads_its_operands_whole():
+    kernel = matmul(64, 128, 64, 32, 128, 32, False, False, "float16", "float16", "float32", 2, threads=256)
+    source = kernel.get_source("gluon")
+    assert "mma_v2(" in source and "gl.static_range(0, 32" not in source and ".slice(_k" not in source

@@ -203,7 +203,6 @@ def rms_norm_rows(M, N, block_M):
     return main
 
 
-@pytest.mark.usefixtures("gluon_backend")  # the triton.language backend takes no [1, N] lane-by-lane write yet
 @pytest.mark.parametrize("block_M", [1, 4])
 def test_rms_norm_rows_of_one(block_M, device, assert_close):
     a = torch.randn(16, 256, device=device)
@@ -281,7 +280,6 @@ def online_softmax_columns(X, BLOCK_N=64, BLOCK_M=4, dtype: T.dtype = T.float16)
 ONLINE_SOFTMAX_VARIANTS = [(1, "float16"), (2, "float16"), (4, "float16"), (1, "float32"), (4, "float32")]
 
 
-@pytest.mark.usefixtures("gluon_backend")  # the triton.language backend takes no [1, N] lane-by-lane write yet
 @pytest.mark.parametrize("block_M, max_dtype", ONLINE_SOFTMAX_VARIANTS)
 def test_online_softmax(block_M, max_dtype, device, assert_close):
     """A fp16 running max written by a reduction inside a loop keeps its dtype (Gluon rejected the

@@ -43,8 +43,6 @@ def _operands(M, N, K, device="cpu"):
 
 
 def test_gluon_compiles_it_for_sm90(gluon_backend):
-    # first in this file: after Triton's interpreter ran (TRITILE_BACKEND=triton runs the CPU tests
-    # through it), Triton 3.6 fails to compile Gluon kernels in the same process
     kernel = matmul_persistent.compile(M=1000, N=1000, K=256, block_M=128, block_N=128, block_K=64, sm_num=132)
     assert "for w in range(0, 1):" in kernel.get_source("gluon")  # 64 tiles on 132 programs: one wave
     ptx = kernel.get_source("ptx")

@@ -114,6 +114,13 @@ def test_every_stage_matches_torch(assert_close):
         assert_close(c, _reference(a, b))
 
 
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_triton_backend_runs_it(program, monkeypatch, assert_close):
+    monkeypatch.setenv("TRITILE_BACKEND", "triton")  # CPU tensors: Triton's interpreter of the generated kernel
+    a, b = _operands(64, 64, 96)
+    assert_close(PROGRAMS[program](a, b, 32, 32, 32), _reference(a, b))
+
+
 @pytest.mark.parametrize("num_stages", [0, 2])
 def test_gluon_compiles_it_for_sm90(num_stages, gluon_backend):
     kernel = ws_gemm.compile(M=256, N=256, K=256, block_M=128, block_N=128, block_K=64, producer=1,
@@ -122,6 +129,16 @@ def test_gluon_compiles_it_for_sm90(num_stages, gluon_backend):
     assert "wgmma.mma_async" in ptx
     if num_stages:  # the serialized loop is pipelined by tritile's passes: TMA loads on mbarriers
         assert "cp.async.bulk.tensor" in ptx and "mbarrier.try_wait" in ptx
+
+
+def test_gluon_compiles_the_ring_of_slots_for_sm90(gluon_backend):
+    """barrierpipe_stage2's `A_shared[ko % 2, :, :]`: a versioned buffer (lowering/shared_slots.py),
+    each slot's encoding of rank 2."""
+    kernel = ring_gemm.compile(M=96, N=64, K=160, block_M=64, block_N=32, block_K=32)
+    source = kernel.get_source("gluon")
+    assert "A_shared = gl.allocate_shared_memory(gl.float16, [2, 64, 32], A_shared_layout)" in source
+    assert "A_shared.index((ko % 2)).store(" in source and "rank=3" not in source
+    assert "wgmma.mma_async" in kernel.get_source("ptx")
 
 
 def test_the_serialized_kernel_keeps_the_blocks_threads():
@@ -134,8 +151,6 @@ def test_the_serialized_kernel_keeps_the_blocks_threads():
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
 @pytest.mark.parametrize("program", list(PROGRAMS))
 def test_warp_specialized_gemm_on_the_gpu(program, backend, monkeypatch, assert_close):
-    if backend == "triton" and program == "barrierpipe_stage2":
-        pytest.skip("a ring slot A_shared[ko % 2] is a partial register tile: the triton backend refuses it")
     monkeypatch.setenv("TRITILE_BACKEND", backend)
     a, b = _operands(1024, 1024, 1024, "cuda")  # TileLang's example sizes and tiles
     assert_close(PROGRAMS[program](a, b, 128, 128, 64), _reference(a, b))
@@ -252,12 +267,3 @@ def test_barrier_wait_needs_a_barrier():
             with T.Kernel(1, threads=128) as bx:
                 tile = T.alloc_shared((128,), T.float32)
                 T.barrier_wait(tile, 0)
-
-
-@pytest.mark.parametrize("program", ["copy_0_gemm_1", "copy_1_gemm_0"])
-def test_triton_backend_runs_it(program, monkeypatch, assert_close):
-    # last in this file: after Triton's interpreter ran, Triton 3.6 fails to compile Gluon kernels
-    # in the same process (gl builtins called without _semantic), so the sm_90 compile checks come first
-    monkeypatch.setenv("TRITILE_BACKEND", "triton")  # CPU tensors: Triton's interpreter of the generated kernel
-    a, b = _operands(64, 64, 96)
-    assert_close(PROGRAMS[program](a, b, 32, 32, 32), _reference(a, b))

@@ -422,6 +422,40 @@ def test_inspection_stages_on_cpu():
         kernel.get_source("sass")
 
 
+def test_interpreting_leaves_later_gluon_compiles_working(tmp_path):
+    """Triton imports Gluon on its first interpreted launch, while triton.language's builtins are
+    patched, and Gluon's language wraps those builtins at import: a Gluon compile after a
+    process's first Triton-interpreted kernel failed ("Did you forget to add
+    @triton.gluon.jit ?").  In a fresh process, Gluon not yet imported, with fresh caches."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    script = textwrap.dedent("""
+        import sys
+        import torch
+        import kernels as K
+        import tritile
+        assert "triton.experimental.gluon.language" not in sys.modules
+        torch.manual_seed(0)
+        a, b = torch.randn(64, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16)
+        c = torch.empty(64, 64, dtype=torch.float16)
+        tritile.compile(K.gemm(64, 64, 64, 32, 32, 32), backend="triton")(a, b, c)
+        torch.testing.assert_close(c.float(), K.gemm_reference(a, b).float(), rtol=1e-2, atol=1e-2)
+        ptx = tritile.compile(K.gemm(128, 128, 128, 64, 64, 32), backend="gluon").get_source("ptx")
+        assert "wgmma.mma_async" in ptx
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)]),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton"), "TRITILE_CACHE_DIR": str(tmp_path / "tritile")}
+    env.pop("TRITILE_BACKEND", None)
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
 # ---------------------------------------------------------------------------- choosing a backend
 
 

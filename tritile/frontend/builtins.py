@@ -380,11 +380,28 @@ def _atomic(kind):
     return handler
 
 
+# TileLang's memory orders (C++'s) -> Triton's `sem`: Triton has no consume (acquire is stronger)
+# and no seq_cst (acq_rel is its strongest order)
+_TRITON_SEM = {"relaxed": "relaxed", "consume": "acquire", "acquire": "acquire", "release": "release",
+               "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
+
+
+def _memory_order(value, name, loc) -> str:
+    """Triton's `sem` for TileLang's `memory_order=` (None: relaxed, as CUDA's atomicAdd)."""
+    if value is None:
+        return "relaxed"
+    if value not in _TRITON_SEM:
+        raise CompileError(f"{name} memory_order must be one of {', '.join(map(repr, _TRITON_SEM))}, got "
+                           f"{value!r}", loc)
+    return _TRITON_SEM[value]
+
+
 def _atomic_update(p, a, loc, kind):
     name = f"T.atomic_{kind}"
     p.require_kernel(name, loc)
     if _bool(a["return_prev"], "return_prev", loc):
         raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
+    sem = _memory_order(a["memory_order"], name, loc)
     dst, value = a["dst"], a["value"]
     dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
     value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
@@ -392,14 +409,15 @@ def _atomic_update(p, a, loc, kind):
     if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
         indices = acc.element_indices(dst)
         region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
-        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind))
+        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
+                            sem=sem))
         return None
     value_region = acc.region(value, loc, f"{name} value")
     dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, f"{name} dst")
     if dst_region.tile_shape != value_region.tile_shape:
         raise CompileError(f"{name} shape mismatch: dst {list(dst_region.tile_shape)} vs value "
                            f"{list(value_region.tile_shape)}", loc)
-    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind))
+    p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind, sem=sem))
     return None
 
 

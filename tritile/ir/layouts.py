@@ -169,7 +169,9 @@ def _pow2_floor(x: int) -> int:
 
 def blocked_for(tile_shape, bitwidth: int, num_warps: int) -> BlockedLayout:
     """Coalesced register layout: 16-byte vectors along the last dim, a warp's lanes
-    covering contiguous rows first, warps stacked along the outer dims."""
+    covering contiguous rows first, warps stacked along the outer dims as far as their extent
+    goes, the warps left over along the last dim (a [1, 8192] row split over every warp, not
+    copied into each), and only what no dim has room for replicated on dim 0."""
     rank = len(tile_shape)
     inner = tile_shape[-1]
     vec = _pow2_floor(max(1, min(128 // max(bitwidth, 8), inner)))
@@ -180,7 +182,12 @@ def blocked_for(tile_shape, bitwidth: int, num_warps: int) -> BlockedLayout:
     tpw[-1] = lanes_inner
     tpw[0] *= 32 // lanes_inner  # rank 1: all lanes on the single dim
     warps = [1] * rank
-    warps[0] = num_warps
+    left = num_warps
+    for dim in range(rank):  # outer dims first, each up to the groups of rows it has
+        room = _pow2_floor(max(1, tile_shape[dim] // (size[dim] * tpw[dim])))
+        warps[dim] = min(left, room)
+        left //= warps[dim]
+    warps[0] *= left  # more warps than the tile has room for: replicated, as before
     return BlockedLayout(tuple(size), tuple(tpw), tuple(warps), tuple(reversed(range(rank))))
 
 

@@ -450,12 +450,15 @@ class AtomicAdd(Stmt):
     """``dst += value`` atomically, or with `kind` "max" / "min" ``dst = max(dst, value)`` /
     ``min`` (`T.atomic_max` / `T.atomic_min`; of floats NaN-ignoring in the interpreter, a NaN
     is unspecified on the GPU); `value` is a Region (tile form) or an Expr (scalar form, `dst`
-    then has all extents 1)."""
+    then has all extents 1).  `sem` is the memory order of each element's atomic in Triton's
+    words ("relaxed", "acquire", "release", "acq_rel"): TileLang's `memory_order`, relaxed by
+    default as its CUDA atomicAdd."""
 
     dst: Region
     value: Union[Region, Expr]
     loc: Optional[SourceLoc] = None
     kind: str = "add"
+    sem: str = "relaxed"
 
 
 @dataclass

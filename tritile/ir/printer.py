@@ -129,7 +129,8 @@ class _Printer:
         elif isinstance(s, ir.CumExtremum):
             self.emit(d, f"T.cum{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):
-            self.emit(d, f"T.atomic_{s.kind}({region_str(s.dst)}, {_operand(s.value)})")
+            order = "" if s.sem == "relaxed" else f", memory_order={s.sem!r}"
+            self.emit(d, f"T.atomic_{s.kind}({region_str(s.dst)}, {_operand(s.value)}{order})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
         elif isinstance(s, ir.DeviceAssert):

@@ -16,6 +16,7 @@ PASSES = [
     ("accumulator_init", "accumulator_init"),
     ("pipeline_planning", "pipeline_planning"),
     ("buffer_versioning", "buffer_versioning"),
+    ("shared_slots", "shared_slots"),
     ("pipeline_injection", "pipeline_injection"),
     ("warp_specialization", "warp_specialization"),
     ("consumer_partitions", "consumer_partitions"),

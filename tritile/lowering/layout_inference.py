@@ -127,9 +127,13 @@ def _decide_fragments(func, target, num_warps, fragments, decided):
         pending = [b for b in pending if b not in decided]
         if pending and not progress:
             # nothing to derive from: the highest-rank undecided buffer gets a blocked
-            # layout, from which its lower-rank neighbours may then be derived
+            # layout, from which its lower-rank neighbours may then be derived.  Its vectors
+            # are 16 bytes of the narrowest dtype among the undecided tiles of its shape: an
+            # fp16 tile computed through fp32 ones then loads and stores 16 bytes a thread
+            # with no layout conversion before its store (fp32 tiles hold two vectors)
             first = min(pending, key=lambda b: (-len(b.shape), b.name, str(b.shape)))
-            decided[first] = lay.blocked_for(padded_shape(first.shape), 32, num_warps)
+            bits = min(b.dtype.bits for b in pending if list(b.shape) == list(first.shape))
+            decided[first] = lay.blocked_for(padded_shape(first.shape), max(bits, 16), num_warps)
             pending.remove(first)
 
 

@@ -108,6 +108,10 @@ def _constants_key(args: tuple, kwargs: dict):
         return ("frozen", _freeze(args), _freeze(kwargs))
 
 
+# the options of `tritile.compile` a `@tritile.jit` function passes on (out_idx aside)
+COMPILE_OPTIONS = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags", "backend")
+
+
 class JITFunction:
     """What `@tritile.jit` returns: a `LazyJIT` or an `EagerJIT` (TileLang's `JITFunc`), with
     the specialisation cache both share."""
@@ -121,9 +125,10 @@ class JITFunction:
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
-    def _compile_options(self) -> dict:
-        keys = ("target", "verbose", "pass_configs", "execution_backend", "compile_flags", "backend")
-        return {k: self.options[k] for k in keys}
+    def _compile_options(self, **overrides) -> dict:
+        """The options of `tritile.compile` this function's kernels are built with: the decorator's,
+        `overrides` replacing some."""
+        return {**{k: self.options[k] for k in COMPILE_OPTIONS}, **overrides}
 
     def _cached(self, key, build) -> JITKernel:
         """The kernel cached under `key` whose globals still hold, built by `build()` on a miss."""
@@ -190,10 +195,20 @@ class EagerJIT(JITFunction):
         self._variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
 
     def compile(self, **consts) -> JITKernel:
-        return self._cached(("compile", _freeze(consts)), lambda: self._build(consts))
+        """The kernel for the constants `consts` (its parameters other than tensors, and its
+        `T.const` dims); `tritile.compile`'s options among them (`target=`, `backend=`, ...)
+        replace the decorator's for this kernel.  An option that is also a parameter of the
+        kernel is ambiguous: a TypeError."""
+        options = {name: consts.pop(name) for name in COMPILE_OPTIONS if name in consts}
+        for name in options:
+            if name in self.signature.parameters:
+                raise TypeError(f"{self.fn.__name__}.compile(): {name!r} is both a parameter of the kernel and an "
+                                f"option of tritile.compile; give the option to @tritile.jit({name}=...)")
+        key = ("compile", _freeze(consts), _freeze(options))
+        return self._cached(key, lambda: self._build(consts, options))
 
-    def _build(self, consts: dict) -> JITKernel:
-        return JITKernel(parse_kernel(self.fn, consts), **self._compile_options())
+    def _build(self, consts: dict, options: dict = None) -> JITKernel:
+        return JITKernel(parse_kernel(self.fn, consts), **self._compile_options(**(options or {})))
 
     def __call__(self, *args, **kwargs):
         key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),

@@ -735,8 +735,12 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
     if engine != "wgmma":
         for op in (s.a, s.b):
             em.settle([op.buffer])
-    a = _operand(em, s, 0, engine)
-    b = _operand(em, s, 1, engine)
+    chunk = _mma_v2_k_chunk(s) if engine == "mma_v2" else None
+    if chunk is not None:
+        a = b = None  # each chunk loads its own slices of the shared operands
+    else:
+        a = _operand(em, s, 0, engine)
+        b = _operand(em, s, 1, engine)
     if s.clear_accum:
         # not the accumulator's old value, even for wgmma (use_acc=False ignores it): passed,
         # it stays live into the gemm (in attention: the previous softmax's P), and the split
@@ -749,7 +753,16 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
     else:
         fn = "mma_v2" if engine == "mma_v2" else "gl.dot_fma"
         precision = ', input_precision="tf32"' if s.tf32 and engine == "mma_v2" else ""
-        result = f"{fn}({a}, {b}, {acc}{precision})"
+        if chunk is not None:
+            result = em.tmp("acc")
+            k = em.tmp("k")
+            em.emit(f"{result} = {acc}")
+            em.emit(f"for {k} in gl.static_range(0, {isel.padded_mnk(s)[2]}, {chunk}):")
+            a = _operand(em, s, 0, engine, k_slice=(k, chunk))
+            b = _operand(em, s, 1, engine, k_slice=(k, chunk))
+            em.emit(f"    {result} = {fn}({a}, {b}, {result}{precision})")
+        else:
+            result = f"{fn}({a}, {b}, {acc}{precision})"
     if converted:
         tmp = em.tmp("acc")
         em.emit(f"{tmp} = {result}")
@@ -764,11 +777,31 @@ def lower_gemm(em: Emitter, s: ir.Gemm):
         em.issued.append((c, a if s.a.buffer.scope == "fragment" and a.isidentifier() else None))
 
 
-def _operand(em: Emitter, g: ir.Gemm, index: int, engine: str) -> str:
+# K elements of each mma.sync chunk (two k16 steps of 16-bit operands)
+_MMA_V2_CHUNK = 32
+
+
+def _mma_v2_k_chunk(g: ir.Gemm):
+    """The K chunk of an mma.sync gemm whose operands are both in shared memory, or None to
+    load them whole.  Loaded whole, both operand tiles live in registers at once (dQ's
+    32x128 @ 128x256 in gqa_bwd: 64 registers a thread for K alone, beside its accumulators);
+    a chunk at a time, as TileLang's mma loop reads them per k step, they take an eighth of
+    that: -10 % of that kernel's time on the H100 (bench/NOTES.md, session 17).  A chunk
+    along an operand's contiguous dim covers at least a 128-byte swizzle row."""
+    if g.a.buffer.scope != "shared" or g.b.buffer.scope != "shared":
+        return None
+    k = isel.padded_mnk(g)[2]
+    contiguous_k = not g.transpose_a or g.transpose_b  # A stored (M, K) / B stored (N, K)
+    chunk = max(_MMA_V2_CHUNK, 1024 // g.a.buffer.dtype.bits) if contiguous_k else _MMA_V2_CHUNK
+    return chunk if k > chunk else None
+
+
+def _operand(em: Emitter, g: ir.Gemm, index: int, engine: str, k_slice=None) -> str:
     """Operand `index` (0 = A, 1 = B) as wgmma wants it (a shared view) or as a register
     DotOperandLayout tensor.  A transposed operand is stored (K, M) / (N, K): a shared one
     is read through a permuted view, a register one is permuted in registers.  The FMA
-    engine computes in the accumulator's dtype (see `instructions`)."""
+    engine computes in the accumulator's dtype (see `instructions`).  `k_slice` (start
+    text, length) loads only those K rows / columns of a shared operand."""
     region = (g.a, g.b)[index]
     transposed = (g.transpose_a, g.transpose_b)[index]
     buf = region.buffer
@@ -777,6 +810,8 @@ def _operand(em: Emitter, g: ir.Gemm, index: int, engine: str) -> str:
         view = em.shared_view(region, g.loc)
         if transposed:
             view += ".permute((1, 0))"
+        if k_slice is not None:
+            view += f".slice({k_slice[0]}, {k_slice[1]}, dim={1 - index})"
         if engine == "wgmma":
             return view
         text = f"{view}.load({em.layout_name(want)})"
@@ -939,7 +974,7 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
         dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask})")
+        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
@@ -948,11 +983,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
     par = em.par
     if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
-        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value})")
+        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, sem={s.sem!r})")
         return
     # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
     mask = _full_bool(em, par.write_mask, par)
-    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask})")
+    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask}, sem={s.sem!r})")
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):

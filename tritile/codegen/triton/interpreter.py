@@ -7,7 +7,9 @@ tensors, enabled per call, with the interpreter brought to the meaning of the co
 per call: the kernel runs as an `InterpretedFunction`, and the JIT functions it calls (the
 generated helpers, triton.language's own `tl.sum`, `tl.zeros`, ...) are rewritten the same way
 while the context is held.  The interpreter patches triton.language while a kernel runs
-(`_patch_lang`), so one kernel is interpreted at a time, process-wide.
+(`_patch_lang`), so one kernel is interpreted at a time, process-wide; a module imported
+for the first time in that window could keep the patched builtins (Gluon's language wraps them
+at import), so `interpreting` imports Gluon first.
 
 Where Triton 3.6's interpreter departs from what the compiled kernel computes
 (docs/semantics.md), `_repairs` replace its pieces for the duration:
@@ -53,6 +55,12 @@ _INTERPRETED_LIBDEVICE = types.SimpleNamespace(mul_rn=lambda a, b: a * b)
 def interpreting(module):
     """Hold Triton's interpreter, repaired, for a launch of generated `module`'s kernel."""
     import numpy as np
+    # Imported before anything is patched: Triton imports Gluon on its first argument
+    # specialization (`jit.mangle_type`, inside the interpreter's patched window), and Gluon's
+    # language wraps triton.language's builtins at import (`program_id = builtin(tl_core.program_id)`),
+    # so a first import there would keep the interpreter's patched builtins for the whole process
+    # and every later Gluon compile would fail ("Did you forget to add @triton.gluon.jit ?")
+    import triton.experimental.gluon.language  # noqa: F401
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 

@@ -16,6 +16,7 @@ from tritile.codegen import block_order
 from tritile.codegen.semantics import POINTER_TYPES, helpers_text
 from tritile.codegen.source_writer import host_expr, runtime_arg_types
 from tritile.codegen.triton.emitter import Emitter
+from tritile.codegen.triton.slot_tiles import split_slots
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
@@ -43,6 +44,7 @@ class GeneratedKernel:
 def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKernel:
     """`func` (at the backend's start stage) as a module; `warp_size` divides the kernel's
     threads into warps (64 on AMD)."""
+    func = split_slots(func)
     em = Emitter(func, target, warp_size)
     for p in func.params:
         if p.scope != "global":

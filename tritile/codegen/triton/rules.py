@@ -78,8 +78,8 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     variable of the same extent, in the loop's order (the tile is then the buffer itself,
     expanded along the loop's other dims); unit dims take index 0."""
     par = em.par
-    axes = []
-    for index, extent in zip(indices, buf.shape):
+    axes, kept = [], []  # the loop axis of each buffer dim a loop variable indexes, and its size
+    for index, padded, extent in zip(indices, padded_shape(buf.shape), buf.shape):
         if extent == 1 and static_int(index) == 0:
             continue
         if not (isinstance(index, ir.Var) and index in par.index):
@@ -90,8 +90,8 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
             raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
                               f"partial view)")
         axes.append(axis)
+        kept.append(padded)
     text = em.name(buf)
-    kept = [d for d in padded_shape(buf.shape) if d != 1]
     if len(kept) != len(buf.shape):
         text = f"tl.reshape({text}, {kept})"
     rank = len(par.loop.vars)
@@ -176,7 +176,8 @@ def lower_store(em: Emitter, s: ir.Store):
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
     # a whole on-chip tile written lane by lane: each lane of the Parallel one element
-    if len([d for d in buf.shape if d != 1]) != len(par.loop.vars):
+    # unit dims on either side count for nothing: a [1, N] tile under T.Parallel(1, N)
+    if len([d for d in buf.shape if d != 1]) != len([e for e in par.loop.extents if e != 1]):
         raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
                           f"lane", s.loc)
     view = _lanes_view(em, buf, s.indices)
@@ -494,7 +495,8 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     if isinstance(s.value, ir.Region):
         value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask}, "
+                f"sem={s.sem!r})")
         return
     idx = [em.expr(x) for x in dst.starts]
     v = em.expr(s.value)
@@ -502,12 +504,13 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dims = frozenset().union(v.dims, *[i.dims for i in idx])
     par = em.par
     if par is None or not dims:  # one address, one value: one atomic per program, as in the interpreter
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')})")
+        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')}, "
+                f"sem={s.sem!r})")
         return
     full = par.shape
     mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
     em.emit(f"tl.atomic_{s.kind}(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
-            f"mask=tl.broadcast_to({mask}, {full}))")
+            f"mask=tl.broadcast_to({mask}, {full}), sem={s.sem!r})")
 
 
 RULES = {
