@@ -438,7 +438,7 @@ def test_cache_hit_binds_the_callers_runtime_dims():
     k1 = compile_kernel(run_passes(first.func, target)[-1][1], target)
     k2 = compile_kernel(run_passes(second.func, target)[-1][1], target)
     assert k2.compiled is k1.compiled
-    assert k2._dynamic_vars == list(second.func.dynamic_vars) != list(first.func.dynamic_vars)
+    assert k2._runtime_vars == list(second.func.dynamic_vars) != list(first.func.dynamic_vars)
 
 
 # ---------------------------------------------------------------- persistent tiles

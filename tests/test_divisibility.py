@@ -58,7 +58,7 @@ def test_divisible_dims_become_vars_known_to_be_multiples_of_16():
 
 def test_dims_of_get_source_are_checked():
     kernel = dynamic_gemm()
-    with pytest.raises(ValueError, match="'q' is not a T.dynamic dimension of main"):
+    with pytest.raises(ValueError, match="'q' is not a T.dynamic dimension or integer scalar parameter of main"):
         kernel.get_source("tile", dims={"q": 16})
     with pytest.raises(TypeError, match=r"dims\['k'\] must be an int"):
         kernel.get_source("tile", dims={"k": 16.0})
@@ -178,3 +178,96 @@ def test_variants_match_torch_on_the_gpu(backend, threads, assert_close):
         tma = kernel._variants[(True, True, True)].device_kernel.source
         plain = kernel._variants[(False, False, False)].device_kernel.source
         assert (TMA_LOAD in tma) == (torch.cuda.get_device_capability()[0] == 9) and TMA_LOAD not in plain
+
+
+# ------------------------------------------------------------------ integer scalar parameters, several kernels
+
+
+@tritile.jit(out_idx=[1])
+def masked_two_pass(block=32):
+    """Two kernels and a workspace of the T.dynamic size M: B[r] = alpha * A[r] + 1 for r < n,
+    1 past n (an integer scalar bounding a mask, a float scalar that is never specialised)."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def main(A: T.Tensor((M,), T.float32), B: T.Tensor((M,), T.float32), n: T.int32, alpha: T.float32):
+        staging = T.alloc_global((M,), T.float32)
+        with T.Kernel(T.ceildiv(M, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                row = bx * block + i
+                if row < M:
+                    staging[row] = T.if_then_else(row < n, A[row] * alpha, 0.0)
+        with T.Kernel(T.ceildiv(M, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                row = bx * block + i
+                if row < M:
+                    B[row] = staging[row] + 1.0
+
+    return main
+
+
+def masked_reference(a, n, alpha):
+    out = torch.ones_like(a)
+    out[:n] += a[:n] * alpha
+    return out
+
+
+def test_integer_scalar_is_part_of_the_key_and_float_is_not():
+    kernel = masked_two_pass()
+    header = kernel.get_source("tile", dims={"M": 64, "n": 32})
+    assert "# dynamic: M (multiple of 16)" in header and "# scalars: n (multiple of 16)" in header
+    assert "# scalars:" not in kernel.get_source("tile", dims={"M": 64, "n": 33})
+    assert "# scalars:" not in kernel.get_source("tile") and "multiple of" not in kernel.get_source("tile")
+    with pytest.raises(ValueError, match="'alpha' is not a T.dynamic dimension or integer scalar parameter of main "
+                                         r"\(it has M, n\)"):
+        kernel.get_source("tile", dims={"alpha": 16})
+    part = kernel._parts[0]
+    func, renamed = divisibility.specialize(part.stages[0][1], (False, True))
+    (n,) = [v for v in func.scalar_vars if v.name == "n"]
+    assert n.multiple_of == 16 and func.dynamic_vars[0].multiple_of == 1 and set(renamed) == {part.func.scalar_vars[0]}
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_parts_run_their_variant_of_the_calls_key(backend, assert_close):
+    """One key per call over (M, n); each kernel of the call runs its own variant for it
+    (the tile-IR interpreter, or Triton's interpreter of the generated kernels)."""
+    kernel = tritile.compile(masked_two_pass.fn(), out_idx=[1], backend=backend)
+    for m, n in [(64, 32), (64, 50), (40, 16), (40, 7), (48, 0), (48, 100)]:
+        a = torch.randn(m)
+        assert_close(kernel(a, n, 0.5), masked_reference(a, n, 0.5))
+    keys = {(True, True), (True, False), (False, True), (False, False)}
+    assert all(set(part._variants) == keys for part in kernel._parts)
+    variant = kernel._parts[0]._variants[(True, True)]
+    assert [v.multiple_of for v in variant.func.runtime_vars] == [16, 16, 1]
+
+
+def test_interpreter_refuses_a_scalar_a_variant_does_not_hold():
+    part = masked_two_pass()._parts[0]
+    variant = part._variant((False, True))
+    n = next(v for v in variant.func.scalar_vars if v.name == "n")
+    alpha = next(v for v in variant.func.scalar_vars if v.name == "alpha")
+    with pytest.raises(ValueError, match="scalar parameter n = 50: this program was specialised for a multiple of 16"):
+        execute(variant.func, [torch.randn(64), torch.empty(64), torch.empty(64)], {n: 50, alpha: 1.0})
+
+
+@pytest.mark.parametrize("backend, stage", [("gluon", "ttgir"), ("triton", "ttir")])
+def test_each_kernel_passes_tt_divisibility_for_the_calls_key(backend, stage):
+    kernel = tritile.compile(masked_two_pass.fn(), out_idx=[1], backend=backend, target="cuda:90")
+    divisible = kernel.get_source(stage, dims={"M": 64, "n": 32})
+    assert divisible.count("%M: i32 {tt.divisibility = 16 : i32}") == 2
+    assert divisible.count("%n: i32 {tt.divisibility = 16 : i32}") == 2
+    assert "%alpha: f32 {tt.divisibility" not in divisible
+    plain = kernel.get_source(stage)
+    assert "%M: i32 {tt.divisibility" not in plain and "%n: i32 {tt.divisibility" not in plain
+    only_n = kernel.get_source(stage, dims={"n": 48})
+    assert only_n.count("%n: i32 {tt.divisibility = 16 : i32}") == 2 and "%M: i32 {tt.divisibility" not in only_n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_parts_and_scalar_variants_on_the_gpu(backend, assert_close):
+    kernel = tritile.compile(masked_two_pass.fn(), out_idx=[1], backend=backend)
+    for m, n in [(4096, 1024), (4096, 1000), (1000, 512), (1000, 999)]:
+        a = torch.randn(m, device="cuda")
+        assert_close(kernel(a, n, -1.5), masked_reference(a, n, -1.5))
+    assert all(part._variants[(True, True)].device_kernel is not None for part in kernel._parts)

@@ -7,7 +7,6 @@ import tritile.language as T
 
 
 @pytest.mark.parametrize("name,args", [
-    ("alloc_global", ((64,), T.float32)),
     ("reshape", (None, (8, 8))),
     ("view", (None, (8, 8))),
 ])
@@ -20,11 +19,3 @@ def test_unsupported_construct_is_named(name, args):
                 op(*[A if x is None else x for x in args])
     assert "test_tilelang_language_unsupported.py" in str(err.value)
 
-
-def test_scalar_parameter_is_named():
-    with pytest.raises(tritile.CompileError, match=r"scalar kernel parameters \(n: int32\)"):
-        @T.prim_func
-        def main(A: T.Tensor((64,), T.float32), n: T.int32):
-            with T.Kernel(1, threads=128) as bx:
-                for i in T.Parallel(64):
-                    A[i] = A[i] + n

@@ -48,6 +48,8 @@ POINTER_TYPES = {
     "float8_e4m3": "*fp8e4nv", "float8_e5m2": "*fp8e5", "int8": "*i8", "int16": "*i16", "int32": "*i32",
     "int64": "*i64", "uint8": "*u8", "uint16": "*u16", "uint32": "*u32", "uint64": "*u64", "bool": "*i1",
 }
+# IR dtype name -> Triton's type string of a scalar kernel argument
+SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
 HELPER_NAMES = ("_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float",
                 "_max_propagate_nan", "_min_propagate_nan", "libdevice")

@@ -110,8 +110,16 @@ def is_pow2(n) -> bool:
 _HOST_OPS = {"+", "-", "*", "//", "%", "<", "<=", ">", ">=", "==", "!=", "&", "|", "^", "<<", ">>"}
 
 
+def runtime_arg_types(func: ir.PrimFunc) -> list:
+    """Triton's signature type of each of `func.runtime_vars`, the scalars a kernel takes after
+    its tensors: i32 for a `T.dynamic` dim, the parameter's dtype for a scalar parameter."""
+    from tritile.codegen.semantics import SCALAR_TYPES
+
+    return ["i32"] * len(func.dynamic_vars) + [SCALAR_TYPES[v.dtype.name] for v in func.scalar_vars]
+
+
 def host_expr(e, em) -> str:
-    """A grid expression as host Python (runtime dims are launcher arguments)."""
+    """A grid expression as host Python (runtime dims and scalar parameters are launcher arguments)."""
     if isinstance(e, int):
         return str(e)
     if isinstance(e, ir.Var):

@@ -35,7 +35,7 @@ def probe_const_dims(fn, consts: dict, with_globals: bool = False):
     bindings = {}
     for name, symbol in parser.const_symbols.items():
         for position, (param_name, buf) in enumerate(parser.params):
-            if buf is not None and any(size is symbol for size in buf.shape):
+            if isinstance(buf, ir.Buffer) and any(size is symbol for size in buf.shape):
                 bindings[name] = (position, [size is symbol for size in buf.shape].index(True))
                 break
         else:

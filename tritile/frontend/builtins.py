@@ -143,6 +143,15 @@ def empty(p, a, loc):
     return p.declare_output(shape, _dtype(dtype, loc), loc)
 
 
+def alloc_global(p, a, loc):
+    p.require_outside_kernel("T.alloc_global", loc)
+    shape = a["shape"]
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else _int(s, "T.alloc_global shape", loc)
+                  for s in shape)
+    return p.declare_workspace(shape, _dtype(a["dtype"], loc), loc)
+
+
 def _alloc(scope):
     def handler(p, a, loc):
         p.require_kernel(f"T.alloc_{scope}", loc)
@@ -605,7 +614,10 @@ def parallel(p, a, loc):
         extents = tuple(extents[0])
     if not extents:
         raise CompileError("T.Parallel needs at least one extent", loc)
-    return LoopSpec("parallel", extents=tuple(_int(e, "T.Parallel extent", loc) for e in extents))
+    # an extent known only at run time (a scalar parameter, a min of one) is the parser's to bound
+    return LoopSpec("parallel", extents=tuple(exprs.cast(p.scalar(e, loc), "int32", loc)
+                                              if isinstance(e, (ir.Expr, acc.BufferAccess, ir.Buffer))
+                                              else _int(e, "T.Parallel extent", loc) for e in extents))
 
 
 # --------------------------------------------------------------------------------------
@@ -680,7 +692,7 @@ HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
-    "alloc_global": _not_yet("T.alloc_global (a global workspace tensor)", "pass the tensor as a kernel parameter"),
+    "alloc_global": alloc_global,
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
     "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),

@@ -12,6 +12,9 @@ Evaluation model
   scalar name that the body assigns and that is already bound outside it is promoted to a
   "var"-scope buffer (`Alloc` + `Store`/`Load`), so loop-carried and branch-merged values
   stay correct.  Names first bound inside such a body are local to it.
+* Each `with T.Kernel` block is one kernel; `T.alloc_global` outside them a workspace.  A
+  function of several kernels, or with workspaces, is a `PrimFunc` of one-kernel `parts`
+  (see `tritile.ir.nodes.PrimFunc`).
 * `for ... in range(...)` / `T.serial` / `T.unroll` / `T.Pipelined` become `For` loops
   (range is a serial loop, never unrolled by the frontend); `T.Parallel` becomes
   `Parallel`; iterating a Python list/tuple unrolls at compile time.  An `if` on a
@@ -38,6 +41,7 @@ from tritile.frontend import persistent, reducers, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
+from tritile.ir.bounds import upper_bound
 from tritile.ir.dtypes import DType, as_dtype
 
 _HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS}  # T.<name> -> its handler
@@ -49,6 +53,9 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _UNARY = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
 _PY_COMPARE = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+# what a runtime scalar parameter may be: the types a Triton kernel argument takes
+SCALAR_PARAM_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                       "float16", "bfloat16", "float32", "float64")
 MACRO_DEPTH = 32  # nested macro inlinings (about 17 Python frames each with a loop and an if)
 
 
@@ -76,7 +83,8 @@ class Parser:
         self.params = []  # (python name, Buffer or None until annotated)
         self.outputs = []
         self.returned = None
-        self.kernel = None
+        self.kernels = []  # the `with T.Kernel` blocks, in launch order
+        self.workspaces = []  # T.alloc_global buffers
         self.in_kernel = False
         self.swizzle = None
         self.name_hint = None
@@ -84,6 +92,7 @@ class Parser:
         self.tf32_buffers = set()  # names of on-chip buffers allocated as T.tfloat32
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
+        self.let_values = {}  # id(Var) -> value of each Let emitted (for `upper_bound`)
         self.global_reads = GlobalReads()
         self.pass_configs = {}  # T.annotate_pass_configs
         self.reducers = {}  # T.alloc_reducer fragments -> their op (frontend/reducers.py)
@@ -125,6 +134,11 @@ class Parser:
             return self.const_symbols.setdefault(name, ir.Var(name))
         raise CompileError(f"T.const {name!r} has no value: pass a tensor whose shape gives it, or "
                            f"{name}=... to .compile()", loc)
+
+    def declare_workspace(self, shape, dtype, loc):
+        buf = ir.Buffer(self.unique_name(self.name_hint or "workspace"), tuple(shape), dtype, "global", loc=loc)
+        self.workspaces.append(buf)
+        return buf
 
     def declare_output(self, shape, dtype, loc):
         buf = ir.Buffer(self.unique_name(self.name_hint or "out"), tuple(shape), dtype, "global", loc=loc)
@@ -174,9 +188,8 @@ class Parser:
                     self._declare_param(name, spec, loc)
                     continue
                 if isinstance(spec, DType) and name not in self.consts:
-                    raise CompileError(f"scalar kernel parameters ({name}: {spec}) are not supported yet: pass the "
-                                       f"value as a compile-time argument of the @tritile.jit function, or as a "
-                                       f"one-element tensor", loc)
+                    self._declare_scalar_param(name, spec, loc)
+                    continue
             if name in self.consts:
                 self._bind(name, self.consts[name])
             elif signature.parameters[name].default is not inspect.Parameter.empty:
@@ -202,13 +215,31 @@ class Parser:
             self.params.append([name, buf])
         self._bind(name, buf)
 
+    def _declare_scalar_param(self, name, dtype: DType, loc):
+        """`name: T.int32` (a signature annotation, or an eager body's `name: T.int32`): a
+        runtime scalar argument of the kernel, a Var of that dtype."""
+        if dtype.name not in SCALAR_PARAM_DTYPES:
+            raise CompileError(f"scalar parameter {name}: {dtype} is not a scalar parameter type; use one of "
+                               f"{', '.join(SCALAR_PARAM_DTYPES)}", loc)
+        var = ir.Var(name, as_dtype(dtype))
+        for entry in self.params:
+            if entry[0] == name:
+                if entry[1] is not None:
+                    raise CompileError(f"parameter {name} is annotated twice", loc)
+                entry[1] = var
+                break
+        else:
+            self.params.append([name, var])
+        self._bind(name, var)
+
     def _finish(self, src, tree) -> ir.PrimFunc:
         loc = src.loc(tree)
         missing = [name for name, buf in self.params if buf is None]
         if missing and not self.probe:
             raise CompileError(f"parameter {missing[0]} has no tensor annotation; add "
                                f"`{missing[0]}: T.Tensor((...), dtype)` to the signature or the body", loc)
-        params = [buf for _, buf in self.params if buf is not None]
+        params = [buf for _, buf in self.params if isinstance(buf, ir.Buffer)]
+        scalar_params = [(position, var) for position, (_, var) in enumerate(self.params) if isinstance(var, ir.Var)]
         out_start = len(params)
         params += self.outputs
         if self.returned is not None:
@@ -218,15 +249,28 @@ class Parser:
         attrs = {"globals_read": self.global_reads.guards(), "pass_configs": dict(self.pass_configs),
                  "compile_flags": self.compile_flags}
         if self.probe:
-            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc)
+            return ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
+                               scalar_params=scalar_params)
         host = self.blocks[0]
-        if host and self.kernel is not None:  # they would be lost: a PrimFunc is one kernel
+        if host and self.kernels:  # they would be lost: the runtime launches kernels and nothing else
             raise CompileError("statements outside `with T.Kernel(...)` (TileLang's host code) are not supported; "
-                               "move them into the kernel", host[0].loc)
-        # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
-        func = ir.PrimFunc(src.name, params, self.kernel, out_idx=out_idx, attrs=attrs, loc=loc)
-        if self.kernel is not None:
-            _bind_dynamic_dims(func)
+                               "move them into a kernel", host[0].loc)
+        if len(self.kernels) <= 1 and not self.workspaces:
+            # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
+            func = ir.PrimFunc(src.name, params, self.kernels[0] if self.kernels else None, out_idx=out_idx,
+                               attrs=attrs, loc=loc, scalar_params=scalar_params)
+            if self.kernels:
+                _bind_dynamic_dims(func, self.kernels)
+            return func
+        # a program of several kernels and workspaces: each kernel its own one-kernel function
+        # taking the call's tensors, then the workspaces
+        func = ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
+                           scalar_params=scalar_params, workspaces=list(self.workspaces))
+        _bind_dynamic_dims(func, self.kernels)
+        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces, kernel,
+                                  dynamic_vars=list(func.dynamic_vars), dim_bindings=dict(func.dim_bindings),
+                                  attrs=dict(attrs), loc=kernel.loc, scalar_params=scalar_params)
+                      for i, kernel in enumerate(self.kernels)]
         return func
 
     # ---------------------------------------------------------------- names and frames
@@ -265,6 +309,7 @@ class Parser:
         if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
             var = ir.Var(name, value.dtype)
             self.emit(ir.Let(var, value, loc=loc))
+            self.let_values[id(var)] = value
             value = var
         self._bind(name, value)
 
@@ -377,6 +422,9 @@ class Parser:
             self._declare_param(name, annotation, loc)
             return
         if node.value is None:
+            if isinstance(annotation, DType) and isinstance(node.target, ast.Name) and not self.in_kernel \
+                    and any(entry[0] == node.target.id and entry[1] is None for entry in self.params):
+                self._declare_scalar_param(node.target.id, annotation, loc)
             return
         self.name_hint = node.target.id if isinstance(node.target, ast.Name) else None
         try:
@@ -424,8 +472,6 @@ class Parser:
             return
         if not isinstance(spec, tile_ops.KernelSpec):
             raise CompileError("the only supported with-statement is `with T.Kernel(...) as ...`", loc)
-        if self.kernel is not None:
-            raise CompileError("only one `with T.Kernel(...)` block per kernel function", loc)
         if self.probe:
             raise _ProbeDone()
         target = item.optional_vars
@@ -449,13 +495,15 @@ class Parser:
                     self._bind(n, v)
         self.in_kernel = True
         self.kernel_threads = spec.threads
+        self.swizzle = None
         self.blocks.append([])
         try:
             self.statements(node.body)
         finally:
             body = self.blocks.pop()
             self.in_kernel = False
-        self.kernel = ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle, loc=loc)
+        self.kernels.append(ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle,
+                                      loc=loc))
 
     def _warp_groups(self, spec, node, loc):
         """`with T.ws(*groups):` - the body as an `ir.WarpGroups` block."""
@@ -521,17 +569,7 @@ class Parser:
             if len(names) != len(spec.extents):
                 raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
                                    f"names", loc)
-            loop_vars = tuple(ir.Var(n) for n in names)
-            self.parallel_depth += 1
-            try:
-                body = self._scoped_block(node.body, dict(zip(names, loop_vars)))
-            finally:
-                self.parallel_depth -= 1
-            if len(body.stmts) == 1 and isinstance(body.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
-                inner = body.stmts[0]
-                loop_vars, spec.extents, body = loop_vars + inner.vars, spec.extents + inner.extents, inner.body
-            for stmt in reducers.expand(self, ir.Parallel(loop_vars, spec.extents, body, loc=loc)):
-                self.emit(stmt)
+            self._parallel(names, spec.extents, node.body, loc)
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)
@@ -540,6 +578,50 @@ class Parser:
         body = self._scoped_block(node.body, {names[0]: var})
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
+
+    def _parallel(self, names, extents, body, loc):
+        """`for names in T.Parallel(*extents)`.  A tile has static extents, so an extent known
+        only at run time runs on a static one with the lanes past it masked off: on its upper
+        bound when it has one (``T.min(valid_len, 512)``: 512), else in chunks of the kernel's
+        threads (rounded up to a power of two) by a serial loop around the `T.Parallel` - the
+        last such extent; the others in chunks of one lane."""
+        unbounded = [i for i, e in enumerate(extents) if isinstance(e, ir.Expr)
+                     and upper_bound(e, self.let_values) is None]
+        lane_vars = tuple(ir.Var(n) for n in names)
+        static, indices, guards, chunk_loops = [], [], [], []
+        for axis, (name, extent, lane) in enumerate(zip(names, extents, lane_vars)):
+            if not isinstance(extent, ir.Expr):
+                static.append(extent)
+                indices.append(lane)
+                continue
+            if axis in unbounded:
+                size = 1 << max(self.kernel_threads - 1, 0).bit_length() if axis == unbounded[-1] else 1
+                chunk = ir.Var(f"{name}_chunk")
+                chunk_loops.append((chunk, exprs.binary("//", exprs.binary("+", extent, size - 1, loc), size, loc)))
+                index = exprs.binary("+", exprs.binary("*", chunk, size, loc), lane, loc)
+            else:
+                size, index = max(upper_bound(extent, self.let_values), 1), lane
+            static.append(size)
+            indices.append(index)
+            guards.append(exprs.binary("<", index, extent, loc))
+        self.parallel_depth += 1
+        try:
+            stmts = self._scoped_block(body, dict(zip(names, indices)))
+        finally:
+            self.parallel_depth -= 1
+        if len(stmts.stmts) == 1 and isinstance(stmts.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
+            inner = stmts.stmts[0]
+            lane_vars, static, stmts = lane_vars + inner.vars, static + list(inner.extents), inner.body
+        if guards:
+            cond = guards[0]
+            for guard in guards[1:]:
+                cond = exprs.binary("and", cond, guard, loc)
+            stmts = ir.Seq([ir.If(cond, stmts, loc=loc)])
+        out = reducers.expand(self, ir.Parallel(lane_vars, tuple(static), stmts, loc=loc))
+        for chunk, count in reversed(chunk_loops):
+            out = [ir.For(chunk, ir.Const(0), count, ir.Seq(out), loc=loc)]
+        for stmt in out:
+            self.emit(stmt)
 
     def _loop_spec(self, iter_node, loc):
         if isinstance(iter_node, ast.Call):
@@ -964,8 +1046,9 @@ _PY_SCALAR_BUILTINS = {
 }
 
 
-def _bind_dynamic_dims(func: ir.PrimFunc):
-    """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds."""
+def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
+    """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
+    `kernels`, the tensors' and the workspaces' shapes)."""
     from tritile.ir.transform import walk
 
     for index, buf in enumerate(func.params):
@@ -981,17 +1064,17 @@ def _bind_dynamic_dims(func: ir.PrimFunc):
             if isinstance(size, ir.Var) and size not in func.dim_bindings:
                 func.dim_bindings[size] = (index, dim)
                 func.dynamic_vars.append(size)
-    defined = {id(v) for v in func.dynamic_vars} | {id(v) for v in func.kernel.block_vars}
-    for node in walk(func.kernel.body):
-        if isinstance(node, ir.For):
-            defined.add(id(node.var))
-        elif isinstance(node, ir.Parallel):
-            defined.update(id(v) for v in node.vars)
-        elif isinstance(node, ir.Let):
-            defined.add(id(node.var))
-    for root in (func.kernel.grid, func.kernel.body, [b.shape for b in func.params]):
-        for node in walk(root):
-            if isinstance(node, ir.Var) and id(node) not in defined:
-                raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it as a "
-                                   f"dimension, so its value cannot be bound at call time",
-                                   getattr(func.kernel, "loc", None))
+    for kernel in kernels:
+        defined = {id(v) for v in func.runtime_vars} | {id(v) for v in kernel.block_vars}
+        for node in walk(kernel.body):
+            if isinstance(node, ir.For):
+                defined.add(id(node.var))
+            elif isinstance(node, ir.Parallel):
+                defined.update(id(v) for v in node.vars)
+            elif isinstance(node, ir.Let):
+                defined.add(id(node.var))
+        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces]):
+            for node in walk(root):
+                if isinstance(node, ir.Var) and id(node) not in defined:
+                    raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it "
+                                       f"as a dimension, so its value cannot be bound at call time", kernel.loc)

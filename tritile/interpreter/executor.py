@@ -281,7 +281,8 @@ def _widen(value, ndim: int, new: int):
 
 
 def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
-    """Check `args` against `func.params` and return the runtime dims {Var: int}."""
+    """Check `args` against `func.params` and return the runtime scalars {Var: value}: the
+    dims, and the scalar parameters (`dim_values` must hold each, of its dtype's kind)."""
     if not isinstance(args, (list, tuple)):
         raise TypeError(f"args must be a list of tensors, got {type(args).__name__}")
     if len(args) != len(func.params):
@@ -293,8 +294,11 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     for var, value in dim_values.items():
         if not isinstance(var, ir.Var):
             raise TypeError(f"dim_values keys must be Vars, got {var!r}")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"dim_values[{var.name}] must be an int, got {value!r}")
+        kind = var.dtype.kind if any(var is v for v in func.scalar_vars) else "int"
+        if not isinstance(value, {"bool": (bool, int), "float": (float, int)}.get(kind, int)) \
+                or (kind != "bool" and isinstance(value, bool)):
+            raise TypeError(f"dim_values[{var.name}] must be {'an int' if kind != 'float' else 'a float'}, got "
+                            f"{value!r}")
         dims[var] = value
     for buf, t in zip(func.params, args):
         if not isinstance(t, torch.Tensor):
@@ -314,9 +318,13 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
     missing = [v.name for v in func.dynamic_vars if v not in dims]
     if missing:
         raise ValueError(f"no value for the dynamic dimension(s) {', '.join(missing)}")
-    for v in func.dynamic_vars:  # a variant specialised on divisibility (ir/divisibility.py) assumes it
-        if dims[v] % v.multiple_of:
-            raise ValueError(f"dynamic dimension {v.name} = {dims[v]}: this program was specialised for a "
+    missing = [v.name for v in func.scalar_vars if v not in dims]
+    if missing:
+        raise ValueError(f"no value for the scalar parameter(s) {', '.join(missing)}")
+    for v in func.runtime_vars:  # a variant specialised on divisibility (ir/divisibility.py) assumes it
+        if v.multiple_of > 1 and dims[v] % v.multiple_of:
+            kind = "dynamic dimension" if any(v is d for d in func.dynamic_vars) else "scalar parameter"
+            raise ValueError(f"{kind} {v.name} = {dims[v]}: this program was specialised for a "
                              f"multiple of {v.multiple_of}")
     evaluator = Evaluator(dims, None)
     for buf, t in zip(func.params, args):

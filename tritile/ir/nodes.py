@@ -668,13 +668,26 @@ class WarpSpecialization:
 
 @dataclass
 class PrimFunc:
-    """A compiled-program unit: global tensor parameters, runtime dims and one kernel.
+    """A compiled-program unit: global tensor parameters, runtime scalars and one kernel.
 
     `params` are the global Buffers in call order; `out_idx` the indices of params the
     runtime allocates and returns; `dynamic_vars` the `T.dynamic` Vars, each bound at
-    call time from `dim_bindings[var] = (param index, dim)`.  `kernel` is None for a
-    `@T.prim_func` with no `with T.Kernel` block (TileLang's host code only): it can be built
-    and printed, and compiling it is a CompileError."""
+    call time from `dim_bindings[var] = (param index, dim)`.  `scalar_params` are the
+    runtime scalar parameters (`valid_len: T.int32`): ``(position, Var)`` pairs, the Var of
+    the parameter's dtype and `position` its index in the call's parameter list, which
+    interleaves them with the tensors (`call_params`).  Both kinds of Var are read-only
+    values of the whole kernel, passed to it after the tensors (`runtime_vars`).
+
+    A function of several `with T.Kernel` blocks, or with `T.alloc_global` workspaces, has
+    `kernel` None: `workspaces` are its global Buffers the runtime allocates for each call
+    (shapes of ints and the call's runtime scalars), and `parts` its kernels in launch order,
+    each a complete one-kernel `PrimFunc` whose `params` are the call's tensors followed by the
+    workspaces (its `out_idx` empty: the program allocates the outputs; the same runtime Vars).
+    The pass list, the backends and the interpreter see only such one-kernel functions; the
+    runtime launches the parts one after another on the same tensors.
+
+    A `@T.prim_func` with no `with T.Kernel` block (TileLang's host code only) has `kernel`
+    None and no `parts`: it can be built and printed, and compiling it is a CompileError."""
 
     name: str
     params: list
@@ -684,6 +697,32 @@ class PrimFunc:
     dim_bindings: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)  # facts passes record (e.g. "shared_bytes")
     loc: Optional[SourceLoc] = None
+    scalar_params: list = field(default_factory=list)
+    workspaces: list = field(default_factory=list)
+    parts: list = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list:
+        """The kernels in launch order: `kernel`, or each part's (none for host code only)."""
+        if self.parts:
+            return [part.kernel for part in self.parts]
+        return [self.kernel] if self.kernel is not None else []
+
+    @property
+    def scalar_vars(self) -> list:
+        return [var for _, var in self.scalar_params]
+
+    @property
+    def runtime_vars(self) -> list:
+        """The scalars the kernel takes after its tensors: the `T.dynamic` dims, then the scalar params."""
+        return [*self.dynamic_vars, *self.scalar_vars]
+
+    def call_params(self) -> list:
+        """The call's parameters in order: tensor Buffers and scalar-parameter Vars."""
+        out = list(self.params)
+        for position, var in sorted(self.scalar_params, key=lambda entry: entry[0]):
+            out.insert(position, var)
+        return out
 
 
 def const(value, dtype: DType = None) -> Const:

@@ -192,15 +192,37 @@ class _Printer:
 
 
 def format_func(func: ir.PrimFunc) -> str:
+    """`func` as TileLang source; a function of several kernels (`parts`) prints its workspaces
+    and then each part's kernel, headed by the part's name."""
     p = _Printer()
-    params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" for b in func.params)
+    call_params = func.call_params()
+    params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" if isinstance(b, ir.Buffer)
+                       else f"{b.name}: T.{b.dtype}" for b in call_params)
     p.emit(0, "@T.prim_func")
     p.emit(0, f"def {func.name}({params}):")
     if func.out_idx:
         p.emit(1, f"# out_idx={func.out_idx}")
     if func.dynamic_vars:
-        p.emit(1, "# dynamic: " + ", ".join(v.name + (f" (multiple of {v.multiple_of})" if v.multiple_of > 1 else "")
-                                            for v in func.dynamic_vars))
+        p.emit(1, "# dynamic: " + ", ".join(_divisor_note(v) for v in func.dynamic_vars))
+    divisible_scalars = [v for v in func.scalar_vars if v.multiple_of > 1]
+    if divisible_scalars:  # a divisibility variant (ir/divisibility.py): its own text, its own cache key
+        p.emit(1, "# scalars: " + ", ".join(_divisor_note(v) for v in divisible_scalars))
+    for b in func.workspaces:
+        p.emit(1, f"{b.name} = T.alloc_global({_shape_str(b.shape)}, {b.dtype})")
+    for part in func.parts:
+        p.emit(1, f"# kernel {part.name}")
+        _kernel(p, part)
+    if not func.parts:
+        _kernel(p, func)
+    return "\n".join(p.lines) + "\n"
+
+
+def _divisor_note(v: ir.Var) -> str:
+    return v.name + (f" (multiple of {v.multiple_of})" if v.multiple_of > 1 else "")
+
+
+def _kernel(p, func: ir.PrimFunc):
+    """The `with T.Kernel` block of one-kernel `func`, after the facts passes recorded about it."""
     ws = func.attrs.get("warp_specialization")
     if ws is not None:
         p.emit(1, f"# warp specialized: a producer of {ws.producer_warps} warp(s), {ws.producer_registers} registers, "
@@ -211,14 +233,13 @@ def format_func(func: ir.PrimFunc) -> str:
     k = func.kernel
     if k is None:
         p.emit(1, "# no `with T.Kernel(...)` block: host code only, which tritile does not compile")
-        return "\n".join(p.lines) + "\n"
+        return
     grid = ", ".join(expr_str(g) for g in k.grid)
     names = ", ".join(v.name for v in k.block_vars)
     p.emit(1, f"with T.Kernel({grid}, threads={k.threads}) as ({names}):")
     if k.swizzle is not None:
         p.emit(2, f"T.use_swizzle({k.swizzle[0]}, order={k.swizzle[1]!r})")
     p.seq(k.body, 2)
-    return "\n".join(p.lines) + "\n"
 
 
 def format_node(node) -> str:

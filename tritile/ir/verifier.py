@@ -24,6 +24,10 @@ def _region_ok(region: ir.Region, loc, where: str):
 
 
 def verify(func: ir.PrimFunc, stage: str = "tile") -> ir.PrimFunc:
+    for part in func.parts:
+        verify(part, stage)
+    if func.parts:
+        return func
     where = "frontend" if stage == "tile" else f"after pass {stage!r}"
     if func.kernel is None:  # host code only: nothing a pass or backend will see
         return func

@@ -216,7 +216,8 @@ WarpSpecialize = ws
 
 @_tile_op
 def alloc_global(shape, dtype, scope="global"):
-    """A global workspace tensor of the launch (not supported yet: a CompileError)."""
+    """A global workspace tensor: allocated by the runtime for each call (contents undefined),
+    shared by the function's `with T.Kernel` blocks; outside them."""
 
 
 @_tile_op

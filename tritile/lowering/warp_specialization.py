@@ -97,7 +97,7 @@ def tile_loads(func: ir.PrimFunc, target) -> list:
         if written is not None:
             writers[id(written)] = writers.get(id(written), 0) + 1
     stored_by_tma = isel.tma_store_sources(func, target)
-    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.dynamic_vars}
+    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.runtime_vars}
     out = []
     for s in top:
         if _is_pipelined(s):
@@ -120,7 +120,7 @@ def qualifying_loops(func: ir.PrimFunc, target) -> list:
     copies = [n for n in walk(body) if isinstance(n, ir.AsyncCopy)]
     if not copies or any(c.iteration is None or not isel.uses_tma(c, target) for c in copies):
         return []
-    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.dynamic_vars}
+    known = {id(v) for v in func.kernel.block_vars} | {id(v) for v in func.runtime_vars}
     for s in top:
         if isinstance(s, ir.Let) and _free_vars(s.value) <= known:
             known.add(id(s.var))

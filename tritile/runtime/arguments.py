@@ -2,15 +2,20 @@
 
 Contract: `ArgumentBinder(func, written, grid)(args)` takes what the user passed to a kernel (all
 parameters, or only the inputs when the function has `out_idx`) and returns the full tensor list
-in parameter order, the value of every `T.dynamic` Var, whether the grid (`grid`: the
-kernel's extents as the user wrote them) has any block and the divisibility key of the
-`T.dynamic` values (`tritile.ir.divisibility.key`: which variant of the program runs), or raises:
-* `TypeError`  - wrong number of tensors, a non-tensor, a wrong dtype, mixed device kinds, a
-  device that runs no kernel (a `meta` tensor: only CUDA and CPU tensors run);
+in parameter order, the value of every `T.dynamic` Var and scalar parameter, whether the grid
+(`grid`: the kernel's extents as the user wrote them) has any block and the divisibility key of
+the call's runtime integers (`tritile.ir.divisibility.key` over its `specialized_vars`: the
+`T.dynamic` values, then the integer scalar parameters; which variant of the program runs), or
+raises:
+* `TypeError`  - wrong number of arguments, a non-tensor, a wrong dtype, mixed device kinds, a
+  device that runs no kernel (a `meta` tensor: only CUDA and CPU tensors run), a scalar
+  parameter given something else than a Python number or a 0-d tensor of its kind (an int for
+  an integer parameter, an int or float for a float one, a bool or int for a bool one);
 * `ValueError` - wrong rank, a dimension that differs from a compile-time constant or from
   another binding of the same `T.dynamic` symbol, a non-contiguous tensor the kernel writes,
   a tensor of more than 2**31 elements (the generated code computes element offsets in
-  int32), a grid extent that the `T.dynamic` sizes make negative.
+  int32), a grid extent that the `T.dynamic` sizes make negative, an integer scalar outside
+  its dtype's range.  A float scalar is rounded to its dtype, as the kernel receives it.
 A grid extent of 0 (an empty batch) is no error: the call runs nothing, as Triton's launcher
 does for an empty grid, and returns the outputs as allocated.
 Messages name the parameter: "argument 'B' (param 1): expected dtype float16, got float32".
@@ -21,9 +26,12 @@ kernel without inputs).
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from tritile.interpreter.expressions import Evaluator
+from tritile.interpreter.values import round_scalar
 from tritile.ir import divisibility
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
@@ -32,8 +40,8 @@ from tritile.ir.transform import walk, written_buffer
 
 
 def written_params(func: ir.PrimFunc) -> set:
-    """Indices of the parameters the kernel writes."""
-    ids = {id(written_buffer(node)) for node in walk(func.kernel.body)}
+    """Indices of the parameters the kernels write."""
+    ids = {id(written_buffer(node)) for kernel in func.kernels for node in walk(kernel.body)}
     return {i for i, p in enumerate(func.params) if id(p) in ids}
 
 
@@ -42,7 +50,39 @@ _MAX_ELEMENTS = 2 ** 31  # the largest offset, elements - 1, must fit the kernel
 
 
 def _label(func, index) -> str:
-    return f"argument '{func.params[index].name}' (param {index})"
+    """The message prefix of tensor parameter `index`, counted as the call counts it (scalars included)."""
+    position = index
+    for scalar_position, _ in sorted(func.scalar_params, key=lambda entry: entry[0]):
+        if scalar_position <= position:
+            position += 1
+    return f"argument '{func.params[index].name}' (param {position})"
+
+
+def scalar_value(var: ir.Var, value, position: int):
+    """The value scalar parameter `var` receives from the call's argument `value` (a Python
+    number or a 0-d tensor), as the kernel sees it; TypeError / ValueError naming it."""
+    dtype, label = var.dtype, f"argument '{var.name}' (param {position})"
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise TypeError(f"{label}: the scalar parameter {var.name}: {dtype} takes a Python number or a 0-d "
+                            f"tensor, got a tensor of shape {list(value.shape)}")
+        value = value.item()
+    if dtype.kind == "bool":
+        accepted = isinstance(value, numbers.Integral)
+    elif dtype.is_int:
+        accepted = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    else:
+        accepted = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not accepted:
+        raise TypeError(f"{label}: the scalar parameter {var.name}: {dtype} takes "
+                        f"{'a bool' if dtype.kind == 'bool' else 'an int' if dtype.is_int else 'a float or int'}, "
+                        f"got {type(value).__name__} {value!r}")
+    if dtype.is_int:
+        info = torch.iinfo(dtype.torch)
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"{label}: {value} is outside the range of {dtype} ({info.min} to {info.max})")
+        return int(value)
+    return round_scalar(bool(value) if dtype.kind == "bool" else float(value), dtype)
 
 
 def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values: dict) -> list:
@@ -98,15 +138,18 @@ def _shape(param: ir.Buffer) -> list:
 
 
 class ArgumentBinder:
-    """`binder(args)` -> (full tensor list in param order, {Var: int}, grid has blocks,
-    divisibility key) for a call with `args`.
+    """`binder(args)` -> (full tensor list in param order, {Var: value}, grid has blocks,
+    divisibility key) for a call with `args`.  Scalar parameters' arguments are taken out of
+    `args` first (by their positions in the call) and converted (`scalar_value`); the rest is
+    the tensors.
 
-    The checks of `check_tensors` run in full the first time a combination of argument
-    types, dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes,
-    divisibility key) is
-    remembered under that combination, so a later call with contiguous tensors of the same
-    kind only rebuilds the key, checks contiguity and allocates the outputs.  Anything else
-    (a non-tensor, a strided tensor, a new shape) takes the full path and its messages."""
+    The checks of `check_tensors` run in full the first time a combination of tensor types,
+    dtypes, shapes and devices is seen; the outcome (runtime dims, output shapes, the dims'
+    divisibility key) is remembered under that combination, so a later call with contiguous
+    tensors of the same kind only rebuilds the key, checks contiguity and allocates the
+    outputs (the scalars, which change from call to call, are converted and their part of the
+    divisibility key computed every call).  Anything else (a non-tensor, a strided tensor, a
+    new shape) takes the full path and its messages."""
 
     _MEMO_LIMIT = 64  # distinct argument kinds remembered; past it the memo starts over
 
@@ -121,9 +164,20 @@ class ArgumentBinder:
         self.inputs = [i for i in range(self.n_params) if i not in func.out_idx]
         self.allocates = bool(func.out_idx)
         self.outputs = [(i, func.params[i].dtype.torch) for i in func.out_idx]
-        self._memo = {}  # argument kinds -> (dim_values, [output shape per out_idx entry])
+        self._memo = {}  # tensor kinds -> (dim_values, [output shape per out_idx entry], runs, dims' key)
+        # the call's parameters: which positions are scalars, and which of them a call leaving
+        # out the outputs passes
+        call_params = func.call_params()
+        outputs = {id(func.params[i]) for i in func.out_idx}
+        self.scalar_positions = {position: var for position, var in func.scalar_params}
+        self.int_scalars = divisibility.specialized_vars(func)[len(func.dynamic_vars):]
+        self.call_inputs = [position for position, p in enumerate(call_params) if id(p) not in outputs]
+        self.call_names = [p.name for p in call_params]
 
     def __call__(self, args):
+        scalars = {}
+        if self.scalar_positions:
+            args, scalars = self._split_scalars(args)
         try:
             key = tuple([(type(t), t.dtype, t.shape, t.device) for t in args])
             contiguous = all([t.is_contiguous() for t in args])
@@ -132,18 +186,44 @@ class ArgumentBinder:
         known = self._memo.get(key)
         if known is not None and contiguous:
             dim_values, out_shapes, runs, divisible = known
+            if scalars:
+                dim_values = {**dim_values, **scalars}
+                runs = self.grid_has_blocks(dim_values)
+                divisible += divisibility.key(self.int_scalars, scalars)
             return (self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs,
                     divisible)
         tensors, dim_values = self._bind_checked(args)
-        runs = self._grid_has_blocks(dim_values)
         divisible = divisibility.key(self.func.dynamic_vars, dim_values)
+        dims = dict(dim_values)
+        dim_values.update(scalars)
+        runs = self.grid_has_blocks(dim_values)
         if contiguous:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[key] = (dict(dim_values), [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)
-        return tensors, dim_values, runs, divisible
+            self._memo[key] = (dims, [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)
+        return tensors, dim_values, runs, divisible + divisibility.key(self.int_scalars, scalars)
 
-    def _grid_has_blocks(self, dim_values: dict) -> bool:
+    def _split_scalars(self, args):
+        """(the tensor arguments, {scalar Var: value}) of a call passing every parameter, or
+        every input when the kernel allocates its outputs."""
+        if self.allocates and len(args) == len(self.call_inputs):
+            positions = self.call_inputs
+        elif len(args) == len(self.call_names):
+            positions = range(len(self.call_names))
+        else:
+            expected = self.call_inputs if self.allocates else range(len(self.call_names))
+            names = ", ".join(self.call_names[i] for i in expected)
+            raise TypeError(f"{self.func.name}() expected {len(expected)} arguments ({names}), got {len(args)}")
+        tensors, scalars = [], {}
+        for position, value in zip(positions, args):
+            var = self.scalar_positions.get(position)
+            if var is None:
+                tensors.append(value)
+            else:
+                scalars[var] = scalar_value(var, value, position)
+        return tensors, scalars
+
+    def grid_has_blocks(self, dim_values: dict) -> bool:
         """False for an empty grid; a negative extent raises ValueError naming its sizes."""
         runs = True
         for axis, extent in self.dynamic_grid:
@@ -160,8 +240,7 @@ class ArgumentBinder:
         """`args` (the inputs, or every tensor) with the outputs allocated on their device."""
         if not (self.allocates and len(args) == len(self.inputs)):
             return args
-        # no input to follow (a kernel that only writes its outputs): the GPU when there is one, as TileLang
-        device = args[0].device if args else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = call_device(args)
         full = [None] * self.n_params
         for i, t in zip(self.inputs, args):
             full[i] = t
@@ -180,6 +259,20 @@ class ArgumentBinder:
             expected = f"{len(self.inputs)} ({names})" if self.allocates else f"{self.n_params} ({names})"
             raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
         return check_tensors(func, range(self.n_params), args, self.written, dim_values), dim_values
+
+
+def call_device(tensors) -> torch.device:
+    """Where a call's new tensors (outputs, workspaces) go: its tensors' device; without input
+    tensors (a kernel that only writes its outputs) the GPU when there is one, as TileLang."""
+    return tensors[0].device if tensors else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def allocate_workspaces(func: ir.PrimFunc, dim_values: dict, device) -> list:
+    """The call's `T.alloc_global` tensors on `device`, uninitialised (as TileLang's); their
+    shapes are ints or expressions of the call's runtime scalars."""
+    evaluator = Evaluator(dim_values, None)
+    return [torch.empty([int(evaluator.scalar(s)) if isinstance(s, ir.Expr) else s for s in b.shape],
+                        dtype=b.dtype.torch, device=device) for b in func.workspaces]
 
 
 def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:

@@ -7,6 +7,9 @@ Two styles, detected from the decorated function's source:
   `A: T.Tensor(...)`, outputs from `T.empty` and `return`).  `f(a, b, **consts)` compiles
   once per specialisation (keyword constants, `T.const` values read from the tensors'
   shapes, dtypes, device kind) and runs; `f.compile(**consts)` returns the `JITKernel`.
+  A parameter annotated with a dtype (`alpha: T.float32` in the signature, or a bare
+  `n: T.int32` in the body) is a runtime scalar argument, not a constant: one kernel serves
+  every value.
   `out_idx` is rejected (the `return` statement names the outputs).
 Caches are per decorated function, keyed by value (not by object identity), so repeated
 calls with equal arguments return the same `JITKernel` object.  `f.cache_info()` reports
@@ -33,10 +36,12 @@ from collections import namedtuple
 
 import torch
 
+import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import parse_kernel, probe_const_dims
 from tritile.frontend.source import FunctionSource, GlobalReads, globals_unchanged
 from tritile.ir import nodes as ir
+from tritile.ir.dtypes import DType
 from tritile.runtime.kernel import JITKernel
 
 __all__ = ["jit", "compile", "JITKernel", "CacheInfo"]
@@ -52,12 +57,18 @@ def _normalize_out_idx(func: ir.PrimFunc, out_idx) -> list:
     if func.out_idx:
         raise ValueError(f"out_idx conflict: {func.name} already declares outputs with T.empty; drop out_idx")
     indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    n = len(func.params)
+    # out_idx counts the call's parameters, scalars included (TileLang's); the IR's counts the tensors
+    call_params = func.call_params()
+    n = len(call_params)
     normalized = []
     for i in indices:
         if not isinstance(i, int) or not -n <= i < n:
             raise ValueError(f"out_idx entry {i!r} is out of range for {n} parameters")
-        normalized.append(i % n)
+        param = call_params[i % n]
+        if not isinstance(param, ir.Buffer):
+            raise ValueError(f"out_idx entry {i!r} names the scalar parameter {param.name!r}; only tensors can be "
+                             f"outputs")
+        normalized.append(func.params.index(param))
     return normalized
 
 
@@ -170,12 +181,17 @@ class EagerJIT(JITFunction):
             raise ValueError(f"out_idx is not supported for the eager-style kernel {fn.__name__}: its outputs are "
                              f"the T.empty tensors it returns")
         self.signature = inspect.signature(fn)
-        self.tensor_params = _annotated_tensor_params(FunctionSource(fn).tree)
+        tree = FunctionSource(fn).tree
+        # the parameters the kernel takes at run time, in signature order: tensors, then of those
+        # the scalars (`n: T.int32`), whose values are arguments of one kernel, not constants
+        self.runtime_params = _annotated_params(tree, _is_tensor_annotation, _is_scalar_annotation)
+        self.scalar_params = set(_annotated_params(tree, _is_scalar_annotation))
         self._probes = {}
-        # the cheap key of a call (`_argument_kind` of each argument) -> (kernel, tensor sources),
-        # so a repeated kind of call skips signature binding and the T.const key
+        # the cheap key of a call (`_argument_kind` of each argument) -> (kernel, runtime-argument
+        # sources), so a repeated kind of call skips signature binding and the T.const key
         self._calls = {}
         self._param_index = {name: i for i, name in enumerate(self.signature.parameters)}
+        self._scalar_positions = {self._param_index[name] for name in self.scalar_params}
         self._variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
 
     def compile(self, **consts) -> JITKernel:
@@ -195,7 +211,8 @@ class EagerJIT(JITFunction):
         return JITKernel(parse_kernel(self.fn, consts), **self._compile_options(**(options or {})))
 
     def __call__(self, *args, **kwargs):
-        key = (tuple(map(_argument_kind, args)), tuple((k, _argument_kind(v)) for k, v in kwargs.items()))
+        key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
+               tuple((k, _argument_kind(v, k in self.scalar_params)) for k, v in kwargs.items()))
         try:
             kernel, sources, guards = self._calls[key]
             if guards and not globals_unchanged(guards):
@@ -210,8 +227,10 @@ class EagerJIT(JITFunction):
     def _remember_call(self, key, args, kwargs, entry) -> None:
         """Remember `entry` under `key` when the key determines it: every constant hashable,
         and no tensor passed as a constant (a constant's key is its value, a tensor's its kind)."""
-        n_tensors = sum(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values()))
-        if self._variadic or n_tensors != len(entry[1]):
+        runtime = set(entry[1])
+        constants = [a for i, a in enumerate(args) if i not in runtime] + [v for k, v in kwargs.items()
+                                                                           if k not in runtime]
+        if self._variadic or any(isinstance(v, torch.Tensor) for v in constants):
             return
         try:
             hash(key)
@@ -222,18 +241,20 @@ class EagerJIT(JITFunction):
         self._calls[key] = entry
 
     def _specialize(self, args, kwargs):
-        """(kernel, where each tensor parameter was passed: an index into args or a keyword)."""
+        """(kernel, where each runtime parameter was passed: an index into args or a keyword)."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.fn.__name__}(): {exc}") from None
-        tensors, sources, consts = [], [], {}
+        runtime, tensors, sources, consts = [], [], [], {}
         for position, (name, value) in enumerate(bound.arguments.items()):
-            if name in self.tensor_params:
-                if not isinstance(value, torch.Tensor):
-                    raise TypeError(f"argument '{name}' (param {position}): expected a torch.Tensor, got "
-                                    f"{type(value).__name__}")
-                tensors.append(value)
+            if name in self.runtime_params:
+                if name not in self.scalar_params:
+                    if not isinstance(value, torch.Tensor):
+                        raise TypeError(f"argument '{name}' (param {position}): expected a torch.Tensor, got "
+                                        f"{type(value).__name__}")
+                    tensors.append(value)
+                runtime.append(value)
                 index = self._param_index[name]
                 sources.append(index if index < len(args) else name)
             else:
@@ -243,9 +264,9 @@ class EagerJIT(JITFunction):
         if probe is None or not globals_unchanged(probe[1]):
             probe = self._probes[const_key] = probe_const_dims(self.fn, consts, with_globals=True)
         for name, (position, dim) in probe[0].items():
-            tensor = tensors[position]
+            tensor = runtime[position]
             if dim >= tensor.dim():
-                raise ValueError(f"argument '{self.tensor_params[position]}' (param {position}): expected at least "
+                raise ValueError(f"argument '{self.runtime_params[position]}' (param {position}): expected at least "
                                  f"{dim + 1} dimensions to read T.const {name!r}, got shape {list(tensor.shape)}")
             consts[name] = int(tensor.shape[dim])
         key = ("call", _freeze(consts), tuple(str(t.dtype) for t in tensors),
@@ -257,23 +278,24 @@ class EagerJIT(JITFunction):
         super().cache_clear()
 
 
-def _argument_kind(value):
+def _argument_kind(value, runtime_scalar: bool = False):
     """What a call's specialisation depends on, cheaply: a tensor's type, dtype, shape and
-    device kind; any other value itself, with its type (3 and 3.0 are other constants)."""
+    device kind; a runtime scalar argument's type; any other value itself, with its type (3
+    and 3.0 are other constants)."""
     if isinstance(value, torch.Tensor):
         return type(value), value.dtype, value.shape, value.device.type
-    return type(value), value
+    return type(value) if runtime_scalar else (type(value), value)
 
 
-def _annotated_tensor_params(tree: ast.FunctionDef) -> list:
-    """Parameters (in signature order) annotated in the body as `A: T.Tensor(...)` / `T.Buffer`."""
+def _annotated_params(tree: ast.FunctionDef, *kinds) -> list:
+    """Parameters (in signature order) whose annotation, in the signature or as a bare
+    `name: annotation` in the body, is one of `kinds` (predicates on the annotation's AST)."""
     args = tree.args.posonlyargs + tree.args.args + tree.args.kwonlyargs
-    params = [a.arg for a in args]
-    annotated = {a.arg for a in args if _is_tensor_annotation(a.annotation)}
-    for node in _walk_body(tree.body):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is None:
-            annotated.add(node.target.id)
-    return [p for p in params if p in annotated]
+    annotations = [(a.arg, a.annotation) for a in args if a.annotation is not None]
+    annotations += [(node.target.id, node.annotation) for node in _walk_body(tree.body)
+                    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is None]
+    annotated = {name for name, annotation in annotations if any(kind(annotation) for kind in kinds)}
+    return [a.arg for a in args if a.arg in annotated]
 
 
 def _is_tensor_annotation(node) -> bool:
@@ -283,6 +305,11 @@ def _is_tensor_annotation(node) -> bool:
         name = head.attr if isinstance(head, ast.Attribute) else getattr(head, "id", "")
         return name in ("Tensor", "Buffer")
     return False
+
+
+def _is_scalar_annotation(node) -> bool:
+    """`T.int32`, `T.float32`, ...: a dtype of the `T` namespace names a runtime scalar parameter."""
+    return isinstance(node, ast.Attribute) and isinstance(getattr(T, node.attr, None), DType)
 
 
 def _walk_body(body):

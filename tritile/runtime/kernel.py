@@ -7,12 +7,13 @@ when the target is the CPU so the passes are still exercised) and keeps every st
 remembers the outcome per kind of argument list), allocates outputs,
 then dispatches: CPU tensors or `TRITILE_INTERPRET=1` -> the reference interpreter on the
 final IR; CUDA tensors -> the backend's kernel, compiled on first use and kept here.
-A program with `T.dynamic` dims is specialised per call on which of them are multiples of 16
-(`tritile.ir.divisibility`, as Triton's `tt.divisibility`): each divisibility key has its own
-stages (the pass list run on `divisibility.specialize` of the frontend IR, the first time a
-call has that key) and its own compiled kernels; interpreting a call runs its key's final IR
-too.  `stages` / `func` are the key of no divisible dim (what assumes nothing of the sizes), and
-`get_source(stage, dims={name: size})` shows the variant those sizes select.
+A program with runtime integers (`T.dynamic` dims, integer scalar parameters) is specialised
+per call on which of them are multiples of 16 (`tritile.ir.divisibility`, as Triton's
+`tt.divisibility`): each divisibility key has its own stages (the pass list run on
+`divisibility.specialize` of the frontend IR, the first time a call has that key) and its own
+compiled kernels; interpreting a call runs its key's final IR too.  `stages` / `func` are the
+key of no divisible value (what assumes nothing of them), and
+`get_source(stage, dims={name: value})` shows the variant those values select.
 `backend` ("gluon" | "triton" | "auto"; None reads `TRITILE_BACKEND`) picks the code generator
 through `tritile.codegen`'s table (auto: Gluon on NVIDIA where it takes the program, else
 triton.language; triton.language on AMD); the pass list runs as far as the chosen backends
@@ -21,9 +22,20 @@ whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs
 It returns the outputs (one tensor, or a list when there are several), or None without
 `out_idx`.  `globals_read` holds the guards of the module globals the frontend read
 (`tritile.frontend.source`), which the JIT checks before serving this kernel again.
+
+A function of several kernels (`PrimFunc.parts`: several `with T.Kernel` blocks, or
+`T.alloc_global` workspaces) is one `JITKernel` per part, each compiled as any one-kernel
+function; this one binds the call's arguments, allocates the workspaces on the call's device
+(`arguments.allocate_workspaces`) and runs the parts in order on the tensors and workspaces (a
+part whose grid has no block is skipped).  The call's divisibility key is one for the whole
+call (the parts share the function's runtime Vars); each part keeps its variant per key, so
+each kernel is specialised on the values it is launched with.  Its stages are the function
+with every part at that stage, and `get_source` of a codegen stage is the parts' sources one
+after another.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -34,19 +46,21 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import ArgumentBinder, written_params
+from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, written_params
 from tritile.runtime.target import Target, parse_target
 
 # generated source stages; "triton" and "ttir" always from the triton.language backend, the
 # others from the backend chosen for the planned target
 _CODEGEN_STAGES = ("gluon", "triton", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 _PLANNED_FOR_CPU = Target("cuda", 90)
+# how each codegen stage writes a comment line (the heading of each part's source)
+_COMMENT = {"gluon": "#", "triton": "#", "llir": ";", "amdgcn": ";"}
 
 
 @dataclass
 class _Variant:
-    """The program for one divisibility key: its stages, the dims it renamed (the frontend's
-    Var -> the variant's, `multiple_of` 16), its codegen results per target."""
+    """The program for one divisibility key: its stages, the runtime integers it renamed (the
+    frontend's Var -> the variant's, `multiple_of` 16), its codegen results per target."""
 
     stages: list
     renamed: dict
@@ -59,7 +73,7 @@ class _Variant:
         return self.stages[-1][1]
 
     def dims(self, dim_values: dict) -> dict:
-        """A call's runtime dims ({frontend Var: int}) keyed by this variant's Vars (the
+        """A call's runtime values ({frontend Var: value}) keyed by this variant's Vars (the
         interpreters'; the device kernel looks the frontend's Vars up itself)."""
         if not self.renamed:
             return dim_values
@@ -69,7 +83,7 @@ class _Variant:
 class JITKernel:
     def __init__(self, func: ir.PrimFunc, target="auto", verbose: bool = False, pass_configs=None,
                  execution_backend=None, compile_flags=None, backend=None):
-        if func.kernel is None:
+        if func.kernel is None and not func.parts:
             raise CompileError(f"{func.name} has no `with T.Kernel(...)` block: tritile compiles kernels, and "
                                f"a function of host code only (TileLang's statements outside T.Kernel) has none",
                                func.loc)
@@ -82,16 +96,24 @@ class JITKernel:
         self.plan_target = self.target if self.target.kind in ("cuda", "hip") else _PLANNED_FOR_CPU
         self.globals_read = func.attrs.get("globals_read", ())
         self.backends = codegen.candidates(self.backend, self.plan_target)
-        with switches.overridden(transform.schedule_overrides(self.pass_configs)):
-            self.stages = run_passes(func, self.plan_target,
-                                     stop_after=codegen.last_stage(self.backends, PASS_NAMES))
+        self._parts = [JITKernel(part, target=target, pass_configs=pass_configs, execution_backend=execution_backend,
+                                 compile_flags=compile_flags, backend=backend) for part in func.parts]
+        if self._parts:
+            self.stages = [(name, dataclasses.replace(func, parts=[part.stages[i][1] for part in self._parts]))
+                           for i, (name, _) in enumerate(self._parts[0].stages)]
+        else:
+            with switches.overridden(transform.schedule_overrides(self.pass_configs)):
+                self.stages = run_passes(func, self.plan_target,
+                                         stop_after=codegen.last_stage(self.backends, PASS_NAMES))
         self.func = self.stages[-1][1]
         self.out_idx = list(self.func.out_idx)
         self._written = written_params(self.func)
-        self._bind = ArgumentBinder(self.func, self._written, func.kernel.grid)
-        self._dynamic_vars = list(self.func.dynamic_vars)
-        self._plain = _Variant(self.stages, {})  # no dim assumed divisible
-        self._variants = {(False,) * len(self._dynamic_vars): self._plain}  # divisibility key -> _Variant
+        # the parts check their own grids when they run
+        self._bind = ArgumentBinder(self.func, self._written, () if self._parts else func.kernel.grid)
+        self._runtime_vars = list(self.func.runtime_vars)
+        self._plain = _Variant(self.stages, {})  # no runtime integer assumed divisible
+        # divisibility key -> _Variant (a function of several kernels: each part keeps its own)
+        self._variants = {(False,) * len(divisibility.specialized_vars(self.func)): self._plain}
         self._launched = self._plain  # the variant of the last call (`_device_kernel`)
         if verbose:
             print(format_func(self.func))
@@ -103,7 +125,9 @@ class JITKernel:
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
         tensors, dim_values, runs, divisible = self._bind(args)
-        if runs:
+        if self._parts:
+            self._run_parts(tensors, dim_values, divisible)
+        elif runs:
             self._run(tensors, dim_values, divisible)
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
@@ -123,8 +147,9 @@ class JITKernel:
             execute(variant.func, tensors, variant.dims(dim_values))
         else:
             if variant.device_kernel is None:
-                # looking the call's dims up by the frontend's Vars: no translation per launch
-                variant.device_kernel = self._codegen(self._device_target(), variant).with_dim_vars(self._dynamic_vars)
+                # looking the call's runtime values up by the frontend's Vars: no translation per launch
+                variant.device_kernel = self._codegen(self._device_target(), variant).with_runtime_vars(
+                    self._runtime_vars)
             variant.device_kernel.launch_bound(tensors, dim_values)
 
     def _variant(self, key: tuple) -> _Variant:
@@ -141,6 +166,14 @@ class JITKernel:
     def _device_kernel(self):
         """The device kernel of the last call's variant (None before its first GPU launch)."""
         return self._launched.device_kernel
+
+    def _run_parts(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
+        """Each part in order, at the call's divisibility key (the parts share the function's
+        runtime Vars, so one key selects each part's variant)."""
+        tensors = tensors + allocate_workspaces(self.func, dim_values, call_device(tensors))
+        for part in self._parts:
+            if part._bind.grid_has_blocks(dim_values):
+                part._run(tensors, dim_values, divisible)
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
@@ -170,9 +203,12 @@ class JITKernel:
         (generated sources), or "ttir", "ttgir", "llir", "ptx" / "amdgcn" (Triton's stages of the
         chosen backend for the planned target; "ttir" exists only on the triton.language
         backend, which it then uses).  Passes and the Gluon source past where the chosen backends
-        start are run for inspection on demand.  `dims` ({T.dynamic name: size}) selects the
-        divisibility variant a call with those sizes runs (a dim not named: not a multiple of
-        16); without it, the variant that assumes nothing of the sizes."""
+        start are run for inspection on demand.  `dims` ({T.dynamic or integer scalar parameter
+        name: value}) selects the divisibility variant a call with those values runs (one not
+        named: not a multiple of 16); without it, the variant that assumes nothing of them.  A
+        function of several kernels gives every kernel at that stage."""
+        if self._parts:
+            return self._parts_source(stage, dims)
         variant = self._variant(divisibility.key_of_sizes(self.func, dims)) if dims else self._plain
         if stage in ("triton", "ttir"):
             kernel = self._triton_kernel(variant, self.plan_target)
@@ -186,11 +222,32 @@ class JITKernel:
             if stage not in asm:
                 raise ValueError(f"stage {stage!r} does not exist for {self.plan_target} (it has {', '.join(asm)})")
             return asm[stage]
+        return format_func(self._stage_func(stage, variant))
+
+    def _stage_func(self, stage: str, variant: _Variant) -> ir.PrimFunc:
+        """`variant`'s IR at "tile" or after pass `stage`."""
         for name, func in variant.stages if stage in dict(variant.stages) else self._all_stages(variant):
             if name == stage:
-                return format_func(func)
+                return func
         valid = ", ".join(["tile", *PASS_NAMES, *_CODEGEN_STAGES])
         raise ValueError(f"unknown stage {stage!r}; expected one of: {valid}")
+
+    def _parts_source(self, stage: str, dims: dict = None, kernel_source: bool = False) -> str:
+        """Every part's source at `stage` (or its `get_kernel_source`), in launch order, each of
+        the variant `dims` selects."""
+        key = divisibility.key_of_sizes(self.func, dims) if dims else None  # checked against the function's names
+        if stage not in _CODEGEN_STAGES and not kernel_source:
+            variants = [p._variant(key) if key else p._plain for p in self._parts]
+            # the header's runtime Vars as the variants renamed them (the parts share the function's)
+            renamed = variants[0].renamed
+            head = dataclasses.replace(self.func, dynamic_vars=[renamed.get(v, v) for v in self.func.dynamic_vars],
+                                       scalar_params=[(i, renamed.get(v, v)) for i, v in self.func.scalar_params])
+            return format_func(dataclasses.replace(head, parts=[p._stage_func(stage, v)
+                                                                for p, v in zip(self._parts, variants)]))
+        mark = _COMMENT.get("gluon" if kernel_source else stage, "//")
+        return "\n".join(f"{mark} kernel {i} of {len(self._parts)}: {part.func.name}\n"
+                         + (part.get_kernel_source() if kernel_source else part.get_source(stage, dims))
+                         for i, part in enumerate(self._parts))
 
     def _all_stages(self, variant: _Variant) -> list:
         """The stages of the whole pass list: `variant.stages`, or, when the chosen backends
@@ -210,6 +267,8 @@ class JITKernel:
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated source of the chosen backend (TileLang's name for the device kernel's source)."""
+        if self._parts:
+            return self._parts_source("gluon", kernel_source=True)
         return self._codegen(self.plan_target).source
 
     def __repr__(self) -> str:

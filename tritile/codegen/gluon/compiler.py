@@ -51,28 +51,28 @@ class GluonKernel:
         self.descriptors = descriptors  # [DescriptorSpec] of the kernel's TMA descriptor arguments
         self._host_launch = host_launch
         self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
-        self._dynamic_vars = list(func.dynamic_vars)
+        self._runtime_vars = list(func.runtime_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
 
-    def with_dim_vars(self, dynamic_vars: list) -> "GluonKernel":
-        """This kernel looking its runtime dims up by `dynamic_vars` (its own, in order, or the
-        Vars they replaced: a divisibility variant called with the frontend's dims)."""
-        if all(a is b for a, b in zip(self._dynamic_vars, dynamic_vars)):
+    def with_runtime_vars(self, runtime_vars: list) -> "GluonKernel":
+        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
+        the Vars they replaced: a divisibility variant called with the frontend's values)."""
+        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
             return self
         kernel = copy.copy(self)
-        kernel._dynamic_vars = list(dynamic_vars)
+        kernel._runtime_vars = list(runtime_vars)
         return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the
-        runtime dims are looked up by `func`'s Vars, in the same order."""
+        runtime scalars are looked up by `func`'s Vars, in the same order."""
         return GluonKernel(func, self.source, self.compiled, self._host_launch, self.descriptors, self.tables)
 
     def launch(self, args, dim_values=None):
         """Launch on CUDA tensors `args` (params order, outputs allocated), checking them (and
-        that the runtime dims are multiples of what the kernel assumes) first."""
+        that the runtime integers are multiples of what the kernel assumes) first."""
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
         for t, (name, dtype) in zip(args, self._checks):
@@ -82,16 +82,16 @@ class GluonKernel:
                 raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
             if not t.is_contiguous():
                 raise ValueError(f"argument {name} must be contiguous")
-        for own, var in zip(self.func.dynamic_vars, self._dynamic_vars):
-            if int(dim_values[var]) % own.multiple_of:
-                raise ValueError(f"runtime dim {own.name} = {dim_values[var]}: this kernel was compiled for a "
+        for own, var in zip(self.func.runtime_vars, self._runtime_vars):
+            if own.multiple_of > 1 and int(dim_values[var]) % own.multiple_of:
+                raise ValueError(f"runtime value {own.name} = {dim_values[var]}: this kernel was compiled for a "
                                  f"multiple of {own.multiple_of}")
         self.launch_bound(args, dim_values)
 
     def launch_bound(self, args, dim_values=None):
         """Launch on arguments an `ArgumentBinder` already checked (count, dtypes, one device
         kind, contiguity); the launcher checks the alignment the kernel was compiled for."""
-        dims = [int(dim_values[v]) for v in self._dynamic_vars] if self._dynamic_vars else []
+        dims = [dim_values[v] for v in self._runtime_vars] if self._runtime_vars else []
         if self._launcher is None:
             from tritile.runtime.launcher import kernel_launcher
 
@@ -130,7 +130,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
             # another thread may have compiled it while this one waited for the lock
             hit = cache.lookup(key) or cache.remember(key, _compile(func, target, key))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
-    same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
+    same_vars = all(a is b for a, b in zip(hit.func.runtime_vars, func.runtime_vars))
     return hit if same_vars else hit.bound_to(func)
 
 

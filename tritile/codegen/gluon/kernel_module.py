@@ -10,7 +10,7 @@ from tritile.codegen import block_order
 from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
 from tritile.codegen.semantics import POINTER_TYPES
-from tritile.codegen.source_writer import host_expr
+from tritile.codegen.source_writer import host_expr, runtime_arg_types
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 
@@ -21,7 +21,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     for p in func.params:
         if p.scope != "global":
             raise CompileError(f"kernel parameter {p.name} must be a global tensor", func.loc)
-    dims = [em.define(v) for v in func.dynamic_vars]
+    dims = [em.define(v) for v in func.runtime_vars]
     kernel_name = em.fresh(func.name)
     k = func.kernel
     if len(k.grid) > 3:
@@ -53,7 +53,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
     signature.update({n: "*i32" for n in tables})
     signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
-    signature.update({n: "i32" for n in dims})
+    signature.update(zip(dims, runtime_arg_types(func)))
 
     out = [HEADER.format(name=func.name, target=target)]
     for d in descs:

@@ -20,7 +20,7 @@ import threading
 
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
-from tritile.codegen.triton.interpreter import interpreting
+from tritile.codegen.triton.interpreter import interpreting, typed_scalar
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -43,19 +43,19 @@ class TritonKernel:
         self._jit_fn = getattr(module, gen.kernel_name)
         self._compiled = None
         self._compile_lock = threading.Lock()
-        self._dynamic_vars = list(func.dynamic_vars)
+        self._runtime_vars = list(func.runtime_vars)
 
-    def with_dim_vars(self, dynamic_vars: list) -> "TritonKernel":
-        """This kernel looking its runtime dims up by `dynamic_vars` (its own, in order, or the
-        Vars they replaced: a divisibility variant called with the frontend's dims)."""
-        if all(a is b for a, b in zip(self._dynamic_vars, dynamic_vars)):
+    def with_runtime_vars(self, runtime_vars: list) -> "TritonKernel":
+        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
+        the Vars they replaced: a divisibility variant called with the frontend's values)."""
+        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
             return self
         kernel = copy.copy(self)
-        kernel._dynamic_vars = list(dynamic_vars)
+        kernel._runtime_vars = list(runtime_vars)
         return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
-        """This kernel for `func`, an IR that prints the same (a cache hit): the runtime dims
+        """This kernel for `func`, an IR that prints the same (a cache hit): the runtime scalars
         are looked up by `func`'s Vars, in the same order."""
         return TritonKernel(func, self._gen, self._module, self.target)
 
@@ -106,7 +106,7 @@ class TritonKernel:
 
     # ---------------------------------------------------------------- running
     def _dims(self, dim_values) -> list:
-        return [int(dim_values[v]) for v in self._dynamic_vars] if self._dynamic_vars else []
+        return [dim_values[v] for v in self._runtime_vars] if self._runtime_vars else []
 
     def launch_bound(self, tensors, dim_values=None):
         """Launch on GPU tensors (contiguous, 16-byte aligned: the kernel assumes both)."""
@@ -125,10 +125,13 @@ class TritonKernel:
         from triton.runtime.interpreter import InterpretedFunction
 
         interpreted = InterpretedFunction(self._jit_fn.fn)
+        scalars = [self._gen.signature[name] for name in self._gen.arg_names[len(self.func.params):]]
 
         def launch(grid, args):
+            tensors = args[:len(args) - len(scalars)]
+            typed = [typed_scalar(value, ty) for value, ty in zip(args[len(tensors):], scalars)]
             with interpreting(self._module):
-                interpreted[grid](*args)
+                interpreted[grid](*tensors, *typed)
 
         self._module.tritile_launch(launch, *tensors, *self._dims(dim_values))
 
@@ -150,5 +153,5 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
                                      str(path) if path is not None else f"<tritile triton module k_{key}>")
                 hit = cache.remember(key, TritonKernel(func, gen, module, target))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
-    same_vars = all(a is b for a, b in zip(hit.func.dynamic_vars, func.dynamic_vars))
+    same_vars = all(a is b for a, b in zip(hit.func.runtime_vars, func.runtime_vars))
     return hit if same_vars else hit.bound_to(func)

@@ -149,6 +149,22 @@ def _repairs() -> list:
             (InterpreterBuilder, "create_print", _print_as_the_gpu_does)]
 
 
+def typed_scalar(value, signature_type: str):
+    """A scalar kernel argument as the compiled kernel receives it, for the interpreter: a value
+    of its signature type ("i32", "fp32", "i1", ...).  Triton's interpreter would type a Python
+    int by its value (int32, or int64 past int32) and keep a float a Python float."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    ty = tl.str_to_ty(signature_type, None)
+    if ty == tl.bfloat16:
+        data = _bf16_bits(np.array([value], dtype=np.float64))
+    else:
+        data = np.array([value], dtype=_np_dtype(ty))
+    return tl.tensor(TensorHandle(data, ty), ty)
+
+
 def _np_dtype(triton_type):
     from triton.runtime.interpreter import _get_np_dtype
 

@@ -2,8 +2,9 @@
 
 `emit_module(func, target) -> GeneratedKernel` runs the rules over the kernel body.  The
 module holds the helpers of `codegen/semantics.py`, the kernel - named after the PrimFunc,
-its arguments the global tensors (pointers, in `func.params` order) then the runtime dims
-(`T.dynamic`, i32) - and ``tritile_launch(launch, <tensors...>, <dims...>)``, which computes
+its arguments the global tensors (pointers, in `func.params` order) then the runtime scalars
+(`func.runtime_vars`: the `T.dynamic` dims, i32, and the scalar parameters, of their dtypes) -
+and ``tritile_launch(launch, <tensors...>, <scalars...>)``, which computes
 the grid and calls ``launch(grid, args)``.  Pure text generation: nothing is imported from
 Triton here.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from tritile.codegen import block_order
 from tritile.codegen.semantics import POINTER_TYPES, helpers_text
-from tritile.codegen.source_writer import host_expr
+from tritile.codegen.source_writer import host_expr, runtime_arg_types
 from tritile.codegen.triton.emitter import Emitter
 from tritile.codegen.triton.slot_tiles import split_slots
 from tritile.errors import CompileError
@@ -53,7 +54,7 @@ def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKern
             raise CompileError("a constant table (a pass after the triton.language backend's start stage made it) "
                                "cannot be lowered by this backend", func.loc)
     params = [em.name(p) for p in func.params]
-    dims = [em.define(v) for v in func.dynamic_vars]
+    dims = [em.define(v) for v in func.runtime_vars]
     kernel_name = em.fresh(func.name)
     k = func.kernel
     if len(k.grid) > 3:
@@ -63,7 +64,7 @@ def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKern
 
     arg_names = params + dims
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
-    signature.update({n: "i32" for n in dims})
+    signature.update(zip(dims, runtime_arg_types(func)))
     out = [HEADER.format(name=func.name, target=target), helpers_text("triton.jit", "tl"), "\n\n@triton.jit\n",
            f"def {kernel_name}({', '.join(arg_names)}):\n"]
     out.extend(line + "\n" for line in em.lines)
