@@ -6,6 +6,7 @@ import torch
 import tritile
 import tritile.language as T
 from tritile.ir.dtypes import truncate_to_tf32
+from tritile.ops.matmul import load_operand_tiles
 
 
 def matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, in_dtype, num_stages=2):
@@ -22,14 +23,7 @@ def matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, in_dtype, num_s
             C_local = T.alloc_fragment((block_M, block_N), T.float32)
             T.clear(C_local)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
-                    T.copy(A[k * block_K, by * block_M], A_shared)
-                else:
-                    T.copy(A[by * block_M, k * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, k * block_K], B_shared)
-                else:
-                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B)
                 T.gemm(A_shared, B_shared, C_local, trans_A, trans_B)
             T.copy(C_local, C[by * block_M, bx * block_N])
 

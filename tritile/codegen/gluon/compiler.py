@@ -24,20 +24,20 @@ ones `JITKernel` chose it for.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 
 import torch
 
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
+from tritile.codegen.runtime_vars import RuntimeVarsLookup
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.runtime import cache
 
 
-class GluonKernel:
+class GluonKernel(RuntimeVarsLookup):
     """A compiled kernel: `.source` (generated Gluon), `.asm` ({"ttgir", "ptx", ...}),
     `.metadata` (Triton's, e.g. `.shared`), `.compiled` (triton CompiledKernel)."""
 
@@ -55,15 +55,6 @@ class GluonKernel:
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
-
-    def with_runtime_vars(self, runtime_vars: list) -> "GluonKernel":
-        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
-        the Vars they replaced: a divisibility variant called with the frontend's values)."""
-        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
-            return self
-        kernel = copy.copy(self)
-        kernel._runtime_vars = list(runtime_vars)
-        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "GluonKernel":
         """This compiled kernel for `func`, an IR that prints the same (a cache hit): the

@@ -15,11 +15,11 @@ executor, enabled for this call only and repaired: `interpreter.py`).  Both take
 """
 from __future__ import annotations
 
-import copy
 import threading
 
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
+from tritile.codegen.runtime_vars import RuntimeVarsLookup
 from tritile.codegen.triton.interpreter import interpreting, typed_scalar
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
@@ -28,7 +28,7 @@ from tritile.ir.printer import format_func
 from tritile.runtime import cache
 
 
-class TritonKernel:
+class TritonKernel(RuntimeVarsLookup):
     """A generated kernel: `.source` (triton.language), `.compiled` (Triton's CompiledKernel
     for `target`, made on first use), `.asm` ({"ttir", "ttgir", "llir", "ptx" | "amdgcn", ...}),
     `.metadata`."""
@@ -44,15 +44,6 @@ class TritonKernel:
         self._compiled = None
         self._compile_lock = threading.Lock()
         self._runtime_vars = list(func.runtime_vars)
-
-    def with_runtime_vars(self, runtime_vars: list) -> "TritonKernel":
-        """This kernel looking its runtime scalars up by `runtime_vars` (its own, in order, or
-        the Vars they replaced: a divisibility variant called with the frontend's values)."""
-        if all(a is b for a, b in zip(self._runtime_vars, runtime_vars)):
-            return self
-        kernel = copy.copy(self)
-        kernel._runtime_vars = list(runtime_vars)
-        return kernel
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
         """This kernel for `func`, an IR that prints the same (a cache hit): the runtime scalars
