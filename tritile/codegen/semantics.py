@@ -518,7 +518,7 @@ def range_spread_text(lang: str, value: str, shape: list, ranges: list) -> str:
     at `ranges`.  Its layout is what the reshape gives (Gluon converts it)."""
     ones, _ = _grouped_shape(shape, ranges, False)
     split, _ = _grouped_shape(shape, ranges, True)
-    return f"{lang}.reshape({lang}.broadcast_to({lang}.reshape({value}, {ones}), {split}), {list(shape)})"
+    return f"{lang}.reshape({lang}.reshape({value}, {ones}).broadcast_to({split}), {list(shape)})"
 
 
 def picked_element_text(lang: str, flat: str, lanes: str, index: str, dtype) -> str:
