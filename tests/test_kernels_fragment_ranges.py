@@ -21,15 +21,16 @@ from tritile.runtime.target import Target
 from test_kernels_fragment_rows import same_values, special_values
 
 
-@tritile.jit(out_idx=[-4, -3, -2, -1])
+@tritile.jit(out_idx=[-5, -4, -3, -2, -1])
 def fragment_ranges(R, N, rs, re, cs, ce, dtype):
     """B = A[rs:rs+re, :] (fragment -> shared); C = A[:, cs:cs+ce] (fragment -> fragment);
     D = A[rs:rs+re, cs:cs+ce] written into zeros at the same place (fragment -> fragment range);
-    E = A's rows rs:rs+re written into zeros at the same rows (shared -> fragment range)."""
+    E = A's rows rs:rs+re written into zeros at the same rows (shared -> fragment range);
+    F = A[rs:rs+re, cs:cs+ce] (fragment -> global)."""
 
     @T.prim_func
     def main(A: T.Tensor((R, N), dtype), B: T.Tensor((re, N), dtype), C: T.Tensor((R, ce), dtype),
-             D: T.Tensor((R, N), dtype), E: T.Tensor((R, N), dtype)):
+             D: T.Tensor((R, N), dtype), E: T.Tensor((R, N), dtype), F: T.Tensor((re, ce), dtype)):
         with T.Kernel(1, threads=128) as _:
             a = T.alloc_fragment((R, N), dtype)
             b_shared = T.alloc_shared((re, N), dtype)
@@ -49,6 +50,7 @@ def fragment_ranges(R, N, rs, re, cs, ce, dtype):
             T.clear(e)
             T.copy(b_shared, e[rs:rs + re, :])
             T.copy(e, E)
+            T.copy(a[rs:rs + re, cs:cs + ce], F)
 
     return main
 
@@ -57,7 +59,7 @@ def fragment_ranges_reference(a, rs, re, cs, ce) -> list:
     d, e = torch.zeros_like(a), torch.zeros_like(a)
     d[rs:rs + re, cs:cs + ce] = a[rs:rs + re, cs:cs + ce]
     e[rs:rs + re] = a[rs:rs + re]
-    return [a[rs:rs + re], a[:, cs:cs + ce], d, e]
+    return [a[rs:rs + re], a[:, cs:cs + ce], d, e, a[rs:rs + re, cs:cs + ce]]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "int32"])
@@ -69,7 +71,7 @@ def fragment_ranges_reference(a, rs, re, cs, ce) -> list:
 def test_fragment_ranges_are_exact(R, N, rs, re, cs, ce, dtype, device):
     a = special_values((R, N), getattr(torch, dtype), device)
     got = fragment_ranges(R, N, rs, re, cs, ce, dtype)(a)
-    for name, g, want in zip("BCDE", got, fragment_ranges_reference(a, rs, re, cs, ce)):
+    for name, g, want in zip("BCDEF", got, fragment_ranges_reference(a, rs, re, cs, ce)):
         assert same_values(g, want), f"{name}: {g} != {want}"
 
 
