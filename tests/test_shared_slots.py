@@ -148,9 +148,9 @@ def test_triton_backend_runs_a_ring(program, assert_close):
     assert ".entry" in kernels[1].get_source("ptx")  # and Triton compiles it for sm_90
 
 
-def test_triton_backend_reads_a_ring_slot_element_into_a_let():
-    """A slot's element read at a runtime slot index: a selection from the slots' tiles
-    (codegen/semantics.py), on the triton backend as in the interpreter."""
+def test_triton_backend_reads_a_ring_slot_into_a_let():
+    """A ring read into a `Let` is left whole (slot_tiles.py); its rows are then selected at the
+    runtime slot index from the one register tile (codegen/semantics.py's `selected_text`)."""
     @T.prim_func
     def main(A: T.Tensor((2, 64), T.float32), B: T.Tensor((64,), T.float32)):
         with T.Kernel(1, threads=128) as bx:
@@ -162,9 +162,9 @@ def test_triton_backend_reads_a_ring_slot_element_into_a_let():
                 T.fill(B[0:64], x)
 
     a = torch.randn(2, 64)
-    for backend in ("auto", "triton"):
-        torch.testing.assert_close(tritile.compile(main, out_idx=[1], backend=backend)(a), a[1, 3].expand(64))
-    assert ".entry" in tritile.compile(main, out_idx=[1], backend="triton", target="cuda:90").get_source("ptx")
+    kernel = tritile.compile(main, out_idx=[1], backend="triton", target="cuda:90")
+    assert torch.equal(kernel(a), a[1, 3].expand(64))  # Triton's interpreter of the generated code
+    assert ".entry" in kernel.get_source("ptx")
 
 
 @pytest.mark.gpu

@@ -570,12 +570,13 @@ def test_partial_register_tile_is_a_compile_error_at_the_users_line():
             with T.Kernel(1, threads=128) as _:
                 S = T.alloc_shared((32, 32), "float16")
                 T.clear(S)
-                T.copy(A[0:16, 0:32], S[0:16, 0:32])
+                T.copy(A[0:16, 0:32], S[4:20, 0:32])  # a range of 16 rows that is no lane group of 16
                 T.copy(S, B)
 
         return tritile.compile(half_tile, target="hip:gfx942").get_source("triton")
 
     message = K.compile_error(build)
     assert "a partial region S[16, 32] of shared buffer S" in message
+    assert "a static range of dim 0 starts at a multiple of its extent padded to a power of two, not at 4" in message
     assert "not supported by the triton.language backend" in message
-    assert "T.copy(A[0:16, 0:32], S[0:16, 0:32])" in message
+    assert "T.copy(A[0:16, 0:32], S[4:20, 0:32])" in message

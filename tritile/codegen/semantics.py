@@ -10,7 +10,8 @@ that name.  This module owns that text, once:
 * `helpers_text`: the ``@jit`` helper functions a generated module defines (floor `//` / `%`
   for ints and floats, NaN-propagating max / min, the scan's add);
 * `sliced_dims`, `selected_text`, `written_text`: part of a register tile (an element, a
-  fragment's row) read or written at runtime indices, through a lane mask; `picked_element_text`
+  fragment's row) read or written at runtime indices, through a lane mask; `static_ranges`,
+  `range_selected_text`, `range_spread_text`: a static partial range of one (`acc_o[:4, :]`); `picked_element_text`
   / `written_element_text` their case of one element of a 1-D tensor (`T.alloc_local` arrays);
 * `EXPR_RULES` / `lower_scalar_expr`: the rules of the expression nodes whose meaning does
   not depend on where data lives (Const, BinOp, UnaryOp, Call, Cast), and the folding of
@@ -444,6 +445,80 @@ def written_text(lang: str, tile: str, masks: list, value: str) -> str:
     """Register tile `tile` with its lanes where every one of `masks` holds replaced by `value`
     (a tile broadcasting to `tile`'s shape, of its dtype)."""
     return f"{lang}.where({' & '.join(masks)}, {value}, {tile})"
+
+
+# ---- a static partial range of a register tile (`acc_o[:4, :]`, `x[8:16]`): registers have
+# no sub-tile view, so the range is selected through a lane mask too.  Each range dim, of padded
+# size P, is split into P / E groups of E lanes (E: the range's extent padded to a power of
+# two), the lanes outside the range are zeroed and the groups summed away - exact as in
+# `selected_text` - which needs the range to start at a multiple of E (it is then one group).
+
+
+def static_ranges(region: ir.Region):
+    """(dim, start, extent) of each dim along which on-chip `region` takes a static partial range
+    of the buffer's dim, every other dim being whole: [] for the whole buffer, None when some dim
+    has a runtime start (`sliced_dims`' case)."""
+    ranges = []
+    for d, (start, extent, size) in enumerate(zip(region.starts, region.extents, region.buffer.shape)):
+        s = _static(start)
+        if extent == size and s == 0:
+            continue
+        if s is None or not isinstance(extent, int):
+            return None
+        ranges.append((d, s, extent))
+    return ranges
+
+
+def misaligned_range(ranges: list):
+    """The first (dim, start, extent) of `ranges` that does not start at a multiple of its
+    extent padded to a power of two (which a lane-group selection cannot take), else None."""
+    return next((r for r in ranges if r[1] % padded(r[2])), None)
+
+
+def range_masks(lanes: list, ranges: list) -> list:
+    """The lane tests of `ranges` given the lane indices `lanes` (a text per range, broadcastable
+    to the tile)."""
+    return [f"(({k} >= {s}) & ({k} < {s + e}))" for k, (_, s, e) in zip(lanes, ranges)]
+
+
+def _grouped_shape(shape: list, ranges: list, whole_groups: bool) -> tuple:
+    """(tile `shape` with each range dim split into (groups, padded extent) - or (1, padded
+    extent) unless `whole_groups` -, the axes of the groups)."""
+    split, axes = [], []
+    for d, n in enumerate(shape):
+        r = next((r for r in ranges if r[0] == d), None)
+        if r is None:
+            split.append(n)
+            continue
+        e = padded(r[2])
+        axes.append(len(split))
+        split += [n // e if whole_groups else 1, e]
+    return split, axes
+
+
+def range_selected_text(lang: str, tile: str, shape: list, masks: list, ranges: list, dtype) -> str:
+    """The part of register tile `tile` (of padded `shape`, IR dtype `dtype`) in `ranges`
+    (`static_ranges`, aligned: `misaligned_range` is None), selected by `masks`
+    (`range_masks`): a tile of `shape` with each range dim's padded extent; its pad lanes are 0.
+    Its layout is what the reshape gives (Gluon converts it)."""
+    split, axes = _grouped_shape(shape, ranges, True)
+    bits = dtype_text(_BITS[dtype.bits], lang) if dtype.is_float else None
+    text = f"{tile}.to({bits}, bitcast=True)" if bits else tile
+    text = f"{lang}.reshape({lang}.where({' & '.join(masks)}, {text}, 0), {split})"
+    for axis in reversed(axes):
+        text = f"{lang}.sum({text}, axis={axis})"
+    if bits:
+        return f"{text}.to({bits}).to({dtype_text(dtype, lang)}, bitcast=True)"
+    return f"{text}.to({dtype_text(dtype, lang)})"
+
+
+def range_spread_text(lang: str, value: str, shape: list, ranges: list) -> str:
+    """Register tile `value` (of `shape` with each range dim's padded extent) repeated over every
+    group of lanes of a tile of padded `shape`, so that `written_text` with `range_masks` puts it
+    at `ranges`.  Its layout is what the reshape gives (Gluon converts it)."""
+    ones, _ = _grouped_shape(shape, ranges, False)
+    split, _ = _grouped_shape(shape, ranges, True)
+    return f"{lang}.reshape({lang}.reshape({value}, {ones}).broadcast_to({split}), {list(shape)})"
 
 
 def picked_element_text(lang: str, flat: str, lanes: str, index: str, dtype) -> str:

@@ -109,7 +109,7 @@ def _slice(buf: ir.Buffer, dim: int, item: slice, loc):
                            f"(stop - start must not depend on runtime values)", loc)
     if extent < 1:
         raise CompileError(f"slice {dim} of {buf.name} is empty (extent {extent})", loc)
-    start_expr = _index(buf, dim, start, loc) if not isinstance(start, int) or start == 0 else ir.Const(0)
+    start_expr = _index(buf, dim, start, loc)
     size = buf.shape[dim]
     if buf.scope != "global" and isinstance(start, int) and isinstance(size, int) and start + extent > size:
         raise CompileError(f"slice {start}:{start + extent} is out of range for dimension {dim} of "

@@ -125,6 +125,19 @@ def _selected(em: Emitter, buf: ir.Buffer, picks: list) -> tuple:
     return text, _row_layout(em, buf, dims)
 
 
+def _range_masks(em: Emitter, buf: ir.Buffer, ranges: list) -> list:
+    """The lane tests of static `ranges` (semantics.static_ranges) of fragment `buf`."""
+    shape = padded_shape(buf.shape)
+    lname = em.layout_name(em.buffer_layout(buf), em.name(buf))
+    return semantics.range_masks([_axis_lanes(em, shape, lname, d) for d, _, _ in ranges], ranges)
+
+
+def _selected_range(em: Emitter, buf: ir.Buffer, ranges: list) -> str:
+    """Fragment `buf` in static `ranges`: a tile in the layout its reshape gives."""
+    return semantics.range_selected_text("gl", em.name(buf), padded_shape(buf.shape), _range_masks(em, buf, ranges),
+                                         ranges, buf.dtype)
+
+
 def _row_layout(em: Emitter, buf: ir.Buffer, dims: list):
     """The layout of fragment `buf`'s tile without `dims`: the buffer layout's slice."""
     layout = em.buffer_layout(buf)
@@ -610,8 +623,8 @@ def lower_copy(em: Emitter, s):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
-    if any(r.buffer.scope == "fragment" and semantics.sliced_dims(r) for r in (src, dst)):
-        return _copy_fragment_row(em, s)
+    if any(r.buffer.scope == "fragment" and semantics.sliced_dims(r) != [] for r in (src, dst)):
+        return _copy_fragment_part(em, s)
     if em.partitions is not None and id(s) in em.partitions.tile_loads:
         return warp_specialize.emit_tile_load_wait(em, s)  # the producer issues the copy
     if id(s) in em.early_loads:
@@ -670,34 +683,39 @@ def lower_copy(em: Emitter, s):
         em.emit(f"{em.name(dst.buffer)} = {converted(value)}")
 
 
-def _copy_fragment_row(em: Emitter, s):
-    """A T.copy from or to a fragment at one index along some dims (`lse[k, :]`,
-    semantics.sliced_dims), whose lanes are selected from / written into the fragment's register
-    tile (`_selected`, `_onto_row`).  The other side is a register tile of the row's shape: a
-    whole fragment, or a tile loaded / stored in the row's layout (or a blocked one)."""
+def _copy_fragment_part(em: Emitter, s):
+    """A T.copy from or to part of a fragment - at one index along some dims (`lse[k, :]`,
+    semantics.sliced_dims) or a static range (`acc_o[:4, :]`, semantics.static_ranges) - whose
+    lanes are selected from / written into the fragment's register tile (`_selected`,
+    `_selected_range`, `_write_part`).  The other side is a register tile of the part's shape: a
+    whole fragment, or a tile loaded / stored in the part's layout (or a blocked one)."""
     src, dst = s.src, s.dst
-    rows = {id(r): _fragment_row(r) for r in (src, dst) if r.buffer.scope == "fragment"}
-    shapes = [shape for _, shape in rows.values()]
+    parts = {id(r): _fragment_part(r, s.loc) for r in (src, dst) if r.buffer.scope == "fragment"}
+    shapes = [shape for _, _, shape in parts.values()]
     if any(shape != shapes[0] for shape in shapes):
         raise unsupported(f"a T.copy between fragment tiles of shapes {shapes}", s.loc)
     shape = shapes[0]
-    if id(dst) in rows:
-        want = _row_layout(em, dst.buffer, rows[id(dst)][0])
-    else:
+    if id(dst) in parts and not parts[id(dst)][1]:
+        want = _row_layout(em, dst.buffer, parts[id(dst)][0])
+    else:  # a range's tile has the layout its reshape gives: written from a blocked one
         want = lay.blocked_for(padded_shape(shape), dst.buffer.dtype.bits, em.num_warps)
     want_name = em.layout_name(want)
-    if id(src) in rows:
-        picks = [(d, em.expr(src.starts[d]).text) for d in rows[id(src)][0]]
-        value, have = _selected(em, src.buffer, picks) if picks else (em.name(src.buffer), em.buffer_layout(src.buffer))
-        value = _convert(em, value, have, want, want_name)
+    if id(src) in parts:
+        dims, ranges, _ = parts[id(src)]
+        picks = [(d, em.expr(src.starts[d]).text) for d in dims]
+        if ranges:
+            value = f"gl.convert_layout({_selected_range(em, src.buffer, ranges)}, {want_name})"
+        else:
+            value, have = _selected(em, src.buffer, picks) if picks else (em.name(src.buffer), em.buffer_layout(src.buffer))
+            value = _convert(em, value, have, want, want_name)
     elif src.buffer.scope == "shared":
         value = f"{em.shared_view(src, s.loc, len(shape))}.load({want_name})"
     else:
         ptr, mask = em.global_tile(src, want_name, s.loc, shape)
         value = f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
     value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
-    if id(dst) in rows:
-        _write_row(em, dst, rows[id(dst)][0], value)
+    if id(dst) in parts:
+        _write_part(em, dst, parts[id(dst)], value)
     elif dst.buffer.scope == "shared":
         _wait_for_tma_stores(em, dst.buffer)
         em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({value})")
@@ -707,6 +725,20 @@ def _copy_fragment_row(em: Emitter, s):
         em.emit(f"{tmp} = {value}")
         ptr, mask = em.global_tile(dst, want_name, s.loc, shape)
         em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+
+
+def _write_part(em: Emitter, region: ir.Region, part: tuple, value: str):
+    """Write `value` to the part (`_fragment_part`) of fragment `region` - in the layout of the
+    fragment's row (`_row_layout`) for one-index dims, any layout for a range -: the whole
+    fragment when it is all of it, else a select."""
+    dims, ranges, _ = part
+    if not ranges:
+        return _write_row(em, region, dims, value)
+    buf = region.buffer
+    shape = padded_shape(buf.shape)
+    lname = em.layout_name(em.buffer_layout(buf), em.name(buf))
+    spread = f"gl.convert_layout({semantics.range_spread_text('gl', value, shape, ranges)}, {lname})"
+    em.emit(f"{em.name(buf)} = {semantics.written_text('gl', em.name(buf), _range_masks(em, buf, ranges), spread)}")
 
 
 def _write_row(em: Emitter, region: ir.Region, dims: list, value: str):
@@ -728,6 +760,23 @@ def _fragment_row(region: ir.Region) -> tuple:
     if dims is None:
         raise unsupported(f"a partial region of fragment {region.buffer.name}", None)
     return dims, [n for d, n in enumerate(region.buffer.shape) if d not in dims]
+
+
+def _fragment_part(region: ir.Region, loc) -> tuple:
+    """(the dims fragment `region` takes at one index, (dim, start, extent) of its static ranges,
+    the shape of its register tile): one-index dims (`_fragment_row`) or aligned static ranges."""
+    dims = semantics.sliced_dims(region)
+    if dims is not None:
+        return dims, [], [n for d, n in enumerate(region.buffer.shape) if d not in dims]
+    ranges = semantics.static_ranges(region)
+    buf = region.buffer
+    if ranges is None:
+        raise unsupported(f"a partial region of fragment {buf.name} with a runtime start and an extent over 1", loc)
+    bad = semantics.misaligned_range(ranges)
+    if bad is not None:
+        raise unsupported(f"a partial region of fragment {buf.name} (a static range of dim {bad[0]} starts at a "
+                          f"multiple of its extent padded to a power of two, not at {bad[1]})", loc)
+    return [], ranges, list(region.extents)
 
 
 def _tma_store(em: Emitter, s):

@@ -358,13 +358,28 @@ def _whole(region: ir.Region, loc):
 
 def _slice(em: Emitter, region: ir.Region, loc) -> tuple:
     """On-chip `region` as the buffer's register tile taken at one index along some dims
-    (`x[k, :]`, semantics.sliced_dims): ((dim, index text) of those dims, the shape of the tile
-    left)."""
+    (`x[k, :]`, semantics.sliced_dims) or in static ranges (`x[:4, :]`, semantics.static_ranges):
+    ((dim, index text) of the one-index dims, (dim, start, extent) of the ranges, the shape of
+    the tile left)."""
     dims = semantics.sliced_dims(region)
-    if dims is None:
-        raise _partial(region, "a register tile is read and written whole, or at one index along some dims", loc)
-    picks = [(d, em.expr(region.starts[d]).text) for d in dims]
-    return picks, [n for d, n in enumerate(region.buffer.shape) if d not in dims]
+    if dims is not None:
+        picks = [(d, em.expr(region.starts[d]).text) for d in dims]
+        return picks, [], [n for d, n in enumerate(region.buffer.shape) if d not in dims]
+    ranges = semantics.static_ranges(region)
+    if ranges is None:
+        raise _partial(region, "a register tile is read and written whole, at one index along some dims, or in "
+                               "static ranges", loc)
+    bad = semantics.misaligned_range(ranges)
+    if bad is not None:
+        raise _partial(region, f"a static range of dim {bad[0]} starts at a multiple of its extent padded to a "
+                               f"power of two, not at {bad[1]}", loc)
+    return [], ranges, list(region.extents)
+
+
+def _range_masks(buf: ir.Buffer, ranges: list) -> list:
+    shape = padded_shape(buf.shape)
+    return semantics.range_masks([axis_index(f"tl.arange(0, {shape[d]})", d, len(shape)) for d, _, _ in ranges],
+                                 ranges)
 
 
 def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
@@ -373,10 +388,13 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
     buf = region.buffer
     if buf.scope in ("local", "var"):
         raise unsupported(f"a tile operand in {buf.scope} buffer {buf.name}", loc)
-    picks, have = _slice(em, region, loc)
+    picks, ranges, have = _slice(em, region, loc)
     text = em.name(buf)
     if picks:
         text = semantics.selected_text("tl", text, _selection_masks(buf, picks), [d for d, _ in picks], buf.dtype)
+    if ranges:
+        text = semantics.range_selected_text("tl", text, padded_shape(buf.shape), _range_masks(buf, ranges), ranges,
+                                             buf.dtype)
     if shape is None or list(shape) == have:
         return text, have
     return f"tl.reshape({text}, {padded_shape(shape)})", list(shape)
@@ -384,26 +402,29 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
 
 def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
     """Write `value` (a tile of `shape`, IR dtype `src_dtype`) to on-chip `region`: the whole
-    buffer, or its lanes at the indices the region takes along some dims (a select)."""
+    buffer, or its lanes at the indices the region takes along some dims or in its static ranges
+    (a select)."""
     buf = region.buffer
     if buf.scope in ("local", "var"):
         raise unsupported(f"a tile written to {buf.scope} buffer {buf.name}", loc)
-    picks, kept = _slice(em, region, loc)
+    picks, ranges, kept = _slice(em, region, loc)
     if [d for d in shape if d != 1] != [d for d in kept if d != 1]:
         raise unsupported(f"a tile of shape {shape} written to {buf.name}{list(region.extents)}", loc)
-    picked = {d for d, _ in picks}
-    written = [1 if d in picked else n for d, n in enumerate(buf.shape)]
+    written = list(region.extents)  # 1 along the one-index dims
     if list(shape) != written:
         value = f"tl.reshape({value}, {padded_shape(written)})"
     value = cast_text(value, src_dtype, buf.dtype, "tl")
     if picks:
         value = semantics.written_text("tl", em.name(buf), _selection_masks(buf, picks), value)
+    if ranges:
+        value = semantics.range_spread_text("tl", value, padded_shape(buf.shape), ranges)
+        value = semantics.written_text("tl", em.name(buf), _range_masks(buf, ranges), value)
     em.emit(f"{em.name(buf)} = {value}")
 
 
 def _register_shape(em: Emitter, region: ir.Region, loc) -> list:
     """The shape of on-chip `region`'s register tile (`_slice`)."""
-    return _slice(em, region, loc)[1]
+    return _slice(em, region, loc)[2]
 
 
 def lower_copy(em: Emitter, s: ir.Copy):

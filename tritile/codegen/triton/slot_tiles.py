@@ -16,9 +16,9 @@ Accesses at one index expression share a branch, so a gemm of two rings at ``ko 
 branches, not four.  The last branch takes every value past the others (an index outside the
 ring is undefined behaviour).  A ring indexed in a loop bound or an `if` / `while` condition,
 by a name bound inside the statement that uses it, or read into a `Let` / an initial value
-(a name bound under a branch would not reach its uses), is left whole: the emitter selects a
-row / element at a lane-independent index from the whole tile (codegen/semantics.py) and refuses
-other partial regions with a CompileError at the user's line.  The result is a `PrimFunc` the
+(a name bound under a branch would not reach its uses), is left whole (the emitter selects a slot's lanes at
+its index from the whole tile, codegen/semantics.py's `selected_text`, and refuses other partial
+regions with a CompileError at the user's line).  The result is a `PrimFunc` the
 interpreter runs with the same results.
 """
 from __future__ import annotations
