@@ -97,3 +97,46 @@ def test_annotated_global_accumulator_round_trip_gpu():
     expected = (acc + x).half()
     tritile.compile(accumulate)(x, acc)
     torch.testing.assert_close(tritile.compile(read, out_idx=[1])(acc), expected)
+
+
+def _swizzled_copy(make_layout):
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), T.float16), B: T.Tensor((128, 64), T.float16)):
+        with T.Kernel(2, threads=128) as bx:
+            A_shared = T.alloc_shared((64, 64), T.float16)
+            T.annotate_layout({A_shared: make_layout(A_shared)})
+            T.copy(A[bx * 64, 0], A_shared)
+            T.copy(A_shared, B[bx * 64, 0])
+
+    return main
+
+
+@pytest.mark.parametrize("name", ["make_swizzled_layout", "make_full_bank_swizzled_layout",
+                                  "make_half_bank_swizzled_layout", "make_quarter_bank_swizzled_layout"])
+def test_swizzled_layouts_of_tilelang_layout_are_accepted(name, device):
+    """TileLang's `T.annotate_layout({S: tilelang.layout.make_swizzled_layout(S)})`: tritile gives
+    shared buffers their swizzle itself; the request is accepted and the values unchanged."""
+    import tritile.layout
+
+    kernel = tritile.compile(_swizzled_copy(getattr(tritile.layout, name)), out_idx=[1])
+    a = torch.randn(128, 64, dtype=torch.float16, device=device)
+    torch.testing.assert_close(kernel(a), a, rtol=0, atol=0)
+    assert tritile.layout.Layout is T.Layout and tritile.layout.Fragment is T.Fragment
+
+
+def test_swizzled_layout_of_a_fragment_is_an_error():
+    import tritile.layout
+
+    with pytest.raises(tritile.CompileError, match="swizzled layout is for shared buffers"):
+        @T.prim_func
+        def main(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=128) as bx:
+                f = T.alloc_fragment((64,), T.float32)
+                T.annotate_layout({f: tritile.layout.make_swizzled_layout(f)})
+
+
+def test_tilelang_math():
+    import tritile.math
+
+    assert [tritile.math.next_power_of_2(x) for x in (1, 2, 3, 192, 256)] == [1, 2, 4, 256, 256]
+    assert tritile.math.cdiv(129, 64) == 3 and tritile.math.cdiv(128, 64) == 2

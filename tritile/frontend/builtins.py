@@ -19,6 +19,7 @@ from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
+from tritile.layout import SwizzledLayout
 
 
 @dataclass
@@ -472,6 +473,11 @@ def annotate_layout(p, a, loc):
     for buf, layout in layout_map.items():
         if not isinstance(buf, ir.Buffer):
             raise CompileError(f"T.annotate_layout keys must be buffers, got {buf!r}", loc)
+        if isinstance(layout, SwizzledLayout):
+            if buf.scope != "shared":
+                raise CompileError(f"T.annotate_layout: a swizzled layout is for shared buffers, {buf.name} is "
+                                   f"{buf.scope}", loc)
+            continue  # the swizzle tritile's layout inference gives every shared buffer anyway
         if isinstance(layout, Layout) and _static_dims(layout.shape) and _static_dims(buf.shape) and \
                 tuple(map(int, layout.shape)) != tuple(buf.shape):
             raise CompileError(f"T.annotate_layout: the layout of {buf.name} is for shape {list(layout.shape)}, "
