@@ -241,3 +241,27 @@ def test_programmatic_autotuner_from_kernel(tmp_path, monkeypatch):
     assert result.config in configs and result.latency > 0
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     torch.testing.assert_close(result.kernel(a, b), a + b)
+
+
+def test_set_autotune_inputs_feeds_the_configs(assert_close):
+    """TileLang's `with set_autotune_inputs(x):` - the captured tensors are what every config runs
+    on (a ref_prog sees them), in place of random inputs or supply_prog (with a warning)."""
+    from tritile.autotuner import get_autotune_inputs, set_autotune_inputs
+
+    x = torch.randn(64, 32)
+    seen = []
+
+    def reference(inp):
+        seen.append(inp)
+        return inp * 2.0
+
+    scale = make_scale([{"factor": 3.0}, {"factor": 2.0, "block": 64}], ref_prog=reference,
+                       supply_prog=lambda params: [torch.randn(*params[0].shape)])
+    assert get_autotune_inputs() is None
+    with set_autotune_inputs([x]), pytest.warns(UserWarning, match="supply_prog is ignored"):
+        assert get_autotune_inputs() == [x]
+        kernel = scale(64, 32)
+    assert get_autotune_inputs() is None
+    assert seen and all(inp is x for inp in seen)
+    assert kernel.config == {"factor": 2.0, "block": 64}
+    assert_close(kernel(x), x * 2.0)

@@ -12,7 +12,7 @@ the same caches; `run` returns that decorator's `AutotuneResult`.
 """
 from __future__ import annotations
 
-from tritile.runtime.autotune import AutotuneResult, autotune
+from tritile.runtime.autotune import AutotuneResult, autotune, get_autotune_inputs, set_autotune_inputs  # noqa: F401
 from tritile.runtime.jit import jit
 
 

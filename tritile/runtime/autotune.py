@@ -16,6 +16,9 @@ Contract:
   `supply_prog(params)` (params = the kernel's input `Buffer`s, each with `.shape` and `.dtype`)
   or random tensors of the params' shapes and dtypes (a `T.dynamic` dimension needs
   `supply_prog`).
+* `with set_autotune_inputs(a, b, c):` (or a list) - TileLang's capture: a lazy-style tuning
+  inside it runs every config on those tensors, in place of `supply_prog` (warned) or random
+  ones; the capture is per thread and nests.
 * Eager style (the body is the kernel): `f(a, b)` tunes on clones of the actual tensors (so
   in-place kernels do not accumulate into the caller's data), then runs the best config on the
   caller's tensors and returns its outputs.  `supply_prog` is not used.
@@ -50,6 +53,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -328,6 +332,27 @@ class _Trial:
         return self._cached
 
 
+_captured = threading.local()  # .stack: the tensors of the enclosing set_autotune_inputs blocks
+
+
+@contextlib.contextmanager
+def set_autotune_inputs(*tensors):
+    """TileLang's `set_autotune_inputs(a, b, c)` / `([a, b, c])`: the inputs lazy-style tuning
+    runs its configs on inside the block."""
+    inputs = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+    stack = _captured.__dict__.setdefault("stack", [])
+    stack.append(inputs)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def get_autotune_inputs() -> Optional[list]:
+    stack = getattr(_captured, "stack", None)
+    return stack[-1] if stack else None
+
+
 class _LazyTrial(_Trial):
     """Lazy style: the config's `JITKernel`, run on `supply_prog` or random inputs."""
 
@@ -338,6 +363,11 @@ class _LazyTrial(_Trial):
 
     def make_inputs(self, kernel: JITKernel) -> list:
         params = _input_params(kernel)
+        captured = get_autotune_inputs()
+        if captured is not None:
+            if self.tuner.supply_prog is not None:
+                warnings.warn("supply_prog is ignored inside `with set_autotune_inputs(...)`", stacklevel=2)
+            return list(captured)
         if self.tuner.supply_prog is not None:
             return list(self.tuner.supply_prog(params))
         return [_random_tensor(p, self.device) for p in params]
