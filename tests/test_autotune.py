@@ -265,3 +265,17 @@ def test_set_autotune_inputs_feeds_the_configs(assert_close):
     assert seen and all(inp is x for inp in seen)
     assert kernel.config == {"factor": 2.0, "block": 64}
     assert_close(kernel(x), x * 2.0)
+
+
+def test_compile_returns_the_best_kernel_without_running_it(assert_close):
+    """TileLang's `AutoTunedKernel.compile(...)`: the tuned kernel, in both styles."""
+    lazy = make_lazy_gemm()
+    kernel = lazy.compile(64, 64, 64)
+    assert kernel is lazy(64, 64, 64) and kernel.config in GEMM_CONFIGS
+    eager = make_eager_gemm()
+    a, b = make_operands(64, 64, 64)
+    compiled = eager.compile(a, b)
+    assert eager.last_result.config in GEMM_CONFIGS
+    c = compiled(a, b)  # the eager kernel: its outputs are the T.empty tensors it returns
+    assert_close(c, gemm_reference(a, b))
+    assert_close(eager(a, b), c)

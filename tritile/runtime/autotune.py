@@ -22,6 +22,8 @@ Contract:
 * Eager style (the body is the kernel): `f(a, b)` tunes on clones of the actual tensors (so
   in-place kernels do not accumulate into the caller's data), then runs the best config on the
   caller's tensors and returns its outputs.  `supply_prog` is not used.
+* `f.compile(*args, **kwargs)` returns the best config's `JITKernel` without running it (both
+  styles).
 * `f.tune(*args, **kwargs)` returns the `AutotuneResult` of a call without running it (eager) or
   with the kernel in `.kernel` (lazy); `f.last_result` is the result of the latest call.
 * Per config: compile (and, eager, the first run); a config that raises `CompileError` (or,
@@ -138,6 +140,14 @@ class AutoTunedKernel:
             raise TypeError(f"{self.__name__}.tune(): {', '.join(tuned)} are tuned; don't pass them")
         self._check_complete(bound, configs)
         return self._result_for(bound, configs)
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        """TileLang's `AutoTunedKernel.compile`: tune (or fetch) and return the best config's
+        kernel without running it; eager style: the kernel a call with these tensors runs."""
+        if isinstance(self.jit, LazyJIT):
+            return self(*args, **kwargs)
+        result = self.tune(*args, **kwargs)
+        return self.jit.kernel_for(*args, **kwargs, **result.config)
 
     def clear_cache(self) -> None:
         """Forget the in-memory results (the disk cache is kept)."""

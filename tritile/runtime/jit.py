@@ -224,6 +224,10 @@ class EagerJIT(JITFunction):
             self._hits += 1
         return kernel(*[args[s] if isinstance(s, int) else kwargs[s] for s in sources])
 
+    def kernel_for(self, *args, **kwargs) -> JITKernel:
+        """The compiled kernel a call with these arguments runs, without running it."""
+        return self._specialize(args, kwargs)[0]
+
     def _remember_call(self, key, args, kwargs, entry) -> None:
         """Remember `entry` under `key` when the key determines it: every constant hashable,
         and no tensor passed as a constant (a constant's key is its value, a tensor's its kind)."""
