@@ -68,3 +68,17 @@ def test_attention_on_the_gpu(dtype, dim, causal, heads_kv):
     expected = reference(q, k, v, grad, is_causal=causal, enable_gqa=heads_kv != 16)
     for got, want in zip((out, q.grad, k.grad, v.grad), expected):
         torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+
+
+def _cuda_kernel(kernel, dim, causal, groups, dtype="bfloat16"):
+    from tritile.ops import attention as ops
+
+    args = dict(batch=2, heads=16, seq=1024, dim=dim, is_causal=causal, groups=groups, dtype=dtype)
+    return getattr(ops, f"flashattn_{kernel}")(**args, **ops.tile_config("cuda", dim)[kernel])
+
+
+# for tests/test_kernels_compile.py (sm_90 and sm_80): the CUDA configs torch.ops.tritile.attention launches
+COMPILE_CASES = {
+    "fwd-d128-causal-gqa4-bf16": lambda: _cuda_kernel("fwd", 128, True, 4),
+    "bwd-d64-gqa2-bf16": lambda: _cuda_kernel("bwd", 64, False, 2),
+}
