@@ -396,3 +396,26 @@ def test_transformer_block_on_the_gpu():
         scale = param.grad.float().abs().max().item()
         torch.testing.assert_close(got.float(), param.grad.float(), rtol=5e-2, atol=5e-2 * max(scale, 1))
     print(torch_backend.explain(model, x))
+
+
+@pytest.mark.parametrize("measure, problem, rival", [
+    ("measure_bmm", (2, 24, 16, 40, torch.float32, True, True), "cuBLAS"),
+    ("measure_linear", (24, 16, 40, torch.float32, True, "gelu", True, True), "cuBLAS + torch epilogue"),
+    ("measure_attention", (1, 4, 2, 32, 32, 16, torch.float32, True, None, True), "SDPA"),
+], ids=["bmm", "linear", "attention"])
+def test_measurements_run_both_sides(measure, problem, rival, monkeypatch):
+    """The GPU measurements' own code, run on the CPU with a stand-in clock (each side runs; the
+    backend measures under no_grad, the attention's backward included)."""
+    from tritile.contrib import gemm_choice
+
+    runs = []
+
+    def clock(fn):
+        runs.append(fn())
+        return 0.5 if len(runs) == 1 else 0.25
+
+    monkeypatch.setattr(gemm_choice, "_median_ms", clock)
+    with torch.no_grad():
+        choice = getattr(gemm_choice, measure)(*problem, "cpu")
+    assert choice == gemm_choice.Choice(False, 0.5, 0.25, rival)
+    assert len(runs) == 2

@@ -52,10 +52,13 @@ def _key(device: torch.device, m: int, n: int, k: int, dtype: torch.dtype, trans
     return f"{torch.cuda.get_device_name(device)}|{m}x{n}x{k}|{dtype}|{int(trans_a)}{int(trans_b)}"
 
 
-def _operand(rows: int, cols: int, transposed: bool, dtype, device) -> torch.Tensor:
-    if transposed:  # the transpose of a contiguous (cols, rows) matrix, as the backward's w.t()
-        return torch.randn(cols, rows, device=device).to(dtype).t()
-    return torch.randn(rows, cols, device=device).to(dtype)
+def _operand(rows: int, cols: int, transposed: bool, dtype, device, batch: int = None) -> torch.Tensor:
+    """A random (rows, cols) matrix (a batch of them when `batch`); `transposed`: the transpose of
+    a contiguous (cols, rows) one, as the backward's w.t()."""
+    lead = () if batch is None else (batch,)
+    if transposed:
+        return torch.randn(*lead, cols, rows, device=device).to(dtype).transpose(-1, -2)
+    return torch.randn(*lead, rows, cols, device=device).to(dtype)
 
 
 def _median_ms(fn) -> float:
@@ -106,67 +109,77 @@ def choose(m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: b
                    lambda: measure(m, n, k, dtype, trans_a, trans_b, device))
 
 
+def measure_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
+                device) -> Choice:
+    a = _operand(m, k, trans_a, dtype, device, batch)
+    b = _operand(k, n, trans_b, dtype, device, batch)
+    return _timed(lambda: torch.ops.tritile.bmm(a, b), lambda: torch.bmm(a, b), "cuBLAS")
+
+
 def choose_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
                device) -> Choice:
     """The faster batched GEMM (`tritile.bmm` or `torch.bmm`) for this problem on `device`."""
-    def measure_bmm():
-        a = torch.stack([_operand(m, k, trans_a, dtype, device) for _ in range(batch)])
-        b = torch.stack([_operand(k, n, trans_b, dtype, device) for _ in range(batch)])
-        a, b = (t.transpose(1, 2).contiguous().transpose(1, 2) if trans else t
-                for t, trans in ((a, trans_a), (b, trans_b)))
-        return _timed(lambda: torch.ops.tritile.bmm(a, b), lambda: torch.bmm(a, b), "cuBLAS")
-
     return _cached(device, lambda: f"bmm|{batch}x" + _key(torch.device(device), m, n, k, dtype, trans_a, trans_b),
-                   measure_bmm)
+                   lambda: measure_bmm(batch, m, n, k, dtype, trans_a, trans_b, device))
+
+
+def measure_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activation: str, residual: bool,
+                   keep_preactivation: bool, device) -> Choice:
+    """The rival is eager's addmm and elementwise kernels (inductor would fuse the elementwise
+    ones into one: a slightly slower rival than inductor's)."""
+    from tritile.ops.linear import activation_fn  # the fused op's own epilogue semantics
+
+    x, weight = (torch.randn(rows, k, device=device).to(dtype) for rows in (m, n))
+    b = torch.randn(n, device=device).to(dtype) if bias else None
+    res = torch.randn(m, n, device=device).to(dtype) if residual else None
+
+    def unfused():
+        y = activation_fn(activation)(torch.nn.functional.linear(x, weight, b))
+        return y + res if residual else y
+
+    return _timed(lambda: torch.ops.tritile.linear(x, weight, b, res, activation, keep_preactivation),
+                  unfused, "cuBLAS + torch epilogue")
 
 
 def choose_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activation: str, residual: bool,
                   keep_preactivation: bool, device) -> Choice:
     """`tritile.linear` (one GEMM with the epilogue) or the unfused torch ops, on `device`."""
-    from tritile.ops.linear import activation_fn  # the fused op's own epilogue semantics
-
-    def measure_linear():
-        x, weight = (torch.randn(rows, k, device=device).to(dtype) for rows in (m, n))
-        b = torch.randn(n, device=device).to(dtype) if bias else None
-        res = torch.randn(m, n, device=device).to(dtype) if residual else None
-
-        def unfused():
-            y = activation_fn(activation)(torch.nn.functional.linear(x, weight, b))
-            return y + res if residual else y
-
-        return _timed(lambda: torch.ops.tritile.linear(x, weight, b, res, activation, keep_preactivation),
-                      unfused, "cuBLAS + torch epilogue")
-
+    problem = (m, n, k, dtype, bias, activation, residual, keep_preactivation, device)
     return _cached(device, lambda: (f"linear|{int(bias)}{activation}{int(residual)}{int(keep_preactivation)}|"
-                                    + _key(torch.device(device), m, n, k, dtype, False, True)), measure_linear)
+                                    + _key(torch.device(device), m, n, k, dtype, False, True)),
+                   lambda: measure_linear(*problem))
+
+
+def measure_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv: int, dim: int, dtype: torch.dtype,
+                      is_causal: bool, scale, backward: bool, device) -> Choice:
+    q = torch.randn(batch, heads, seq_q, dim, device=device).to(dtype).requires_grad_(backward)
+    k, v = (torch.randn(batch, heads_kv, seq_kv, dim, device=device).to(dtype).requires_grad_(backward)
+            for _ in range(2))
+    grad = torch.randn_like(q)
+
+    def run(attend):
+        def step():
+            with torch.enable_grad():  # the backend measures under no_grad
+                out = attend()
+                if backward:
+                    q.grad = k.grad = v.grad = None
+                    out.backward(grad)
+        return step
+
+    ours = run(lambda: torch.ops.tritile.attention(q, k, v, is_causal, scale)[0])
+    sdpa = run(lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=is_causal, scale=scale, enable_gqa=heads != heads_kv))
+    return _timed(ours, sdpa, "SDPA")
 
 
 def choose_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv: int, dim: int, dtype: torch.dtype,
                      is_causal: bool, scale, backward: bool, device) -> Choice:
     """`tritile.attention` or `F.scaled_dot_product_attention` (whichever kernel SDPA picks) on
     `device`: the forward, and the backward too when `backward`."""
-    def measure_attention():
-        q = torch.randn(batch, heads, seq_q, dim, device=device).to(dtype).requires_grad_(backward)
-        k, v = (torch.randn(batch, heads_kv, seq_kv, dim, device=device).to(dtype).requires_grad_(backward)
-                for _ in range(2))
-        grad = torch.randn_like(q)
-
-        def run(attend):
-            def step():
-                out = attend()
-                if backward:
-                    q.grad = k.grad = v.grad = None
-                    out.backward(grad)
-            return step
-
-        ours = run(lambda: torch.ops.tritile.attention(q, k, v, is_causal, scale)[0])
-        sdpa = run(lambda: torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=is_causal, scale=scale, enable_gqa=heads != heads_kv))
-        return _timed(ours, sdpa, "SDPA")
-
+    problem = (batch, heads, heads_kv, seq_q, seq_kv, dim, dtype, is_causal, scale, backward, device)
     return _cached(device, lambda: (f"attention|{batch}x{heads}/{heads_kv}x{seq_q}x{seq_kv}x{dim}|{dtype}|"
                                     f"{int(is_causal)}|{scale}|{int(backward)}|{torch.cuda.get_device_name(device)}"),
-                   measure_attention)
+                   lambda: measure_attention(*problem))
 
 
 def _load() -> dict:
