@@ -419,3 +419,31 @@ def test_measurements_run_both_sides(measure, problem, rival, monkeypatch):
         choice = getattr(gemm_choice, measure)(*problem, "cpu")
     assert choice == gemm_choice.Choice(False, 0.5, 0.25, rival)
     assert len(runs) == 2
+
+
+def test_a_linear_tritile_cannot_fuse_is_counted_and_its_gemm_listed():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).double()
+    x = torch.randn(4, 16, dtype=torch.float64)
+    report = torch_backend.explain(model, x, fallback="eager", backward=False)
+    linear, addmm = report.fallback_ops
+    assert linear.op == "linear+bias+relu" and "not fused (argument 'x' has dtype torch.float64" in linear.reason
+    assert addmm.op == "aten.addmm.default" and "dtype torch.float64" in addmm.reason
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(model, backend="tritile", options={"fallback": "eager"})(x), model(x))
+
+
+def test_dynamic_shapes_with_attention_and_fused_linear():
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    fc = torch.nn.Linear(16, 16)
+
+    def model(x):
+        h = torch.nn.functional.gelu(fc(x))  # [b, 2, t, 16]
+        return torch.nn.functional.scaled_dot_product_attention(h, h, h, is_causal=True)
+
+    compiled = torch.compile(model, backend="tritile", dynamic=True, options={"fallback": "eager"})
+    with torch.no_grad():
+        for batch, seq in ((1, 8), (2, 13), (3, 21)):
+            x = torch.randn(batch, 2, seq, 16)
+            assert_close(compiled(x), model(x))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] <= 2

@@ -1,18 +1,36 @@
 """`torch.compile(model, backend="tritile")`: tritile's kernels for the ops it owns, inductor for the rest.
 
 Contract:
-* By default the backend is inductor plus one post-grad pass (`TritileOpsPass`, an inductor
-  `CustomGraphPass`): the pass rewrites, in the functionalised ATen graph inductor is about to
-  lower,
-    - `aten.mm.default(a, b)`         → `tritile.mm(a, b)`
-    - `aten.addmm.default(c, a, b)`   → `aten.add(c, tritile.mm(a, b))` (default beta = alpha = 1 only)
-  when `a` and `b` are 2-D tensors of one supported dtype (fp16 / bf16 / fp32) on one device
-  (read from the nodes' fake-tensor metadata) and, on a GPU, tritile.mm is not slower than the
-  cuBLAS call it replaces on that shape and layout (`gemm_choice`: measured once, cached;
-  `options={"gemms": "tritile"}` skips the measurement).  Inductor then fuses everything around them
-  (LayerNorm, GELU, residuals, casts) and calls tritile's kernels as extern kernels; the ops the
-  pass leaves alone are inductor's as without tritile.  The pass's `uuid` covers this file and
-  tritile's version, so inductor's FX graph cache never serves a graph rewritten by another one.
+* Two rewrites hand tritile's ops to tritile; the ops they leave alone are inductor's as without
+  tritile.
+* Before AOTAutograd, `rewrite_dynamo_graph` rewrites Dynamo's graph (torch-level calls, so the
+  autograd formulas are the tritile ops' own):
+    - `F.scaled_dot_product_attention(q, k, v, ...)` → `tritile.attention(q, k, v, is_causal,
+      scale)[0]` (whose backward is `tritile.attention_backward`) without mask or dropout, for the
+      tensors `tritile.ops.attention.attention_refusal` accepts (GQA: `enable_gqa` with K/V heads
+      dividing the query heads);
+    - `F.linear(x, w, b)` followed by its activation (gelu / gelu tanh / silu / relu, the
+      linear's only user) and / or a residual add of the same shape → one
+      `tritile.linear(x, w, b, residual, activation, keep_preactivation)[0]` (the GEMM with that
+      epilogue; `keep_preactivation` when the graph needs gradients, for the activation's
+      backward); a linear with no bias, activation or residual is left for the post-grad pass.
+  Rewriting here rather than after AOTAutograd: there SDPA is already split into forward and
+  backward ATen ops whose names and saved tensors differ by device and torch version, and GELU
+  is decomposed into ten pointwise nodes whose pre-activation also feeds the backward.
+* Inductor's post-grad pass (`TritileOpsPass`, an inductor `CustomGraphPass`) rewrites, in the
+  functionalised ATen graphs (forward and backward) inductor is about to lower,
+    - `aten.mm.default(a, b)`            → `tritile.mm(a, b)`
+    - `aten.addmm.default(c, a, b)`      → `aten.add(c, tritile.mm(a, b))` (beta = alpha = 1 only)
+    - `aten.bmm.default(a, b)`           → `tritile.bmm(a, b)`
+    - `aten.baddbmm.default(c, a, b)`    → `aten.add(c, tritile.bmm(a, b))` (beta = alpha = 1 only)
+  when `a` and `b` are 2-D (3-D for bmm) tensors of one supported dtype (fp16 / bf16 / fp32) on
+  one device (read from the nodes' fake-tensor metadata).  Inductor then fuses everything around
+  them (LayerNorm, softmax, residuals, casts) and calls tritile's kernels as extern kernels.  The
+  pass's `uuid` covers this file and tritile's version, so inductor's FX graph cache never serves
+  a graph rewritten by another one.
+* On a GPU every rewrite of either stage happens only where tritile's kernel is not slower than
+  the one it replaces on that shape and layout (`gemm_choice`: measured once, cached; static
+  shapes only); `options={"gemms": "tritile"}` skips the measurement.
 * `options={"fallback": "eager"}` runs the same rewrite in AOTAutograd and everything else in
   eager PyTorch (debugging a model without inductor); any other option is an inductor config
   patch (`options={"max_autotune": True}`), as with `backend="inductor"`.
@@ -214,6 +232,15 @@ def _sdpa_refusal(node: torch.fx.Node, call: dict, measured: bool) -> str:
         call["scale"], backward, q.device))
 
 
+def _set_pair_meta(pair: torch.fx.Node, first: torch.fx.Node, replaced: torch.fx.Node, make_second) -> None:
+    """Dynamo's metadata for a tritile op returning (the replaced node's value, a second tensor)
+    and for `first` = pair[0]: inductor's pre-grad passes read "example_value"."""
+    first.meta.update(replaced.meta)
+    value = _tensor_meta(replaced)
+    if value is not None:
+        pair.meta["example_value"] = (value, make_second(value))
+
+
 def _rewrite_sdpa(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> Decision:
     """F.scaled_dot_product_attention -> tritile.attention(...)[0] (its autograd formula is
     tritile.attention_backward), or the reason it stays."""
@@ -228,7 +255,7 @@ def _rewrite_sdpa(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) ->
     with graph.inserting_before(node):
         both = graph.call_function(torch.ops.tritile.attention.default, (*operands, call["is_causal"], call["scale"]))
         out = graph.call_function(operator.getitem, (both, 0))
-    out.meta.update(node.meta)
+    _set_pair_meta(both, out, node, lambda o: o.new_empty(o.shape[:3], dtype=torch.float32))
     node.replace_all_uses_with(out)
     graph.erase_node(node)
     decision.kernel = "tritile.attention"
@@ -297,7 +324,7 @@ def _rewrite_linear(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) 
     with graph.inserting_before(chain[-1]):
         both = graph.call_function(torch.ops.tritile.linear.default, (x, weight, bias, residual, activation, keep_pre))
         fused = graph.call_function(operator.getitem, (both, 0))
-    fused.meta.update(chain[-1].meta)
+    _set_pair_meta(both, fused, chain[-1], lambda o: o.new_empty(o.shape if keep_pre else (0,)))
     chain[-1].replace_all_uses_with(fused)
     for done in reversed(chain):
         graph.erase_node(done)
