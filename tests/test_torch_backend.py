@@ -376,6 +376,19 @@ def test_attention_sdpa_does_faster_stays_with_the_fallback(monkeypatch):
            "SDPA is faster" in str(report)
 
 
+def test_a_kernel_that_fails_when_measured_leaves_the_op_to_the_fallback(monkeypatch):
+    from tritile.contrib import gemm_choice
+
+    def fail(*args):
+        raise RuntimeError("out of shared memory\nmore detail")
+
+    monkeypatch.setattr(gemm_choice, "choose_attention", fail)
+    inputs = [torch.randn(1, 2, 16, 16) for _ in range(3)]
+    report = torch_backend.explain(sdpa_model(), *inputs, fallback="eager")
+    (refused,) = report.fallback_ops
+    assert refused.reason == "tritile's kernel failed when measured on this shape (RuntimeError: out of shared memory)"
+
+
 @pytest.mark.gpu
 def test_transformer_block_on_the_gpu():
     """bf16 at a realistic shape, measured choices (each op tritile's only where not slower)."""

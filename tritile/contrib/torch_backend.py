@@ -97,8 +97,12 @@ def _measured_refusal(device: torch.device, tensors, choose) -> str:
     runs on real tensors, once per static shape."""
     if device.type == "cuda" and not _is_static(*tensors):
         return "a dynamic shape (tritile's kernels are measured per static shape; gemms='tritile' skips that)"
-    with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
-        return choose().reason
+    try:
+        with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
+            return choose().reason
+    except Exception as err:  # noqa: BLE001 - a kernel that fails to build or run here leaves the op to the rival
+        first_line = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"tritile's kernel failed when measured on this shape ({type(err).__name__}: {first_line})"
 
 
 def _gemm_refusal(a, b, measured: bool, rank: int = 2) -> str:
