@@ -167,6 +167,29 @@ def check_mm_arguments(a, b, rank: int = 2) -> None:
                          f"'a' of shape {list(a.shape)}")
 
 
+_GEMMS_REMEMBERED = 256
+_gemm_kernels: dict = {}  # (kernel function, shapes, dtype, transposes, device kind) -> JITKernel
+
+
+def _gemm(kernel_fn, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`kernel_fn` (`matmul` / `batched_matmul`) on checked operands, transposed views read in
+    place.  The compiled kernel is remembered per shape, dtype, layout and device kind: a repeated
+    call (every step of a model) skips the tile choice and the eager JIT's specialisation, which
+    cost more host time than a small GEMM's launch."""
+    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
+    key = (kernel_fn, a.shape, b.shape, a.dtype, trans_a, trans_b, a.device.type)
+    kernel = _gemm_kernels.get(key)
+    if kernel is None:
+        M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+        N = b.shape[-2] if trans_b else b.shape[-1]
+        config = tile_config(a.device.type, M, N, K, a.dtype)
+        if len(_gemm_kernels) >= _GEMMS_REMEMBERED:
+            _gemm_kernels.clear()
+        kernel = _gemm_kernels[key] = kernel_fn.kernel_for(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a,
+                                                           trans_B=trans_b, **config)
+    return kernel(a, b)
+
+
 @torch.library.custom_op("tritile::mm", mutates_args=())
 def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` by the tritile GEMM kernel."""
@@ -174,9 +197,7 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (M, K), N = a.shape, b.shape[1]
     if M == 0 or N == 0 or K == 0:  # no tiles to launch; an empty sum is zero
         return a.new_zeros((M, N))
-    config = tile_config(a.device.type, M, N, K, a.dtype)
-    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
-    return matmul(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a, trans_B=trans_b, **config)
+    return _gemm(matmul, a, b)
 
 
 @mm.register_fake
@@ -206,10 +227,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (batch, M, K), N = a.shape, b.shape[2]
     if batch == 0 or M == 0 or N == 0 or K == 0:
         return a.new_zeros((batch, M, N))
-    config = tile_config(a.device.type, M, N, K, a.dtype)
-    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
-    return batched_matmul(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a, trans_B=trans_b,
-                          **config)
+    return _gemm(batched_matmul, a, b)
 
 
 @bmm.register_fake
