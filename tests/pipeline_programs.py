@@ -35,6 +35,7 @@ class LoopSpec:
     order: Optional[list] = None
     stage: Optional[list] = None
     bind_offset: bool = False  # `kk = k * BK` as a replayed scalar Let
+    promote_every: int = 0  # after the gemm, `if (k + 1) % n == 0: total += C_local; C_local = 0` (FP8 promotion)
 
 
 @dataclass
@@ -104,6 +105,13 @@ def _mul(a, b):
     return ir.BinOp("*", a, b if isinstance(b, ir.Expr) else ir.Const(b))
 
 
+def _accumulate(dst, src) -> ir.Parallel:
+    """``for i, j in T.Parallel(...): dst[i, j] += src[i, j]`` over two fragments of one shape."""
+    i, j = ir.Var("i"), ir.Var("j")
+    value = ir.BinOp("+", ir.Load(dst, (i, j), float32), ir.Load(src, (i, j), float32), float32)
+    return ir.Parallel((i, j), dst.shape, ir.Seq([ir.Store(dst, (i, j), value)]), loc=LOC)
+
+
 def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_after: bool = False,
                  staged_store: bool = False) -> Program:
     """C = A @ B over the K tiles of `loops` (masked where guarded), times `outer`; with
@@ -122,6 +130,10 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
     B_s = ir.Buffer("B_shared", (bk, bn), float16, "shared")
     C_l = ir.Buffer("C_local", (bm, bn), float32, "fragment")
     body = [ir.Alloc(A_s), ir.Alloc(B_s), ir.Alloc(C_l), ir.Fill(ir.Region.full(C_l), ir.Const(0.0, float32))]
+    total_l = ir.Buffer("total", (bm, bn), float32, "fragment")
+    promotes = any(spec.promote_every for spec in loops)
+    if promotes:
+        body += [ir.Alloc(total_l), ir.Fill(ir.Region.full(total_l), ir.Const(0.0, float32))]
     if read_after:
         body.append(ir.Fill(ir.Region.full(A_s), ir.Const(0.0, float16)))
     dims, inner, base = {}, [], 0
@@ -147,6 +159,10 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
         if spec.guarded:
             cond = ir.BinOp("!=", ir.Load(mask, (kt,), int32), ir.Const(0), bool_)
             stmts = [ir.If(cond, ir.Seq(stmts), loc=LOC)]
+        if spec.promote_every:
+            due = ir.BinOp("==", ir.BinOp("%", _add(k, 1), ir.Const(spec.promote_every)), ir.Const(0), bool_)
+            stmts.append(ir.If(due, ir.Seq([_accumulate(total_l, C_l), ir.Fill(ir.Region.full(C_l), ir.Const(0.0, float32))]),
+                               loc=LOC))
         inner.append(ir.For(k, ir.Const(0), stop, ir.Seq(stmts), kind="pipelined", num_stages=spec.num_stages,
                             order=spec.order, stage=spec.stage, loc=LOC))
         base += spec.trips
@@ -154,6 +170,8 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
         body.append(ir.For(ir.Var("r"), ir.Const(0), ir.Const(outer), ir.Seq(inner), loc=LOC))
     else:
         body += inner
+    if promotes:
+        body.append(_accumulate(C_l, total_l))
     if staged_store:
         S_s = ir.Buffer("C_shared", (bm, bn), float32, "shared")
         body += [ir.Alloc(S_s), ir.Copy(ir.Region.full(C_l), ir.Region.full(S_s)),

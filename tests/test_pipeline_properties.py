@@ -60,7 +60,8 @@ def loop_specs(draw):
     depth = max(stage) + 1 if stage is not None else stages
     trips = draw(st.sampled_from([0, 1, max(depth - 1, 0), depth, 5, 6]))
     return LoopSpec(0 if manual else stages, trips, guarded=draw(st.booleans()), dynamic=draw(st.booleans()),
-                    order=order, stage=stage, bind_offset=draw(st.booleans()))
+                    order=order, stage=stage, bind_offset=draw(st.booleans()),
+                    promote_every=0 if manual else draw(st.sampled_from([0, 0, 1, 2, 3])))
 
 
 @st.composite

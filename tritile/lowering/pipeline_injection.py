@@ -70,7 +70,7 @@ from dataclasses import dataclass
 
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
-from tritile.ir.transform import Transformer, substitute_vars
+from tritile.ir.transform import Transformer, substitute_vars, walk
 from tritile.lowering.buffer_versioning import versioned_by
 from tritile.lowering.consumer_partitions import several_warpgroups
 from tritile.lowering.pipeline_planning import (
@@ -152,6 +152,18 @@ class _Inst:
     unit: _Unit
     step: int
     certain: bool
+
+
+def _waits_in_branches(u: _Unit) -> bool:
+    """Whether the wait for the gemms unit `u` conflicts with can go inside its branches: `u`
+    is a user `if` whose condition reads no buffer (only its branches touch the gemms'
+    accumulators or operands).  FP8 GEMM's every-n-steps promotion (`if (k + 1) % n == 0:
+    total += partial`) then retires its wgmmas only in the steps that promote, and the
+    tensor cores keep one wgmma in flight across the other steps."""
+    if u.producer or u.async_gemm:
+        return False
+    core = split_unit(u.stmt).core
+    return isinstance(core, ir.If) and not any(isinstance(n, ir.Load) for n in walk(core.cond))
 
 
 class _Pipeline:
@@ -282,20 +294,29 @@ class _Pipeline:
                                         loc=self.loop.loc))
                 covered = k
             hits = [i for i, g in enumerate(pending) if self._mma_conflict(g, u, step)]
+            branch_wait = None
             if hits:
                 newer = pending[hits[-1] + 1:]
-                out.append(ir.WaitMMA(sum(g.certain for g in newer), loc=self.loop.loc))
-                pending[:] = newer
-            out.append(self._instance(u, t, guard(u)))
+                wait = ir.WaitMMA(sum(g.certain for g in newer), loc=self.loop.loc)
+                if _waits_in_branches(u):
+                    branch_wait = wait  # the gemms stay possibly pending: `pending` is kept
+                else:
+                    out.append(wait)
+                    pending[:] = newer
+            out.append(self._instance(u, t, guard(u), branch_wait))
             if u.async_gemm:
                 pending.append(_Inst(u, step, certain and not u.guarded))
         return out
 
-    def _instance(self, u: _Unit, t: ir.Expr, guard) -> ir.Stmt:
+    def _instance(self, u: _Unit, t: ir.Expr, guard, branch_wait: ir.WaitMMA = None) -> ir.Stmt:
         i = _sub(t, u.stage)
         stmt = fold(substitute_vars(u.stmt, {self.loop.var: _var_value(self.loop, i)}))
         parts = split_unit(stmt)
         core = parts.core
+        if branch_wait is not None:
+            core = dataclasses.replace(core, then_body=ir.Seq([branch_wait] + core.then_body.stmts),
+                                       else_body=None if core.else_body is None
+                                       else ir.Seq([branch_wait] + core.else_body.stmts))
         if u.producer:
             slot = core.dst.starts[0] if core.dst.buffer in self.versioned else None
             core = ir.AsyncCopy(core.src, core.dst, iteration=i, slot=slot, loc=core.loc)
