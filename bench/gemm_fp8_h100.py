@@ -22,6 +22,7 @@ import tritile
 from tritile import switches
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
+from tritile.ops.matmul import matmul
 from timing import load_example, median_batched_ms, save
 
 # (label, the example's tile config with these changes, schedule switches it is compiled under);
@@ -42,6 +43,13 @@ VARIANTS = [
     ("k64-p2-5st", dict(block_K=64, num_stages=5, promote_every=2), {}),
     ("pK-4st", dict(num_stages=4, promote_every=None), {}),  # None: K // block_K
 ]
+
+
+# the same GEMM without promotion or scales, fp8 out (tritile.ops.matmul): the speed of the
+# mainloop alone at the 128x256 tile a promoting kernel cannot hold in registers (TileLang's
+# 1316 TFLOP/s config) and at ours - bytes each tile reads through L2 per flop differ by 4/3
+PLAIN = [("plain-128x256-3st", dict(block_M=128, block_N=256, block_K=128, num_stages=3, threads=256)),
+         ("plain-128x128-4st", dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256))]
 
 
 def _accuracy(c, exact) -> dict:
@@ -71,7 +79,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--sizes", default="4096,8192")
-    parser.add_argument("--variants", default=",".join(label for label, _, _ in VARIANTS))
+    parser.add_argument("--variants", default=",".join([label for label, _, _ in VARIANTS] + [label for label, _ in PLAIN]))
     args = parser.parse_args(argv)
     chosen = args.variants.split(",")
     G = load_example("gemm_fp8")
@@ -100,6 +108,19 @@ def main(argv=None):
                 t = median_batched_ms(lambda: kernel(a8, b8, scales))  # noqa: B023
                 entry.update(ms=round(t, 4), tflops=round(flops / t / 1e9, 1), ratio=round(ms / t, 3))
             except Exception as exc:  # one variant's failure (shared memory, a compile error) is a result too
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            print(json.dumps({"size": n, **entry}), flush=True)
+            row["tritile"].append(entry)
+        for label, config in PLAIN:
+            if label not in chosen:
+                continue
+            entry = {"variant": label, "config": config}
+            try:
+                kernel = matmul.compile(M=n, N=n, K=n, dtype="float8_e4m3", trans_B=True, **config)
+                kernel(a8, b8)
+                t = median_batched_ms(lambda: kernel(a8, b8))  # noqa: B023
+                entry.update(ms=round(t, 4), tflops=round(flops / t / 1e9, 1), ratio=round(ms / t, 3))
+            except Exception as exc:
                 entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             print(json.dumps({"size": n, **entry}), flush=True)
             row["tritile"].append(entry)
