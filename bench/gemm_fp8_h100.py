@@ -4,7 +4,7 @@ Per-tensor scales, fp16 out, 4096^3 and 8192^3: TFLOP/s of cuBLASLt and of each 
 (tile configs, stages, promotion interval, schedule switches), and the accuracy of each against
 an fp64 product of the same fp8 values (the largest error relative to max |C|).  Times are the
 median per call of batches of back-to-back calls (`median_batched_ms`); cuBLASLt is timed before
-and after the variants of a size (`cublaslt_ms_after`: the GPU's heat moves both alike).
+and after the variants of a size (`ms_after`: the GPU's heat moves both alike).
 
     PYTHONPATH=$PWD python bench/gemm_fp8_h100.py --out bench/results/gemm_fp8_h100.json
 
