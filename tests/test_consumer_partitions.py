@@ -205,10 +205,15 @@ def test_by_default_kernels_of_several_warpgroups_get_a_producer(monkeypatch):
     assert "warp_specialization" not in run_passes(row_max_ir(threads=128), H100)[-1][1].attrs
 
 
-def fp8_gemm_ir(M=256, N=256, K=1024):
-    from examples.gemm_fp8 import gemm_fp8, tile_config
+# examples/gemm_fp8.py's CUDA tiles promoting every 4 k-steps on 3 stages: steps that promote and
+# steps that skip (its default promotes every step)
+FP8_PROMOTE_4 = dict(block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4)
 
-    return gemm_fp8(M, N, K, **tile_config("cuda")).stages[0][1]
+
+def fp8_gemm_ir(M=256, N=256, K=1024):
+    from examples.gemm_fp8 import gemm_fp8
+
+    return gemm_fp8(M, N, K, **FP8_PROMOTE_4).stages[0][1]
 
 
 def fp8_operands(M, N, K, seed=3):
@@ -222,8 +227,8 @@ def fp8_operands(M, N, K, seed=3):
 
 
 def test_fp8_gemm_rows_split_and_read_the_producers_a_tile_in_place(monkeypatch):
-    """FP8 GEMM (examples/gemm_fp8.py at its CUDA tiles: 128x128, two warpgroups, promotion
-    every 4 k-steps): by default its rows split across the two warpgroups, each gemm reading
+    """FP8 GEMM (examples/gemm_fp8.py at 128x128 tiles, two warpgroups, promotion every 4
+    k-steps): by default its rows split across the two warpgroups, each gemm reading
     its 64 rows of the producer's A tile where they are (no per-partition copy), B whole; the
     split program, run by the interpreter, equals the fp64 product of the same fp8 values."""
     monkeypatch.delenv("TRITILE_CONSUMER_PARTITIONS", raising=False)
