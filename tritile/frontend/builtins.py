@@ -385,34 +385,43 @@ def _atomic(kind):
 # and no seq_cst (acq_rel is its strongest order)
 _TRITON_SEM = {"relaxed": "relaxed", "consume": "acquire", "acquire": "acquire", "release": "release",
                "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
+# the orders TileLang accepts for an atomic load / store (C++'s rules)
+_LOAD_ORDERS = ("relaxed", "consume", "acquire", "seq_cst")
+_STORE_ORDERS = ("relaxed", "release", "seq_cst")
 
 
-def _memory_order(value, name, loc) -> str:
-    """Triton's `sem` for TileLang's `memory_order=` (None: relaxed, as CUDA's atomicAdd)."""
+class MemoryOrderError(CompileError, ValueError):
+    """A `memory_order=` an atomic does not take (TileLang raises ValueError, which its tests
+    expect)."""
+
+
+def _memory_order(value, name, loc, allowed=tuple(_TRITON_SEM), default=None) -> str:
+    """Triton's `sem` for TileLang's `memory_order=` (None: `default`, else relaxed as CUDA's
+    atomicAdd)."""
     if value is None:
-        return "relaxed"
-    if value not in _TRITON_SEM:
-        raise CompileError(f"{name} memory_order must be one of {', '.join(map(repr, _TRITON_SEM))}, got "
-                           f"{value!r}", loc)
+        value = default or "relaxed"
+    if value not in allowed:
+        raise MemoryOrderError(f"{name} does not support memory_order={value!r}; expected one of "
+                               f"{', '.join(map(repr, allowed))}", loc)
     return _TRITON_SEM[value]
 
 
 def _atomic_update(p, a, loc, kind):
     name = f"T.atomic_{kind}"
     p.require_kernel(name, loc)
-    if _bool(a["return_prev"], "return_prev", loc):
-        raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
     sem = _memory_order(a["memory_order"], name, loc)
     dst, value = a["dst"], a["value"]
     dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
     value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
         isinstance(value, acc.BufferAccess) and not value.is_point)
+    return_prev = _bool(a["return_prev"], "return_prev", loc)
     if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
-        indices = acc.element_indices(dst)
-        region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
-        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
-                            sem=sem))
-        return None
+        return _element_atomic(p, dst, value, loc, kind, sem, return_prev)
+    if return_prev:  # as TileLang, which raises NotImplementedError
+        raise CompileError(f"{name}(return_prev=True) needs one element of dst (a tile's previous values are "
+                           f"not returned)", loc)
+    if not value_is_tile and not isinstance(value, ir.Buffer):  # one value into every element of a region
+        return _broadcast_atomic(p, acc.region(dst, loc, f"{name} dst"), value, loc, kind, sem)
     value_region = acc.region(value, loc, f"{name} value")
     dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, f"{name} dst")
     if dst_region.tile_shape != value_region.tile_shape:
@@ -420,6 +429,59 @@ def _atomic_update(p, a, loc, kind):
                            f"{list(value_region.tile_shape)}", loc)
     p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind, sem=sem))
     return None
+
+
+def _element_atomic(p, dst, value, loc, kind, sem, return_prev):
+    """One element's atomic; with `return_prev` the element's value before it, bound once to a
+    fresh name (a value used twice is still one atomic)."""
+    indices = acc.element_indices(dst)
+    region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
+    prev = ir.Var(f"{dst.buffer.name}_prev", dst.buffer.dtype) if return_prev else None
+    p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
+                        sem=sem, prev=prev))
+    return prev
+
+
+def _broadcast_atomic(p, dst: ir.Region, value, loc, kind, sem):
+    """`T.atomic_add(A[0:M, 0:N], 1.0)`: every element of `dst` updated with one value, as a
+    `T.Parallel` over the region of element atomics."""
+    lanes = tuple(ir.Var(f"i{d}") for d in range(len(dst.extents)))
+    at = tuple(exprs.binary("+", start, lane, loc) for start, lane in zip(dst.starts, lanes))
+    update = ir.AtomicAdd(ir.Region(dst.buffer, at, tuple(1 for _ in at)),
+                          exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind, sem=sem)
+    p.emit(ir.Parallel(lanes, tuple(dst.extents), ir.Seq([update], loc=loc), loc=loc))
+
+
+def atomic_load(p, a, loc):
+    """`T.atomic_load(src, memory_order)`: the element's value, read by an atomic that adds the
+    identity (-0.0 for floats: x + -0.0 is x, -0.0 included; 0 for integers) with the order:
+    Triton has no ordered plain load."""
+    p.require_kernel("T.atomic_load", loc)
+    sem = _memory_order(a["memory_order"], "atomic_load", loc, _LOAD_ORDERS)
+    src = a["src"]
+    if not (isinstance(src, acc.BufferAccess) and src.is_point):
+        src = _whole_element(src, "T.atomic_load src", loc)
+    dtype = src.buffer.dtype
+    identity = exprs.make_const(-0.0 if dtype.is_float else 0, dtype)
+    return _element_atomic(p, src, identity, loc, "add", sem, return_prev=True)
+
+
+def atomic_store(p, a, loc):
+    """`T.atomic_store(dst, src, memory_order)`: an atomic exchange whose old value is dropped."""
+    p.require_kernel("T.atomic_store", loc)
+    sem = _memory_order(a["memory_order"], "atomic_store", loc, _STORE_ORDERS)
+    dst = a["dst"]
+    if not (isinstance(dst, acc.BufferAccess) and dst.is_point):
+        dst = _whole_element(dst, "T.atomic_store dst", loc)
+    _element_atomic(p, dst, a["src"], loc, "exchange", sem, return_prev=False)
+
+
+def _whole_element(operand, what, loc) -> acc.BufferAccess:
+    """A one-element buffer or region named as a whole, as its element."""
+    region = acc.region(operand, loc, what)
+    if any(e != 1 for e in region.extents):
+        raise CompileError(f"{what} must be one element, got {region.buffer.name}{list(region.extents)}", loc)
+    return acc.BufferAccess(region.buffer, tuple(region.starts), loc)
 
 
 def _vector_head(operand, lanes, what, loc) -> tuple:
@@ -706,6 +768,7 @@ HANDLERS = {
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
+    "atomic_load": atomic_load, "atomic_store": atomic_store,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,

@@ -155,6 +155,43 @@ class Memory:
         else:
             tensor.index_put_(tuple(lanes), V.round_tensor(value, buffer.dtype).to(tensor.dtype))
 
+    def atomic(self, buffer: ir.Buffer, indices: list, value, mask, stmt, kind: str):
+        """An atomic update of `kind` ("add", "max", "min", "exchange") of the addressed elements
+        (`store`'s rules), one per lane; returns each lane's previous value (0 for inactive or
+        out-of-bounds lanes).  Lanes of one element take effect one after another in row-major
+        lane order, each seeing the rounded result of the ones before it."""
+        prev = self.load(buffer, indices, mask, stmt)
+        if V.is_tensor(prev):
+            prev = prev.clone()  # a load may be a view of the storage the update writes
+        if not any(V.is_tensor(x) and x.dim() for x in (value, *indices)):
+            self.store(buffer, indices, value, mask, stmt, accumulate=kind != "exchange" and kind)
+            return prev
+        tensor, flat = self._element_view(buffer, indices, stmt)
+        shape = torch.broadcast_shapes(*(V.as_tensor(x).shape for x in (value, *flat)),
+                                       *(() if mask is None else (mask.shape,)))
+        lanes, valid = self._lanes(buffer, [V.as_tensor(i).expand(shape) for i in flat], tensor.shape, mask, stmt)
+        active = valid if mask is None else (mask if valid is None else mask & valid)
+        active = torch.ones(shape, dtype=torch.bool) if active is None else active.expand(shape)
+        points = torch.stack([i.expand(shape)[active] for i in lanes], dim=1)
+        if torch.unique(points, dim=0).shape[0] == points.shape[0]:  # every lane its own element
+            self.store(buffer, indices, value, mask, stmt, accumulate=kind != "exchange" and kind)
+            return prev
+        compute = V.compute_dtype(buffer.dtype)
+        prev = V.as_tensor(prev, compute).expand(shape).clone()
+        values = V.as_tensor(value, compute).expand(shape)[active]
+        current, seen, after = {}, [], []
+        for point, new in zip(map(tuple, points.tolist()), values):
+            old = current.get(point, V.from_storage(tensor[point], buffer.dtype))
+            seen.append(old)
+            current[point] = V.round_tensor(new if kind == "exchange" else combine(kind, old, new), buffer.dtype)
+        for point in map(tuple, points.tolist()):
+            after.append(current[point])  # every lane of an element writes the element's last value
+        prev[active] = torch.stack(seen).to(compute)
+        final = torch.zeros(shape, dtype=compute)
+        final[active] = torch.stack(after).to(compute)
+        self.store(buffer, indices, final, active, stmt)
+        return prev
+
     @staticmethod
     def _store_box(tensor, buffer, box, value, mask, accumulate):
         """Store lanes that address a dense box one-to-one: a sliced write, no scatter."""

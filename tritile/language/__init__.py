@@ -400,6 +400,18 @@ def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=Non
 
 
 @_tile_op
+def atomic_load(src, memory_order="seq_cst"):
+    """The value of one element of `src`, read atomically with `memory_order` ("relaxed",
+    "consume", "acquire" or "seq_cst")."""
+
+
+@_tile_op
+def atomic_store(dst, src, memory_order="seq_cst"):
+    """Write `src` to one element of `dst` atomically with `memory_order` ("relaxed", "release"
+    or "seq_cst")."""
+
+
+@_tile_op
 def atomic_addx2(dst, value, return_prev=False):
     """`dst[..., j:j + 2] += value[..., j:j + 2]` (head addresses or 2-element regions)."""
 
