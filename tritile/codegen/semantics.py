@@ -345,6 +345,17 @@ def lower_cast(em, e: ir.Cast) -> Val:
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
 
 
+def atomic_function(em, s: ir.AtomicAdd) -> str:
+    """The `tl.atomic_*` / `gl.atomic_*` function of atomic `s` ("exchange": atomic_xchg).
+    Triton's atomics take no 8-bit or 16-bit integers, and of 16-bit floats only add."""
+    dtype = s.dst.buffer.dtype
+    name = f"T.atomic_{s.kind}" if s.kind != "exchange" else "T.atomic_store"
+    if dtype.bits < 16 or dtype.bits == 16 and (dtype.is_int or s.kind != "add") or dtype.kind == "bool":
+        raise CompileError(f"{name} of {dtype} is not supported by the {em.backend} backend (Triton's atomics "
+                           f"take no 8- / 16-bit integers, and of 16-bit floats only add)", s.loc)
+    return f"{em.lang}.atomic_{'xchg' if s.kind == 'exchange' else s.kind}"
+
+
 def lower_device_assert(em, s: ir.DeviceAssert):
     """`T.device_assert` -> Triton's device_assert (compiled only with TRITON_DEBUG=1); inside
     T.Parallel only the lanes that run the statement (`em.par.cond`) must satisfy it."""

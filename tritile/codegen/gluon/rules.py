@@ -1199,25 +1199,34 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
         raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+    op = semantics.atomic_function(em, s)
+    dt = GL_DTYPES[dst.buffer.dtype.name]
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
-        dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
+        em.emit(f"{op}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
     offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
-    dt = GL_DTYPES[dst.buffer.dtype.name]
-    value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+    prev = "" if s.prev is None else f"{em.define(s.prev)} = "
     par = em.par
-    if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
-        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, sem={s.sem!r})")
+    if par is None:  # one atomic of the program
+        em.emit(f"{prev}{op}({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}), "
+                f"sem={s.sem!r})")
         return
-    # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
-    mask = _full_bool(em, par.write_mask, par)
-    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask}, sem={s.sem!r})")
+    # one atomic per lane, also where address and value are the same on every lane (TileLang's
+    # T.Parallel runs every iteration); the lanes of the `if`s inside the loop, not the pad lanes
+    shape = padded_shape(par.loop.extents)
+    ptr = f"{em.name(dst.buffer)} + (gl.zeros({shape}, gl.int32, layout={par.layout_name}) + {offs})"
+    value = _full(em.expr(s.value), s.value.dtype, dst.buffer.dtype, par)
+    mask = semantics.bounds_mask(em, dst.starts, idx, dst.buffer)
+    if par.write_mask:
+        mask += f" & {par.write_mask}"
+    em.emit(f"{prev}{op}({ptr}, {value}, mask={_full_bool(em, mask, par)}, sem={s.sem!r})")
+    if s.prev is not None:
+        em.let_dims[id(s.prev)] = frozenset(range(len(par.loop.vars)))
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
