@@ -273,6 +273,11 @@ def copy(p, a, loc):
         raise CompileError(f"T.copy shape mismatch: source {src_region.buffer.name} tile "
                            f"{list(src_region.tile_shape)} vs destination {dst_region.buffer.name} tile "
                            f"{list(dst_region.tile_shape)}", loc)
+    if all(e == 1 for e in src_region.extents + dst_region.extents):  # one element (`T.copy(A, A_local)`)
+        p.emit(ir.Store(dst_region.buffer, dst_region.starts, exprs.cast(
+            ir.Load(src_region.buffer, src_region.starts, src_region.buffer.dtype), dst_region.buffer.dtype, loc),
+            loc=loc))
+        return None
     p.emit(ir.Copy(src_region, dst_region, loc=loc))
     return None
 
@@ -308,13 +313,22 @@ def gemm(p, a, loc):
 def fill(p, a, loc):
     p.require_kernel("T.fill", loc)
     dst = acc.region(a["buffer"], loc, "T.fill buffer")
-    p.emit(ir.Fill(dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc=loc))
+    _fill(p, dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc)
 
 
 def clear(p, a, loc):
     p.require_kernel("T.clear", loc)
     dst = acc.region(a["buffer"], loc, "T.clear buffer")
-    p.emit(ir.Fill(dst, exprs.make_const(0, dst.buffer.dtype), loc=loc))
+    _fill(p, dst, exprs.make_const(0, dst.buffer.dtype), loc)
+
+
+def _fill(p, dst: ir.Region, value, loc):
+    """An on-chip region's `ir.Fill`; a global region's elements stored in a `T.Parallel` (what
+    the backends write global memory with)."""
+    if dst.buffer.scope == "global":
+        p.emit(_each_element(dst, lambda at: ir.Store(dst.buffer, at, value, loc=loc), loc))
+    else:
+        p.emit(ir.Fill(dst, value, loc=loc))
 
 
 def _reduce(kind):
@@ -427,29 +441,37 @@ def _atomic_update(p, a, loc, kind):
     if dst_region.tile_shape != value_region.tile_shape:
         raise CompileError(f"{name} shape mismatch: dst {list(dst_region.tile_shape)} vs value "
                            f"{list(value_region.tile_shape)}", loc)
+    if all(e == 1 for e in value_region.extents + dst_region.extents):  # one element (`T.atomic_add(B, A_local)`)
+        value = ir.Load(value_region.buffer, value_region.starts, value_region.buffer.dtype)
+        return _element_atomic(p, dst_region, value, loc, kind, sem, return_prev=False)
     p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind, sem=sem))
     return None
 
 
 def _element_atomic(p, dst, value, loc, kind, sem, return_prev):
-    """One element's atomic; with `return_prev` the element's value before it, bound once to a
-    fresh name (a value used twice is still one atomic)."""
-    indices = acc.element_indices(dst)
-    region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
+    """The atomic of element `dst` (a point access or a one-element Region); with
+    `return_prev` the element's value before it, bound once to a fresh name (a value used twice
+    is still one atomic)."""
+    region = dst if isinstance(dst, ir.Region) else ir.Region(dst.buffer, acc.element_indices(dst),
+                                                              tuple(1 for _ in dst.items))
     prev = ir.Var(f"{dst.buffer.name}_prev", dst.buffer.dtype) if return_prev else None
     p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
                         sem=sem, prev=prev))
     return prev
 
 
-def _broadcast_atomic(p, dst: ir.Region, value, loc, kind, sem):
-    """`T.atomic_add(A[0:M, 0:N], 1.0)`: every element of `dst` updated with one value, as a
-    `T.Parallel` over the region of element atomics."""
+def _each_element(dst: ir.Region, statement, loc) -> ir.Parallel:
+    """A `T.Parallel` over the elements of `dst`, each the statement `statement(indices)`."""
     lanes = tuple(ir.Var(f"i{d}") for d in range(len(dst.extents)))
     at = tuple(exprs.binary("+", start, lane, loc) for start, lane in zip(dst.starts, lanes))
-    update = ir.AtomicAdd(ir.Region(dst.buffer, at, tuple(1 for _ in at)),
-                          exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind, sem=sem)
-    p.emit(ir.Parallel(lanes, tuple(dst.extents), ir.Seq([update], loc=loc), loc=loc))
+    return ir.Parallel(lanes, tuple(dst.extents), ir.Seq([statement(at)], loc=loc), loc=loc)
+
+
+def _broadcast_atomic(p, dst: ir.Region, value, loc, kind, sem):
+    """`T.atomic_add(A[0:M, 0:N], 1.0)`: every element of `dst` updated with one value."""
+    value = exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc)
+    p.emit(_each_element(dst, lambda at: ir.AtomicAdd(ir.Region(dst.buffer, at, tuple(1 for _ in at)), value,
+                                                      loc=loc, kind=kind, sem=sem), loc))
 
 
 def atomic_load(p, a, loc):
@@ -460,7 +482,7 @@ def atomic_load(p, a, loc):
     sem = _memory_order(a["memory_order"], "atomic_load", loc, _LOAD_ORDERS)
     src = a["src"]
     if not (isinstance(src, acc.BufferAccess) and src.is_point):
-        src = _whole_element(src, "T.atomic_load src", loc)
+        src = _one_element(src, "T.atomic_load src", loc)
     dtype = src.buffer.dtype
     identity = exprs.make_const(-0.0 if dtype.is_float else 0, dtype)
     return _element_atomic(p, src, identity, loc, "add", sem, return_prev=True)
@@ -472,16 +494,16 @@ def atomic_store(p, a, loc):
     sem = _memory_order(a["memory_order"], "atomic_store", loc, _STORE_ORDERS)
     dst = a["dst"]
     if not (isinstance(dst, acc.BufferAccess) and dst.is_point):
-        dst = _whole_element(dst, "T.atomic_store dst", loc)
+        dst = _one_element(dst, "T.atomic_store dst", loc)
     _element_atomic(p, dst, a["src"], loc, "exchange", sem, return_prev=False)
 
 
-def _whole_element(operand, what, loc) -> acc.BufferAccess:
-    """A one-element buffer or region named as a whole, as its element."""
+def _one_element(operand, what, loc) -> ir.Region:
+    """A one-element buffer or region named as a whole."""
     region = acc.region(operand, loc, what)
     if any(e != 1 for e in region.extents):
         raise CompileError(f"{what} must be one element, got {region.buffer.name}{list(region.extents)}", loc)
-    return acc.BufferAccess(region.buffer, tuple(region.starts), loc)
+    return region
 
 
 def _vector_head(operand, lanes, what, loc) -> tuple:
