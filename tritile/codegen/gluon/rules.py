@@ -1199,13 +1199,13 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
         raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
-    op = semantics.atomic_function(em, s)
     dt = GL_DTYPES[dst.buffer.dtype.name]
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
-        em.emit(f"{op}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
+        rank = len(s.value.buffer.shape if s.value.buffer.scope == "fragment" else s.value.tile_shape)
+        em.emit(semantics.atomic_text(em, s, ptr, f"{value}.to({dt})", mask, rank))
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
@@ -1213,8 +1213,8 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     prev = "" if s.prev is None else f"{em.define(s.prev)} = "
     par = em.par
     if par is None:  # one atomic of the program
-        em.emit(f"{prev}{op}({em.name(dst.buffer)} + {offs}, gl.to_tensor({em.expr(s.value).text}).to({dt}), "
-                f"sem={s.sem!r})")
+        value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+        em.emit(prev + semantics.atomic_text(em, s, f"{em.name(dst.buffer)} + {offs}", value, None, 0))
         return
     # one atomic per lane, also where address and value are the same on every lane (TileLang's
     # T.Parallel runs every iteration); the lanes of the `if`s inside the loop, not the pad lanes
@@ -1224,7 +1224,7 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     mask = semantics.bounds_mask(em, dst.starts, idx, dst.buffer)
     if par.write_mask:
         mask += f" & {par.write_mask}"
-    em.emit(f"{prev}{op}({ptr}, {value}, mask={_full_bool(em, mask, par)}, sem={s.sem!r})")
+    em.emit(prev + semantics.atomic_text(em, s, ptr, value, _full_bool(em, mask, par), len(shape)))
     if s.prev is not None:
         em.let_dims[id(s.prev)] = frozenset(range(len(par.loop.vars)))
 

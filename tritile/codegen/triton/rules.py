@@ -571,11 +571,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     buf = dst.buffer
     if buf.scope != "global":
         raise unsupported(f"T.atomic_{s.kind} into {buf.scope} buffer {buf.name}", s.loc)
-    op = semantics.atomic_function(em, s)
     if isinstance(s.value, ir.Region):
         value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"{op}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask}, sem={s.sem!r})")
+        em.emit(semantics.atomic_text(em, s, ptr, cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl'), mask,
+                                      len(shape)))
         return
     idx = [em.expr(x) for x in dst.starts]
     v = em.expr(s.value)
@@ -583,15 +583,16 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     prev = "" if s.prev is None else f"{em.define(s.prev)} = "
     par = em.par
     if par is None:  # one atomic of the program
-        em.emit(f"{prev}{op}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')}, "
-                f"sem={s.sem!r})")
+        value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')
+        em.emit(prev + semantics.atomic_text(em, s, ptr, value, None, 0))
         return
     # one atomic per lane, also where address and value are the same on every lane (TileLang's
     # T.Parallel runs every iteration)
     full = par.shape
     mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
-    em.emit(f"{prev}{op}(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
-            f"mask=tl.full({full}, True, tl.int1) & {mask}, sem={s.sem!r})")
+    em.emit(prev + semantics.atomic_text(em, s, f"tl.broadcast_to({ptr}, {full})",
+                                         em.splat(s.value, v, buf.dtype, full),
+                                         f"tl.full({full}, True, tl.int1) & {mask}", len(full)))
     if s.prev is not None:
         em.let_dims[id(s.prev)] = frozenset(range(len(full)))
 
