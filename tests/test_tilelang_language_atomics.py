@@ -8,7 +8,8 @@ testing/python/language/test_tilelang_language_atomic.py writes them, against to
   order the operation does not take);
 * one value into every element of a region (`T.atomic_add(A[0:M, 0:N], 1.0)`);
 * an element atomic inside `T.Parallel` runs once per lane, also where its address and value
-  are the same on every lane.
+  are the same on every lane;
+* 16-bit float max / min / store (a compare-and-swap loop on the GPU).
 
 Each kernel runs on the `device` fixture's tensors (CPU: the tile-IR interpreter; CUDA: the GPU
 kernel) and, on CPU, through the triton backend in Triton's interpreter; every kernel is
@@ -291,6 +292,64 @@ def test_element_atomic_runs_once_per_lane(backend, device):
     torch.testing.assert_close(count, start + torch.tensor([3 * 24.0, 3 * 2.0 * 10], device=device))
 
 
+# ------------------------------------------------------------------------------ 16-bit floats
+
+
+def half_extrema(K, M, N, block, dtype):
+    """K slices folded into C (max, old values kept), D (min) and the contended E[0] (max over
+    every lane and block), and written to F by `T.atomic_store`: a compare-and-swap loop on the
+    GPU, Triton's atomics taking only add of 16-bit floats."""
+
+    @T.prim_func
+    def main(A: T.Tensor((K, M, N), dtype), C: T.Tensor((M, N), dtype), P: T.Tensor((K, M, N), dtype),
+             D: T.Tensor((M, N), dtype), E: T.Tensor((1,), dtype), F: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block), T.ceildiv(N, block), K, threads=32) as (bx, by, bk):
+            for i, j in T.Parallel(block, block):
+                r = bx * block + i
+                c = by * block + j
+                if r < M and c < N:
+                    P[bk, r, c] = T.atomic_max(C[r, c], A[bk, r, c], return_prev=True)
+                    T.atomic_min(D[r, c], A[bk, r, c], memory_order="release")
+                    T.atomic_max(E[0], A[bk, r, c])
+                    if bk == 0:
+                        T.atomic_store(F[r, c], A[bk, r, c])
+
+    return main
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [T.float16, T.bfloat16])
+def test_16bit_float_max_min_store(dtype, backend, device):
+    if backend == "triton" and dtype == T.bfloat16 and device == "cpu":
+        pytest.skip("Triton's interpreter has no bfloat16 atomics (numpy has no bfloat16)")
+    K, M, N = 3, 20, 12
+    torch_dtype = getattr(torch, dtype)
+    a = torch.randn(K, M, N, device=device).to(torch_dtype)
+    c, d, f = (torch.randn(M, N, device=device).to(torch_dtype) for _ in range(3))
+    e = torch.full((1,), -100.0, device=device).to(torch_dtype)
+    p = torch.randn(K, M, N, device=device).to(torch_dtype)
+    c0, d0 = c.clone(), d.clone()
+    _run(half_extrema(K, M, N, 16, dtype), backend, device, a, c, p, d, e, f)
+    assert torch.equal(c, torch.maximum(c0, a.amax(0)))
+    assert torch.equal(d, torch.minimum(d0, a.amin(0)))
+    assert torch.equal(e, a.amax().reshape(1))
+    assert torch.equal(f, a[0])
+    # each block's old value: C's start or another block's value, never above the final max
+    before = (p == c0) | (p[:, None] == a[None]).any(1)
+    assert before.all() and (p <= c).all()
+
+
+def test_narrow_integer_atomics_are_a_compile_error():
+    @T.prim_func
+    def main(A: T.Tensor((16,), T.int16)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(16):
+                T.atomic_add(A[i], 1)
+
+    with pytest.raises(tritile.CompileError, match=r"(?s)atomics.py:\d+: no backend.*T.atomic_add of int16 is not supp"):
+        tritile.compile(main, target="cuda:90").get_source("ptx")
+
+
 # ------------------------------------------------------------------------------ code generation
 
 
@@ -303,3 +362,4 @@ def test_atomics_compile_for_hopper():
     _compiles_for_hopper(flag_handoff(7))
     _compiles_for_hopper(region_update(48, 40, 32, 32, "atomic_min", 0.25))
     _compiles_for_hopper(counted_lanes(24, 10))
+    _compiles_for_hopper(half_extrema(3, 20, 12, 16, T.bfloat16))
