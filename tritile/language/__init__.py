@@ -21,7 +21,7 @@ import math
 from tritile.ir import nodes as _ir
 from tritile.ir import dtypes as _dtypes
 from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
-    DType, as_dtype, bfloat16, bool_, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
+    DType, as_dtype, bfloat16, bool_, float4_e2m1fn, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
     float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64,
 )
 
