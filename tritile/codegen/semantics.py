@@ -418,6 +418,15 @@ def zero_literal(dtype) -> str:
     return "0.0" if dtype.is_float else "0"
 
 
+def out_of_bounds_literal(buf) -> str:
+    """The `other` of a masked load of global `buf`: its `T.annotate_safe_value` converted to
+    its dtype (the interpreter's `memory.out_of_bounds_value`), else 0."""
+    if buf.safe_value is None:
+        return zero_literal(buf.dtype)
+    value = round_scalar(buf.safe_value, buf.dtype)
+    return repr(float(value)) if buf.dtype.is_float else repr(int(value))
+
+
 def reduction_identity(kind: str, dtype) -> str:
     """The value the pad lanes of a padded tile (ir/padding.py) take in a `T.reduce_<kind>`
     over `dtype` (for abssum / absmax: of the |x| tile), so that they change no result."""

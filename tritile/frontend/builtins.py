@@ -570,6 +570,25 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def annotate_safe_value(p, a, loc):
+    """`T.annotate_safe_value({A: v})`: out-of-bounds reads of global tensor A give v (for the
+    whole kernel; TileLang scopes it to the enclosing block)."""
+    p.require_kernel("T.annotate_safe_value", loc)
+    safe_values = a["safe_value_map"]
+    if not isinstance(safe_values, dict):
+        raise CompileError("T.annotate_safe_value takes a dict {global tensor: value}", loc)
+    for buf, value in safe_values.items():
+        if not isinstance(buf, ir.Buffer) or buf.scope != "global":
+            raise CompileError(f"T.annotate_safe_value keys must be global tensors, got {buf!r}", loc)
+        if isinstance(value, ir.Const):
+            value = value.value
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise CompileError(f"T.annotate_safe_value: the value of {buf.name} must be a number known at "
+                               f"compile time, got {value!r}", loc)
+        buf.safe_value = value
+    p.emit(ir.Evaluate("annotate_safe_value", tuple((b.name, v) for b, v in safe_values.items()), loc=loc))
+
+
 def assume(p, a, loc):
     """`T.assume(cond)`: a hint TVM's simplifier may use; tritile checks it is an expression and
     drops it (no pass here reasons about value ranges)."""
@@ -793,7 +812,8 @@ HANDLERS = {
     "atomic_load": atomic_load, "atomic_store": atomic_store,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
-    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
+    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "annotate_safe_value": annotate_safe_value,
+    "print": print_,
     "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,

@@ -5,12 +5,12 @@ Contract
 --------
 * Global buffers are the caller's tensors (written in place); on-chip buffers are fresh
   per block (`allocate`).
-* Regions (tile ops): out-of-bounds global reads give 0, out-of-bounds global writes are
-  dropped; an out-of-bounds on-chip region is a user error (`CompileError`).
+* Regions (tile ops): out-of-bounds global reads give 0 (the tensor's
+  `T.annotate_safe_value`, `out_of_bounds_value`), out-of-bounds global writes are dropped; an out-of-bounds on-chip region is a user error (`CompileError`).
 * Elements (`Load`/`Store`/scalar `AtomicAdd`): indices are Python ints or broadcastable
   int64 tensors (one lane per element inside `T.Parallel`); `mask` (bool tensor or None)
   selects the active lanes.  Inactive lanes never write and never fail; out-of-bounds
-  global lanes read 0 / drop their write; an active out-of-bounds on-chip lane is a
+  global lanes read 0 (or the safe value) / drop their write; an active out-of-bounds on-chip lane is a
   `CompileError`.
 * Every access is checked against the block's `AsyncTracker` before it happens (writes
   with ``check=False`` are the landing of an async copy, which the tracker itself does).
@@ -69,7 +69,7 @@ class Memory:
         inside = tensor[tuple(slice(lo, hi) for lo, hi in box)]
         if tuple(inside.shape) == tuple(region.extents):
             return V.from_storage(inside, buffer.dtype)
-        out = torch.zeros(region.extents, dtype=V.compute_dtype(buffer.dtype))
+        out = torch.full(region.extents, out_of_bounds_value(buffer), dtype=V.compute_dtype(buffer.dtype))
         out[_offsets(box, starts)] = V.from_storage(inside, buffer.dtype)
         return out
 
@@ -98,7 +98,7 @@ class Memory:
             if not _in_bounds(indices, tensor.shape):
                 if buffer.scope != "global" and (mask is None or bool(mask.any())):
                     self._oob(buffer, indices, tensor.shape, stmt)
-                return 0
+                return out_of_bounds_value(buffer)
             if self.tracker.busy(buffer):
                 self.tracker.check(buffer, tuple((i, i + 1) for i in indices), stmt, write=False)
             return V.from_storage(tensor[tuple(indices)], buffer.dtype).item()
@@ -113,7 +113,7 @@ class Memory:
             self.tracker.check(buffer, _lane_box(clamped, mask), stmt, write=False)
         out = V.from_storage(tensor[tuple(clamped)], buffer.dtype)
         if valid is not None:
-            out = torch.where(valid, out, torch.zeros((), dtype=out.dtype))
+            out = torch.where(valid, out, torch.full((), out_of_bounds_value(buffer), dtype=out.dtype))
         return out
 
     def store(self, buffer: ir.Buffer, indices: list, value, mask, stmt, accumulate: bool = False):
@@ -261,6 +261,11 @@ class Memory:
     def _oob(buffer, indices, shape, stmt):
         raise CompileError(f"index {list(indices)} is out of bounds of {buffer.scope} buffer "
                            f"{buffer.name}{list(shape)}", getattr(stmt, "loc", None))
+
+
+def out_of_bounds_value(buffer: ir.Buffer):
+    """What a read outside global `buffer` gives: its `T.annotate_safe_value` in its dtype, else 0."""
+    return 0 if buffer.safe_value is None else V.round_scalar(buffer.safe_value, buffer.dtype)
 
 
 def combine(kind, old, new):

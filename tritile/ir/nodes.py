@@ -240,7 +240,8 @@ class Buffer:
     buffers); `num_versions` is how many versions the leading dimension holds (1 = not
     versioned): one per pipeline stage, or one per consumer partition.  `layout` is filled
     by layout inference (a codegen encoding object); `annotated_layout` is what the user
-    pinned with `T.annotate_layout`.
+    pinned with `T.annotate_layout`.  `safe_value` (a global tensor's `T.annotate_safe_value`) is
+    what an out-of-bounds read of it gives, converted to its dtype; None: 0.
     """
 
     name: str
@@ -252,6 +253,7 @@ class Buffer:
     layout: object = None
     annotated_layout: object = None
     loc: Optional[SourceLoc] = None
+    safe_value: object = None
 
     @property
     def root(self) -> "Buffer":

@@ -432,6 +432,11 @@ def annotate_layout(layout_map):
 
 
 @_tile_op
+def annotate_safe_value(safe_value_map):
+    """What out-of-bounds reads of each global tensor give ({tensor: value}; default 0)."""
+
+
+@_tile_op
 def print(obj=None, msg="", warp_group_id=0, warp_id=0):  # noqa: A001 - TileLang's name
     """Print at run time, once per block: a scalar or buffer element, a whole fragment or
     shared buffer (each element with its index), or, with `obj=None`, `msg` alone.  Output

@@ -42,7 +42,7 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         if not dims:
             return Val(f"gl.load({em.name(buf)} + {offs})")
         mask = semantics.bounds_mask(em, e.indices, idx, buf)
-        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
+        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.out_of_bounds_literal(buf)})", dims)
     if buf.scope == "local":
         index = _local_index(em, buf, e.indices, None)
         return Val(semantics.picked_element_text("gl", em.name(buf), _local_lanes(em, buf), index, buf.dtype))
@@ -636,11 +636,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})')}")
+            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})')}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})")
+        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})")
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
@@ -712,7 +712,7 @@ def _copy_fragment_part(em: Emitter, s):
         value = f"{em.shared_view(src, s.loc, len(shape))}.load({want_name})"
     else:
         ptr, mask = em.global_tile(src, want_name, s.loc, shape)
-        value = f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
+        value = f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
     value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
     if id(dst) in parts:
         _write_part(em, dst, parts[id(dst)], value)

@@ -36,7 +36,7 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
         if not dims:
             return Val(f"tl.load({ptr})")
-        return Val(f"tl.load({ptr}, mask={semantics.bounds_mask(em, e.indices, idx, buf)}, other={semantics.zero_literal(buf.dtype)})", dims)
+        return Val(f"tl.load({ptr}, mask={semantics.bounds_mask(em, e.indices, idx, buf)}, other={semantics.out_of_bounds_literal(buf)})", dims)
     if not dims:  # one element, the same for every lane
         return Val(_pick(em, buf, e.indices, idx))
     if buf.scope == "local":
@@ -438,7 +438,7 @@ def lower_copy(em: Emitter, s: ir.Copy):
     if ss == "global":
         shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)
-        value = f"tl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
+        value = f"tl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
         if ds != "global":
             return _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
         tmp = em.tmp("v")
