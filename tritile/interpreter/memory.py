@@ -5,13 +5,14 @@ Contract
 --------
 * Global buffers are the caller's tensors (written in place); on-chip buffers are fresh
   per block (`allocate`).
-* Regions (tile ops): out-of-bounds global reads give 0 (the tensor's
-  `T.annotate_safe_value`, `out_of_bounds_value`), out-of-bounds global writes are dropped; an out-of-bounds on-chip region is a user error (`CompileError`).
+* Regions (tile ops): out-of-bounds global reads give 0 (or the tensor's
+  `T.annotate_safe_value`: `out_of_bounds_value`), out-of-bounds global writes are dropped;
+  an out-of-bounds on-chip region is a user error (`CompileError`).
 * Elements (`Load`/`Store`/scalar `AtomicAdd`): indices are Python ints or broadcastable
   int64 tensors (one lane per element inside `T.Parallel`); `mask` (bool tensor or None)
   selects the active lanes.  Inactive lanes never write and never fail; out-of-bounds
-  global lanes read 0 (or the safe value) / drop their write; an active out-of-bounds on-chip lane is a
-  `CompileError`.
+  global lanes read 0 (or the safe value) and drop their write; an active out-of-bounds
+  on-chip lane is a `CompileError`.
 * Every access is checked against the block's `AsyncTracker` before it happens (writes
   with ``check=False`` are the landing of an async copy, which the tracker itself does).
 * Values written are rounded to the buffer's dtype; values read come back in the compute
