@@ -346,9 +346,11 @@ def test_narrow_integer_atomics_are_a_compile_error():
             for i in T.Parallel(16):
                 T.atomic_add(A[i], 1)
 
-    refused = r"(?s)atomics.py:\d+: no backend.*T.atomic_add of int16 is not supported"
-    with pytest.raises(tritile.CompileError, match=refused):
-        tritile.compile(main, target="cuda:90").get_source("ptx")
+    for backend in ("gluon", "triton"):
+        with pytest.raises(tritile.CompileError, match=r"atomics.py:\d+: T.atomic_add of int16 is not supported"):
+            tritile.compile(main, target="cuda:90", backend=backend).get_source("ptx")
+    with pytest.raises(tritile.CompileError, match=r"(?s)no backend compiles.*gluon: .*int16.*triton: .*int16"):
+        tritile.compile(main, target="cuda:90", backend="auto").get_source("ptx")
 
 
 # ------------------------------------------------------------------------------ code generation
