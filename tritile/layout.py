@@ -34,3 +34,19 @@ def make_half_bank_swizzled_layout(buffer) -> SwizzledLayout:
 
 def make_quarter_bank_swizzled_layout(buffer) -> SwizzledLayout:
     return SwizzledLayout(buffer, 32)
+
+
+def _not_provided(name: str):
+    """A constructor of TileLang's MMA fragment layouts: importable (TileLang's test files import
+    them at the top), NotImplementedError when called."""
+
+    def constructor(*args, **kwargs):
+        raise NotImplementedError(f"tilelang.layout.{name} (a fragment layout of TileLang's MMA lowering) is not "
+                                  f"provided by tritile: its layout inference places fragments itself")
+
+    constructor.__name__ = name
+    return constructor
+
+
+make_gemm_fragment_8x8 = _not_provided("make_gemm_fragment_8x8")
+make_gemm_fragment_8x8_transposed = _not_provided("make_gemm_fragment_8x8_transposed")

@@ -52,8 +52,8 @@ POINTER_TYPES = {
 # IR dtype name -> Triton's type string of a scalar kernel argument
 SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
-HELPER_NAMES = ("_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float",
-                "_max_propagate_nan", "_min_propagate_nan", "libdevice")
+HELPER_NAMES = ("_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float", "_any_lane",
+                "_atomic_update_16bit", "_max_propagate_nan", "_min_propagate_nan", "libdevice")
 
 
 def dtype_text(dtype, lang: str) -> str:
@@ -93,6 +93,37 @@ def _floordiv_float(a, b, F64: {lang}.constexpr):
 def _floormod_float(a, b, F64: {lang}.constexpr):
     # a - floor(a / b) * b with the product rounded: mul_rn is never contracted into an fma
     return a - libdevice.mul_rn(_floordiv_float(a, b, F64), b)
+
+
+@{jit}
+def _any_lane(x, RANK: {lang}.constexpr):
+    # whether any lane of bool tensor `x` (of RANK dims; 0: a scalar) is set
+    n = x.to({lang}.int32)
+    for _ in {lang}.static_range(RANK):
+        n = {lang}.max(n, 0)
+    return n > 0
+
+
+@{jit}
+def _atomic_update_16bit(ptr, base, val, mask, KIND: {lang}.constexpr, SEM: {lang}.constexpr, RANK: {lang}.constexpr):
+    # Triton's atomics take only add of 16-bit floats: max / min / exchange are a compare-and-swap loop on the
+    # element's bits, each lane retrying until its own swap lands; a lane done, or masked off (pointed at `base`,
+    # element 0), swaps an element's bits for themselves. Returns each lane's previous value.
+    bits = {lang}.where(mask, ptr, base).to({lang}.pointer_type({lang}.int16), bitcast=True)
+    old = {lang}.load(bits)
+    pending = mask
+    while _any_lane(pending, RANK):
+        if KIND == "max":
+            new = {lang}.maximum(old.to(val.dtype, bitcast=True), val)
+        elif KIND == "min":
+            new = {lang}.minimum(old.to(val.dtype, bitcast=True), val)
+        else:
+            new = val
+        new = new.to(val.dtype).to({lang}.int16, bitcast=True)  # bfloat16's maximum is a float32
+        seen = {lang}.atomic_cas(bits, old, {lang}.where(pending, new, old), sem=SEM)
+        pending = pending & (seen != old)
+        old = {lang}.where(pending, seen, old)
+    return old.to(val.dtype, bitcast=True)
 
 
 @{jit}
@@ -345,6 +376,26 @@ def lower_cast(em, e: ir.Cast) -> Val:
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
 
 
+def atomic_text(em, s: ir.AtomicAdd, ptr: str, value: str, mask: str, rank: int) -> str:
+    """The call of the element atomic `s` at pointer text `ptr` with converted `value` and lane
+    `mask` (None: every lane; `rank` dims, 0 outside T.Parallel): `tl.atomic_*` / `gl.atomic_*`
+    ("exchange": atomic_xchg), or for a 16-bit float's max / min / exchange, which Triton's atomics
+    do not take, the `_atomic_update_16bit` compare-and-swap loop.  Integers narrower than 32
+    bits: CompileError."""
+    dtype = s.dst.buffer.dtype
+    if dtype.is_float and dtype.bits == 16 and s.kind != "add":
+        # `mask` None: outside T.Parallel (rank 0), one lane
+        lanes = mask or ("gl.to_tensor(True)" if em.lang == "gl" else "tl.full([], True, tl.int1)")
+        return (f"_atomic_update_16bit({ptr}, {em.name(s.dst.buffer)}, {value}, {lanes}, {s.kind!r}, {s.sem!r}, "
+                f"{rank})")
+    if dtype.bits < 32 and not dtype.is_float or dtype.bits < 16:
+        name = "T.atomic_store" if s.kind == "exchange" else f"T.atomic_{s.kind}"
+        raise CompileError(f"{name} of {dtype} is not supported by the {em.backend} backend (Triton's atomics take "
+                           f"no integers narrower than 32 bits)", s.loc)
+    function = f"{em.lang}.atomic_{'xchg' if s.kind == 'exchange' else s.kind}"
+    return f"{function}({ptr}, {value}{'' if mask is None else f', mask={mask}'}, sem={s.sem!r})"
+
+
 def lower_device_assert(em, s: ir.DeviceAssert):
     """`T.device_assert` -> Triton's device_assert (compiled only with TRITON_DEBUG=1); inside
     T.Parallel only the lanes that run the statement (`em.par.cond`) must satisfy it."""
@@ -365,6 +416,15 @@ def zero_literal(dtype) -> str:
     """The `other` of a masked load (an out-of-bounds read gives 0, docs/semantics.md): a float
     literal for float buffers (Triton cannot convert an int constant to fp8)."""
     return "0.0" if dtype.is_float else "0"
+
+
+def out_of_bounds_literal(buf) -> str:
+    """The `other` of a masked load of global `buf`: its `T.annotate_safe_value` converted to
+    its dtype (the interpreter's `memory.out_of_bounds_value`), else 0."""
+    if buf.safe_value is None:
+        return zero_literal(buf.dtype)
+    value = round_scalar(buf.safe_value, buf.dtype)
+    return repr(float(value)) if buf.dtype.is_float else repr(int(value))
 
 
 def reduction_identity(kind: str, dtype) -> str:

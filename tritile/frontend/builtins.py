@@ -273,6 +273,11 @@ def copy(p, a, loc):
         raise CompileError(f"T.copy shape mismatch: source {src_region.buffer.name} tile "
                            f"{list(src_region.tile_shape)} vs destination {dst_region.buffer.name} tile "
                            f"{list(dst_region.tile_shape)}", loc)
+    if all(e == 1 for e in src_region.extents + dst_region.extents):  # one element (`T.copy(A, A_local)`)
+        p.emit(ir.Store(dst_region.buffer, dst_region.starts, exprs.cast(
+            ir.Load(src_region.buffer, src_region.starts, src_region.buffer.dtype), dst_region.buffer.dtype, loc),
+            loc=loc))
+        return None
     p.emit(ir.Copy(src_region, dst_region, loc=loc))
     return None
 
@@ -308,13 +313,22 @@ def gemm(p, a, loc):
 def fill(p, a, loc):
     p.require_kernel("T.fill", loc)
     dst = acc.region(a["buffer"], loc, "T.fill buffer")
-    p.emit(ir.Fill(dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc=loc))
+    _fill(p, dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc)
 
 
 def clear(p, a, loc):
     p.require_kernel("T.clear", loc)
     dst = acc.region(a["buffer"], loc, "T.clear buffer")
-    p.emit(ir.Fill(dst, exprs.make_const(0, dst.buffer.dtype), loc=loc))
+    _fill(p, dst, exprs.make_const(0, dst.buffer.dtype), loc)
+
+
+def _fill(p, dst: ir.Region, value, loc):
+    """An on-chip region's `ir.Fill`; a global region's elements stored in a `T.Parallel` (what
+    the backends write global memory with)."""
+    if dst.buffer.scope == "global":
+        p.emit(_each_element(dst, lambda at: ir.Store(dst.buffer, at, value, loc=loc), loc))
+    else:
+        p.emit(ir.Fill(dst, value, loc=loc))
 
 
 def _reduce(kind):
@@ -385,41 +399,111 @@ def _atomic(kind):
 # and no seq_cst (acq_rel is its strongest order)
 _TRITON_SEM = {"relaxed": "relaxed", "consume": "acquire", "acquire": "acquire", "release": "release",
                "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
+# the orders TileLang accepts for an atomic load / store (C++'s rules)
+_LOAD_ORDERS = ("relaxed", "consume", "acquire", "seq_cst")
+_STORE_ORDERS = ("relaxed", "release", "seq_cst")
 
 
-def _memory_order(value, name, loc) -> str:
-    """Triton's `sem` for TileLang's `memory_order=` (None: relaxed, as CUDA's atomicAdd)."""
+class MemoryOrderError(CompileError, ValueError):
+    """A `memory_order=` an atomic does not take (TileLang raises ValueError, which its tests
+    expect)."""
+
+
+def _memory_order(value, name, loc, allowed=tuple(_TRITON_SEM), default=None) -> str:
+    """Triton's `sem` for TileLang's `memory_order=` (None: `default`, else relaxed as CUDA's
+    atomicAdd)."""
     if value is None:
-        return "relaxed"
-    if value not in _TRITON_SEM:
-        raise CompileError(f"{name} memory_order must be one of {', '.join(map(repr, _TRITON_SEM))}, got "
-                           f"{value!r}", loc)
+        value = default or "relaxed"
+    if value not in allowed:
+        raise MemoryOrderError(f"{name} does not support memory_order={value!r}; expected one of "
+                               f"{', '.join(map(repr, allowed))}", loc)
     return _TRITON_SEM[value]
 
 
 def _atomic_update(p, a, loc, kind):
     name = f"T.atomic_{kind}"
     p.require_kernel(name, loc)
-    if _bool(a["return_prev"], "return_prev", loc):
-        raise CompileError(f"{name}(return_prev=True) is not supported by tritile: its value is discarded", loc)
     sem = _memory_order(a["memory_order"], name, loc)
     dst, value = a["dst"], a["value"]
     dst_point = isinstance(dst, acc.BufferAccess) and dst.is_point
     value_is_tile = isinstance(value, ir.Buffer) and value.scope != "var" or (
         isinstance(value, acc.BufferAccess) and not value.is_point)
+    return_prev = _bool(a["return_prev"], "return_prev", loc)
     if dst_point and not value_is_tile:  # scalar form: C[i, j] += v
-        indices = acc.element_indices(dst)
-        region = ir.Region(dst.buffer, indices, tuple(1 for _ in indices))
-        p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
-                            sem=sem))
-        return None
+        return _element_atomic(p, dst, value, loc, kind, sem, return_prev)
+    if return_prev:  # as TileLang, which raises NotImplementedError
+        raise CompileError(f"{name}(return_prev=True) needs one element of dst (a tile's previous values are "
+                           f"not returned)", loc)
+    if not value_is_tile and not isinstance(value, ir.Buffer):  # one value into every element of a region
+        return _broadcast_atomic(p, acc.region(dst, loc, f"{name} dst"), value, loc, kind, sem)
     value_region = acc.region(value, loc, f"{name} value")
     dst_region = acc.head_region(dst, value_region) if dst_point else acc.region(dst, loc, f"{name} dst")
     if dst_region.tile_shape != value_region.tile_shape:
         raise CompileError(f"{name} shape mismatch: dst {list(dst_region.tile_shape)} vs value "
                            f"{list(value_region.tile_shape)}", loc)
+    if all(e == 1 for e in value_region.extents + dst_region.extents):  # one element (`T.atomic_add(B, A_local)`)
+        value = ir.Load(value_region.buffer, value_region.starts, value_region.buffer.dtype)
+        return _element_atomic(p, dst_region, value, loc, kind, sem, return_prev=False)
     p.emit(ir.AtomicAdd(dst_region, value_region, loc=loc, kind=kind, sem=sem))
     return None
+
+
+def _element_atomic(p, dst, value, loc, kind, sem, return_prev):
+    """The atomic of element `dst` (a point access or a one-element Region); with
+    `return_prev` the element's value before it, bound once to a fresh name (a value used twice
+    is still one atomic)."""
+    region = dst if isinstance(dst, ir.Region) else ir.Region(dst.buffer, acc.element_indices(dst),
+                                                              tuple(1 for _ in dst.items))
+    prev = ir.Var(f"{dst.buffer.name}_prev", dst.buffer.dtype) if return_prev else None
+    p.emit(ir.AtomicAdd(region, exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc), loc=loc, kind=kind,
+                        sem=sem, prev=prev))
+    return prev
+
+
+def _each_element(dst: ir.Region, statement, loc) -> ir.Parallel:
+    """A `T.Parallel` over the elements of `dst`, each the statement `statement(indices)`."""
+    lanes = tuple(ir.Var(f"i{d}") for d in range(len(dst.extents)))
+    at = tuple(exprs.binary("+", start, lane, loc) for start, lane in zip(dst.starts, lanes))
+    return ir.Parallel(lanes, tuple(dst.extents), ir.Seq([statement(at)], loc=loc), loc=loc)
+
+
+def _broadcast_atomic(p, dst: ir.Region, value, loc, kind, sem):
+    """`T.atomic_add(A[0:M, 0:N], 1.0)`: every element of `dst` updated with one value."""
+    value = exprs.cast(p.scalar(value, loc), dst.buffer.dtype, loc)
+    p.emit(_each_element(dst, lambda at: ir.AtomicAdd(ir.Region(dst.buffer, at, tuple(1 for _ in at)), value,
+                                                      loc=loc, kind=kind, sem=sem), loc))
+
+
+def atomic_load(p, a, loc):
+    """`T.atomic_load(src, memory_order)`: the element's value, read by an atomic that adds the
+    identity (-0.0 for floats: x + -0.0 is x, -0.0 included; 0 for integers) with the order:
+    Triton has no ordered plain load."""
+    p.require_kernel("T.atomic_load", loc)
+    sem = _memory_order(a["memory_order"], "atomic_load", loc, _LOAD_ORDERS)
+    src = a["src"]
+    if not (isinstance(src, acc.BufferAccess) and src.is_point):
+        src = _one_element(src, "T.atomic_load src", loc)
+    dtype = src.buffer.dtype
+    identity = exprs.make_const(-0.0 if dtype.is_float else 0, dtype)
+    return _element_atomic(p, src, identity, loc, "add", sem, return_prev=True)
+
+
+def atomic_store(p, a, loc):
+    """`T.atomic_store(dst, src, memory_order)`: an atomic exchange whose old value is dropped."""
+    p.require_kernel("T.atomic_store", loc)
+    sem = _memory_order(a["memory_order"], "atomic_store", loc, _STORE_ORDERS)
+    dst = a["dst"]
+    if not (isinstance(dst, acc.BufferAccess) and dst.is_point):
+        dst = _one_element(dst, "T.atomic_store dst", loc)
+    _element_atomic(p, dst, a["src"], loc, "exchange", sem, return_prev=False)
+
+
+def _one_element(operand, what, loc) -> ir.Region:
+    """A one-element buffer or region named as a whole."""
+    region = acc.region(operand, loc, what)
+    if any(e != 1 for e in region.extents):
+        raise CompileError(f"{what} must be one element, got {region.buffer.name}{list(region.extents)}", loc)
+    return region
 
 
 def _vector_head(operand, lanes, what, loc) -> tuple:
@@ -484,6 +568,25 @@ def annotate_layout(p, a, loc):
                                f"the buffer has shape {list(buf.shape)}", loc)
         buf.annotated_layout = layout  # T.Layout / T.Fragment: see tritile/language/layout.py
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
+
+
+def annotate_safe_value(p, a, loc):
+    """`T.annotate_safe_value({A: v})`: out-of-bounds reads of global tensor A give v (for the
+    whole kernel; TileLang scopes it to the enclosing block)."""
+    p.require_kernel("T.annotate_safe_value", loc)
+    safe_values = a["safe_value_map"]
+    if not isinstance(safe_values, dict):
+        raise CompileError("T.annotate_safe_value takes a dict {global tensor: value}", loc)
+    for buf, value in safe_values.items():
+        if not isinstance(buf, ir.Buffer) or buf.scope != "global":
+            raise CompileError(f"T.annotate_safe_value keys must be global tensors, got {buf!r}", loc)
+        if isinstance(value, ir.Const):
+            value = value.value
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise CompileError(f"T.annotate_safe_value: the value of {buf.name} must be a number known at "
+                               f"compile time, got {value!r}", loc)
+        buf.safe_value = value
+    p.emit(ir.Evaluate("annotate_safe_value", tuple((b.name, v) for b, v in safe_values.items()), loc=loc))
 
 
 def assume(p, a, loc):
@@ -706,9 +809,11 @@ HANDLERS = {
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
+    "atomic_load": atomic_load, "atomic_store": atomic_store,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
-    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
+    "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "annotate_safe_value": annotate_safe_value,
+    "print": print_,
     "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,

@@ -1049,7 +1049,7 @@ _PY_SCALAR_BUILTINS = {
 def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
     """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
     `kernels`, the tensors' and the workspaces' shapes)."""
-    from tritile.ir.transform import walk
+    from tritile.ir.transform import bound_var, walk
 
     for index, buf in enumerate(func.params):
         for dim, size in enumerate(buf.shape):
@@ -1071,8 +1071,8 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
                 defined.add(id(node.var))
             elif isinstance(node, ir.Parallel):
                 defined.update(id(v) for v in node.vars)
-            elif isinstance(node, ir.Let):
-                defined.add(id(node.var))
+            elif bound_var(node) is not None:
+                defined.add(id(bound_var(node)))
         for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces]):
             for node in walk(root):
                 if isinstance(node, ir.Var) and id(node) not in defined:

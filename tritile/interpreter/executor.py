@@ -66,6 +66,7 @@ class BlockRunner(Evaluator):
         super().__init__(env, memory)
         self.tracker = memory.tracker
         self.lane_ndim = 0  # number of lane dimensions of the enclosing T.Parallel loops
+        self.lane_shape = ()  # their extents
         self.threads = threads  # threads running the current statement (a `T.ws` narrows them)
         self.barriers = Barriers()
 
@@ -233,12 +234,13 @@ class BlockRunner(Evaluator):
 
     def _parallel(self, s: ir.Parallel):
         extents = [int(self.scalar(e)) for e in s.extents]
-        saved_env, saved_mask, saved_ndim = self.env, self.mask, self.lane_ndim
+        saved_env, saved_mask, saved_ndim, saved_shape = self.env, self.mask, self.lane_ndim, self.lane_shape
         new = len(extents)
         # lane tensors of enclosing Parallel loops get trailing unit dims for the new lanes
         self.env = {k: _widen(v, saved_ndim, new) for k, v in saved_env.items()}
         self.mask = None if saved_mask is None else _widen(saved_mask, saved_ndim, new)
         self.lane_ndim = saved_ndim + new
+        self.lane_shape = saved_shape + tuple(extents)
         for k, (var, extent) in enumerate(zip(s.vars, extents)):
             shape = [1] * self.lane_ndim
             shape[saved_ndim + k] = extent
@@ -246,7 +248,7 @@ class BlockRunner(Evaluator):
         try:
             self.exec(s.body)
         finally:
-            self.env, self.mask, self.lane_ndim = saved_env, saved_mask, saved_ndim
+            self.env, self.mask, self.lane_ndim, self.lane_shape = saved_env, saved_mask, saved_ndim, saved_shape
 
     _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
               ir.Print: _print, ir.DeviceAssert: _device_assert,

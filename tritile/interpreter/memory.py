@@ -5,13 +5,14 @@ Contract
 --------
 * Global buffers are the caller's tensors (written in place); on-chip buffers are fresh
   per block (`allocate`).
-* Regions (tile ops): out-of-bounds global reads give 0, out-of-bounds global writes are
-  dropped; an out-of-bounds on-chip region is a user error (`CompileError`).
+* Regions (tile ops): out-of-bounds global reads give 0 (or the tensor's
+  `T.annotate_safe_value`: `out_of_bounds_value`), out-of-bounds global writes are dropped;
+  an out-of-bounds on-chip region is a user error (`CompileError`).
 * Elements (`Load`/`Store`/scalar `AtomicAdd`): indices are Python ints or broadcastable
   int64 tensors (one lane per element inside `T.Parallel`); `mask` (bool tensor or None)
   selects the active lanes.  Inactive lanes never write and never fail; out-of-bounds
-  global lanes read 0 / drop their write; an active out-of-bounds on-chip lane is a
-  `CompileError`.
+  global lanes read 0 (or the safe value) and drop their write; an active out-of-bounds
+  on-chip lane is a `CompileError`.
 * Every access is checked against the block's `AsyncTracker` before it happens (writes
   with ``check=False`` are the landing of an async copy, which the tracker itself does).
 * Values written are rounded to the buffer's dtype; values read come back in the compute
@@ -69,7 +70,7 @@ class Memory:
         inside = tensor[tuple(slice(lo, hi) for lo, hi in box)]
         if tuple(inside.shape) == tuple(region.extents):
             return V.from_storage(inside, buffer.dtype)
-        out = torch.zeros(region.extents, dtype=V.compute_dtype(buffer.dtype))
+        out = torch.full(region.extents, out_of_bounds_value(buffer), dtype=V.compute_dtype(buffer.dtype))
         out[_offsets(box, starts)] = V.from_storage(inside, buffer.dtype)
         return out
 
@@ -98,7 +99,7 @@ class Memory:
             if not _in_bounds(indices, tensor.shape):
                 if buffer.scope != "global" and (mask is None or bool(mask.any())):
                     self._oob(buffer, indices, tensor.shape, stmt)
-                return 0
+                return out_of_bounds_value(buffer)
             if self.tracker.busy(buffer):
                 self.tracker.check(buffer, tuple((i, i + 1) for i in indices), stmt, write=False)
             return V.from_storage(tensor[tuple(indices)], buffer.dtype).item()
@@ -113,7 +114,7 @@ class Memory:
             self.tracker.check(buffer, _lane_box(clamped, mask), stmt, write=False)
         out = V.from_storage(tensor[tuple(clamped)], buffer.dtype)
         if valid is not None:
-            out = torch.where(valid, out, torch.zeros((), dtype=out.dtype))
+            out = torch.where(valid, out, torch.full((), out_of_bounds_value(buffer), dtype=out.dtype))
         return out
 
     def store(self, buffer: ir.Buffer, indices: list, value, mask, stmt, accumulate: bool = False):
@@ -154,6 +155,43 @@ class Memory:
             self._accumulate(tensor, buffer, lanes, value, accumulate)
         else:
             tensor.index_put_(tuple(lanes), V.round_tensor(value, buffer.dtype).to(tensor.dtype))
+
+    def atomic(self, buffer: ir.Buffer, indices: list, value, mask, stmt, kind: str):
+        """An atomic update of `kind` ("add", "max", "min", "exchange") of the addressed elements
+        (`store`'s rules), one per lane; returns each lane's previous value (0 for inactive or
+        out-of-bounds lanes).  Lanes of one element take effect one after another in row-major
+        lane order, each seeing the rounded result of the ones before it."""
+        prev = self.load(buffer, indices, mask, stmt)
+        if V.is_tensor(prev):
+            prev = prev.clone()  # a load may be a view of the storage the update writes
+        if not any(V.is_tensor(x) and x.dim() for x in (value, *indices)):
+            self.store(buffer, indices, value, mask, stmt, accumulate=kind != "exchange" and kind)
+            return prev
+        tensor, flat = self._element_view(buffer, indices, stmt)
+        shape = torch.broadcast_shapes(*(V.as_tensor(x).shape for x in (value, *flat)),
+                                       *(() if mask is None else (mask.shape,)))
+        lanes, valid = self._lanes(buffer, [V.as_tensor(i).expand(shape) for i in flat], tensor.shape, mask, stmt)
+        active = valid if mask is None else (mask if valid is None else mask & valid)
+        active = torch.ones(shape, dtype=torch.bool) if active is None else active.expand(shape)
+        points = torch.stack([i.expand(shape)[active] for i in lanes], dim=1)
+        if torch.unique(points, dim=0).shape[0] == points.shape[0]:  # every lane its own element
+            self.store(buffer, indices, value, mask, stmt, accumulate=kind != "exchange" and kind)
+            return prev
+        compute = V.compute_dtype(buffer.dtype)
+        prev = V.as_tensor(prev, compute).expand(shape).clone()
+        values = V.as_tensor(value, compute).expand(shape)[active]
+        current, seen, after = {}, [], []
+        for point, new in zip(map(tuple, points.tolist()), values):
+            old = current.get(point, V.from_storage(tensor[point], buffer.dtype))
+            seen.append(old)
+            current[point] = V.round_tensor(new if kind == "exchange" else combine(kind, old, new), buffer.dtype)
+        for point in map(tuple, points.tolist()):
+            after.append(current[point])  # every lane of an element writes the element's last value
+        prev[active] = torch.stack(seen).to(compute)
+        final = torch.zeros(shape, dtype=compute)
+        final[active] = torch.stack(after).to(compute)
+        self.store(buffer, indices, final, active, stmt)
+        return prev
 
     @staticmethod
     def _store_box(tensor, buffer, box, value, mask, accumulate):
@@ -224,6 +262,11 @@ class Memory:
     def _oob(buffer, indices, shape, stmt):
         raise CompileError(f"index {list(indices)} is out of bounds of {buffer.scope} buffer "
                            f"{buffer.name}{list(shape)}", getattr(stmt, "loc", None))
+
+
+def out_of_bounds_value(buffer: ir.Buffer):
+    """What a read outside global `buffer` gives: its `T.annotate_safe_value` in its dtype, else 0."""
+    return 0 if buffer.safe_value is None else V.round_scalar(buffer.safe_value, buffer.dtype)
 
 
 def combine(kind, old, new):

@@ -180,7 +180,13 @@ def atomic_add(run, s: ir.AtomicAdd):
     if any(e != 1 for e in s.dst.extents):
         raise run.error(f"T.atomic_{s.kind} of a scalar needs a single element, got {region_str(s.dst)}")
     indices = [run.eval(i) for i in s.dst.starts]  # lane tensors inside T.Parallel
-    run.memory.store(s.dst.buffer, indices, run.eval(s.value), run.mask, s, accumulate=s.kind)
+    value = run.eval(s.value)
+    if run.lane_ndim:  # one atomic per lane, also where address and value are the same on every lane
+        value = V.as_tensor(value, V.compute_dtype(s.dst.buffer.dtype)).expand(run.lane_shape)
+    if s.prev is not None:
+        run.env[s.prev] = run.memory.atomic(s.dst.buffer, indices, value, run.mask, s, s.kind)
+    else:  # the same effect, the lanes of one element combined at once
+        run.memory.store(s.dst.buffer, indices, value, run.mask, s, accumulate=s.kind != "exchange" and s.kind)
 
 
 def _numel(shape) -> int:

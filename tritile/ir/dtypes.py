@@ -115,7 +115,10 @@ VECTORS = [DType(f"{d.name}x{n}", d.bits, d.kind, lanes=n)
                      uint64, float8_e4m3, float8_e5m2)
            for n in (2, 4, 8, 16, 32, 64)]
 
-_BY_NAME = {d.name: d for d in ALL + VECTORS}
+# TileLang's FP4 (two values a byte): known by name; no buffer stores it yet
+float4_e2m1fn = DType("float4_e2m1fn", 4, "float")
+
+_BY_NAME = {d.name: d for d in ALL + VECTORS + [float4_e2m1fn]}
 _BY_NAME.update({str(d): d for d in ALL})
 # TileLang / TVM spellings
 _BY_NAME.update({
@@ -166,6 +169,8 @@ def element_dtype(value) -> DType:
     dtype = as_dtype(value)
     if dtype.lanes != 1:
         raise TypeError(f"vector dtype {dtype} is not supported as a buffer element type yet")
+    if dtype is float4_e2m1fn:
+        raise TypeError(f"{dtype} (two values a byte) is not supported as a buffer element type yet")
     return float32 if dtype is tfloat32 else dtype
 
 

@@ -173,6 +173,8 @@ def uses_tma(copy, target) -> bool:
     src, dst = copy.src, copy.dst
     if not target.has_tma or src.buffer.scope != "global" or dst.buffer.scope != "shared":
         return False
+    if src.buffer.safe_value is not None:  # TMA fills out-of-bounds elements with 0
+        return False
     if src.buffer.dtype != dst.buffer.dtype:
         return False
     tile = dst.buffer.tile_shape
@@ -243,6 +245,8 @@ def uses_cp_async(copy) -> bool:
     copies take the synchronous path."""
     src = copy.src
     buf = src.buffer
+    if buf.safe_value is not None:  # cp.async fills out-of-bounds elements with 0
+        return False
     elem = buf.dtype.itemsize
     if elem >= 4:
         return True

@@ -240,7 +240,8 @@ class Buffer:
     buffers); `num_versions` is how many versions the leading dimension holds (1 = not
     versioned): one per pipeline stage, or one per consumer partition.  `layout` is filled
     by layout inference (a codegen encoding object); `annotated_layout` is what the user
-    pinned with `T.annotate_layout`.
+    pinned with `T.annotate_layout`.  `safe_value` (a global tensor's `T.annotate_safe_value`) is
+    what an out-of-bounds read of it gives, converted to its dtype; None: 0.
     """
 
     name: str
@@ -252,6 +253,7 @@ class Buffer:
     layout: object = None
     annotated_layout: object = None
     loc: Optional[SourceLoc] = None
+    safe_value: object = None
 
     @property
     def root(self) -> "Buffer":
@@ -449,16 +451,22 @@ class CumExtremum(Stmt):
 class AtomicAdd(Stmt):
     """``dst += value`` atomically, or with `kind` "max" / "min" ``dst = max(dst, value)`` /
     ``min`` (`T.atomic_max` / `T.atomic_min`; of floats NaN-ignoring in the interpreter, a NaN
-    is unspecified on the GPU); `value` is a Region (tile form) or an Expr (scalar form, `dst`
-    then has all extents 1).  `sem` is the memory order of each element's atomic in Triton's
-    words ("relaxed", "acquire", "release", "acq_rel"): TileLang's `memory_order`, relaxed by
-    default as its CUDA atomicAdd."""
+    is unspecified on the GPU), or with `kind` "exchange" ``dst = value`` (`T.atomic_store`);
+    `value` is a Region (tile form) or an Expr (scalar form, `dst` then has all extents 1).
+    Inside `T.Parallel` the scalar form is one atomic per lane, whether or not its address and
+    value vary with the lane (TileLang runs every iteration).  `sem` is the memory order of
+    each element's atomic in Triton's words ("relaxed", "acquire", "release", "acq_rel"):
+    TileLang's `memory_order`, relaxed by default as its CUDA atomicAdd.  `prev` (scalar form
+    only: `return_prev=True`, `T.atomic_load`) is bound, like a `Let`'s var, to the element's
+    value just before this atomic, for the rest of the enclosing Seq (per lane inside
+    `T.Parallel`: lanes of one element see each other's updates in some order)."""
 
     dst: Region
     value: Union[Region, Expr]
     loc: Optional[SourceLoc] = None
     kind: str = "add"
     sem: str = "relaxed"
+    prev: Optional[Var] = None
 
 
 @dataclass

@@ -130,7 +130,9 @@ class _Printer:
             self.emit(d, f"T.cum{s.kind}({region_str(s.src)}, {region_str(s.dst)}, dim={s.dim}, reverse={s.reverse})")
         elif isinstance(s, ir.AtomicAdd):
             order = "" if s.sem == "relaxed" else f", memory_order={s.sem!r}"
-            self.emit(d, f"T.atomic_{s.kind}({region_str(s.dst)}, {_operand(s.value)}{order})")
+            op = "atomic_store" if s.kind == "exchange" else f"atomic_{s.kind}"
+            prev = ("", "") if s.prev is None else (f"{s.prev.name} = ", ", return_prev=True")
+            self.emit(d, f"{prev[0]}T.{op}({region_str(s.dst)}, {_operand(s.value)}{order}{prev[1]})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
         elif isinstance(s, ir.DeviceAssert):

@@ -116,6 +116,16 @@ _WRITTEN_FIELD = {ir.Store: "buffer", ir.Copy: "dst", ir.AsyncCopy: "dst", ir.At
                   ir.Reduce: "dst", ir.Cumsum: "dst", ir.Gemm: "c"}
 
 
+def bound_var(node):
+    """The scalar name statement `node` binds for the rest of its Seq: a `Let`'s var, an
+    `AtomicAdd`'s `prev`; else None."""
+    if isinstance(node, ir.Let):
+        return node.var
+    if isinstance(node, ir.AtomicAdd):
+        return node.prev
+    return None
+
+
 def written_buffer(node):
     """The Buffer `node` writes, or None for a node that writes no buffer."""
     field = _WRITTEN_FIELD.get(type(node))

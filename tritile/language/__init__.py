@@ -21,7 +21,7 @@ import math
 from tritile.ir import nodes as _ir
 from tritile.ir import dtypes as _dtypes
 from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
-    DType, as_dtype, bfloat16, bool_, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
+    DType, as_dtype, bfloat16, bool_, float4_e2m1fn, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
     float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64,
 )
 
@@ -400,6 +400,18 @@ def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=Non
 
 
 @_tile_op
+def atomic_load(src, memory_order="seq_cst"):
+    """The value of one element of `src`, read atomically with `memory_order` ("relaxed",
+    "consume", "acquire" or "seq_cst")."""
+
+
+@_tile_op
+def atomic_store(dst, src, memory_order="seq_cst"):
+    """Write `src` to one element of `dst` atomically with `memory_order` ("relaxed", "release"
+    or "seq_cst")."""
+
+
+@_tile_op
 def atomic_addx2(dst, value, return_prev=False):
     """`dst[..., j:j + 2] += value[..., j:j + 2]` (head addresses or 2-element regions)."""
 
@@ -417,6 +429,11 @@ def use_swizzle(panel_size, order="row", enable=True):
 @_tile_op
 def annotate_layout(layout_map):
     pass
+
+
+@_tile_op
+def annotate_safe_value(safe_value_map):
+    """What out-of-bounds reads of each global tensor give ({tensor: value}; default 0)."""
 
 
 @_tile_op

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from tritile.ir import nodes as ir
-from tritile.ir.transform import Transformer, substitute_vars, walk
+from tritile.ir.transform import Transformer, bound_var, substitute_vars, walk
 from tritile.lowering.pipeline_injection import fold
 
 _FLIPS = {">=": ("min", ">=", "max", "<"), ">": ("min", ">", "max", "<="),
@@ -73,7 +73,7 @@ def _replace(loop: ir.Parallel, select: ir.Call, value) -> ir.Parallel:
 
 
 def _renamed(loop: ir.Parallel) -> ir.Parallel:
-    own = list(loop.vars) + [s.var for s in loop.body.stmts if isinstance(s, ir.Let)]
+    own = list(loop.vars) + [bound_var(s) for s in loop.body.stmts if bound_var(s) is not None]
     return substitute_vars(loop, {v: ir.Var(v.name, v.dtype) for v in own})
 
 

@@ -42,7 +42,7 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         if not dims:
             return Val(f"gl.load({em.name(buf)} + {offs})")
         mask = semantics.bounds_mask(em, e.indices, idx, buf)
-        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.zero_literal(buf.dtype)})", dims)
+        return Val(f"gl.load({em.name(buf)} + {offs}, mask={mask}, other={semantics.out_of_bounds_literal(buf)})", dims)
     if buf.scope == "local":
         index = _local_index(em, buf, e.indices, None)
         return Val(semantics.picked_element_text("gl", em.name(buf), _local_lanes(em, buf), index, buf.dtype))
@@ -641,11 +641,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})')}")
+            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})')}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})")
+        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})")
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
@@ -717,7 +717,7 @@ def _copy_fragment_part(em: Emitter, s):
         value = f"{em.shared_view(src, s.loc, len(shape))}.load({want_name})"
     else:
         ptr, mask = em.global_tile(src, want_name, s.loc, shape)
-        value = f"gl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
+        value = f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
     value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
     if id(dst) in parts:
         _write_part(em, dst, parts[id(dst)], value)
@@ -1204,25 +1204,34 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     if dst.buffer.scope != "global":
         raise unsupported(f"T.atomic_{s.kind} into {dst.buffer.scope} buffer {dst.buffer.name}", s.loc)
+    dt = GL_DTYPES[dst.buffer.dtype.name]
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
         lname = em.layout_name(layout)
         ptr, mask = em.global_tile(dst, lname, s.loc)
-        dt = GL_DTYPES[dst.buffer.dtype.name]
-        em.emit(f"gl.atomic_{s.kind}({ptr}, {value}.to({dt}), mask={mask}, sem={s.sem!r})")
+        rank = len(s.value.buffer.shape if s.value.buffer.scope == "fragment" else s.value.tile_shape)
+        em.emit(semantics.atomic_text(em, s, ptr, f"{value}.to({dt})", mask, rank))
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
     offs = " + ".join(i.text if st == "1" else f"{i.text} * ({st})" for i, st in zip(idx, strides))
-    dt = GL_DTYPES[dst.buffer.dtype.name]
-    value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+    prev = "" if s.prev is None else f"{em.define(s.prev)} = "
     par = em.par
-    if par is None or not par.write_mask or not frozenset().union(*[i.dims for i in idx]):
-        em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, sem={s.sem!r})")
+    if par is None:  # one atomic of the program
+        value = f"gl.to_tensor({em.expr(s.value).text}).to({dt})"
+        em.emit(prev + semantics.atomic_text(em, s, f"{em.name(dst.buffer)} + {offs}", value, None, 0))
         return
-    # the lanes of the `if`s inside the loop; the pad lanes of a padded T.Parallel add nothing
-    mask = _full_bool(em, par.write_mask, par)
-    em.emit(f"gl.atomic_{s.kind}({em.name(dst.buffer)} + {offs}, {value}, mask={mask}, sem={s.sem!r})")
+    # one atomic per lane, also where address and value are the same on every lane (TileLang's
+    # T.Parallel runs every iteration); the lanes of the `if`s inside the loop, not the pad lanes
+    shape = padded_shape(par.loop.extents)
+    ptr = f"{em.name(dst.buffer)} + (gl.zeros({shape}, gl.int32, layout={par.layout_name}) + {offs})"
+    value = _full(em.expr(s.value), s.value.dtype, dst.buffer.dtype, par)
+    # No bounds test, as this backend's per-lane atomics (the attention backward's dQ) have never had
+    # one: whether it would change their vector width is unmeasured
+    mask = _full_bool(em, par.write_mask or "True", par)
+    em.emit(prev + semantics.atomic_text(em, s, ptr, value, mask, len(shape)))
+    if s.prev is not None:
+        em.let_dims[id(s.prev)] = frozenset(range(len(par.loop.vars)))
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):

@@ -30,6 +30,9 @@ Where Triton 3.6's interpreter departs from what the compiled kernel computes
 * `tl.device_print` prints numpy arrays: here one line per element as the GPU does,
   ``pid (x, y, z) idx (i, j) msg: value`` (floats as %f; a one-element value is taken for a
   scalar, ``idx ()``: the builder sees no shape beyond the data's);
+* an atomic exchange (`tl.atomic_xchg`, `T.atomic_store`) of floats is refused ("Unsupported
+  data type"): here it exchanges the bits as the integer of the same width, as the GPU's
+  `atom.exch.b32` / `.b64` does;
 * extern library calls do not run: the generated module's `libdevice` is swapped for
   `_INTERPRETED_LIBDEVICE` (mul_rn, the floor-modulo helper's unfused product, is numpy's
   product, never fused either).
@@ -92,12 +95,14 @@ def _repairs() -> list:
     """(owner, attribute, replacement) for each repair of the module docstring."""
     import numpy as np
     import triton.language as tl
+    from triton._C.libtriton import ir
     from triton.runtime import interpreter
     from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
     create_dot, patch_tensor = InterpreterBuilder.create_dot, interpreter._patch_lang_tensor
     fp_to_fp, cast_impl = InterpreterBuilder.create_fp_to_fp, InterpreterBuilder.cast_impl
     binary, unary = InterpreterBuilder.binary_op, InterpreterBuilder.unary_op
+    atomic_rmw = InterpreterBuilder.create_atomic_rmw
 
     def create_dot_bf16(builder, a, b, d, *precision):
         return create_dot(builder, _widened(a), _widened(b), d, *precision)
@@ -135,7 +140,15 @@ def _repairs() -> list:
             return unary(builder, arg, op)
         return TensorHandle(_bf16_bits(op(_widened(arg).data)), tl.bfloat16)
 
+    def create_atomic_rmw(builder, op, ptr, val, mask, sem, scope):
+        if op != ir.ATOMIC_OP.XCHG or val.data.dtype.kind != "f":
+            return atomic_rmw(builder, op, ptr, val, mask, sem, scope)
+        bits = tl.core.get_int_dtype(val.data.dtype.itemsize * 8, True)
+        old = atomic_rmw(builder, op, ptr, TensorHandle(val.data.view(_np_dtype(bits)), bits), mask, sem, scope)
+        return TensorHandle(old.data.view(val.data.dtype), val.dtype.scalar)
+
     return [(InterpreterBuilder, "get_bf16", get_bf16),
+            (InterpreterBuilder, "create_atomic_rmw", create_atomic_rmw),
             (InterpreterBuilder, "binary_op", binary_op),
             (InterpreterBuilder, "unary_op", unary_op),
             (InterpreterBuilder, "create_maxnumf", lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)),

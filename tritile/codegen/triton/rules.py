@@ -36,7 +36,7 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
         if not dims:
             return Val(f"tl.load({ptr})")
-        return Val(f"tl.load({ptr}, mask={semantics.bounds_mask(em, e.indices, idx, buf)}, other={semantics.zero_literal(buf.dtype)})", dims)
+        return Val(f"tl.load({ptr}, mask={semantics.bounds_mask(em, e.indices, idx, buf)}, other={semantics.out_of_bounds_literal(buf)})", dims)
     if not dims:  # one element, the same for every lane
         return Val(_pick(em, buf, e.indices, idx))
     if buf.scope == "local":
@@ -438,7 +438,7 @@ def lower_copy(em: Emitter, s: ir.Copy):
     if ss == "global":
         shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)
-        value = f"tl.load({ptr}, mask={mask}, other={semantics.zero_literal(src.buffer.dtype)})"
+        value = f"tl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
         if ds != "global":
             return _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
         tmp = em.tmp("v")
@@ -574,22 +574,27 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     if isinstance(s.value, ir.Region):
         value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl')}, mask={mask}, "
-                f"sem={s.sem!r})")
+        em.emit(semantics.atomic_text(em, s, ptr, cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl'), mask,
+                                      len(shape)))
         return
     idx = [em.expr(x) for x in dst.starts]
     v = em.expr(s.value)
     ptr = f"{em.name(buf)} + {_offsets(em, buf, idx)}"
-    dims = frozenset().union(v.dims, *[i.dims for i in idx])
+    prev = "" if s.prev is None else f"{em.define(s.prev)} = "
     par = em.par
-    if par is None or not dims:  # one address, one value: one atomic per program, as in the interpreter
-        em.emit(f"tl.atomic_{s.kind}({ptr}, {cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')}, "
-                f"sem={s.sem!r})")
+    if par is None:  # one atomic of the program
+        value = cast_text(em.tensor(s.value, v), s.value.dtype, buf.dtype, 'tl')
+        em.emit(prev + semantics.atomic_text(em, s, ptr, value, None, 0))
         return
+    # one atomic per lane, also where address and value are the same on every lane (TileLang's
+    # T.Parallel runs every iteration)
     full = par.shape
     mask = semantics.bounds_mask(em, dst.starts, idx, buf) + (f" & {par.cond}" if par.cond else "")
-    em.emit(f"tl.atomic_{s.kind}(tl.broadcast_to({ptr}, {full}), {em.splat(s.value, v, buf.dtype, full)}, "
-            f"mask=tl.broadcast_to({mask}, {full}), sem={s.sem!r})")
+    em.emit(prev + semantics.atomic_text(em, s, f"tl.broadcast_to({ptr}, {full})",
+                                         em.splat(s.value, v, buf.dtype, full),
+                                         f"tl.full({full}, True, tl.int1) & {mask}", len(full)))
+    if s.prev is not None:
+        em.let_dims[id(s.prev)] = frozenset(range(len(full)))
 
 
 RULES = {

@@ -27,7 +27,7 @@ import dataclasses
 
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
-from tritile.ir.transform import Transformer, walk
+from tritile.ir.transform import Transformer, bound_var, walk
 from tritile.lowering.shared_slots import ring_buffers
 
 _CONTAINERS = (ir.Seq, ir.For, ir.While, ir.If)
@@ -63,9 +63,10 @@ def _splittable(stmt, ring) -> bool:
         children = stmt.stmts if isinstance(stmt, ir.Seq) else \
             [stmt.then_body, stmt.else_body] if isinstance(stmt, ir.If) else [stmt.body]
         return all(_splittable(c, ring) for c in children if c is not None)
-    if isinstance(stmt, (ir.Let, ir.Alloc)):  # a name bound under a branch would not reach its uses
+    # a name bound under a branch would not reach its uses
+    if isinstance(stmt, ir.Alloc) or bound_var(stmt) is not None:
         return not _slot_accesses(stmt, ring)
-    bound = {id(n.var) for n in walk(stmt) if isinstance(n, ir.Let)}
+    bound = {id(bound_var(n)) for n in walk(stmt) if bound_var(n) is not None}
     if isinstance(stmt, ir.Parallel):
         bound |= {id(v) for v in stmt.vars}
     return not any(id(v) in bound for index in _slot_accesses(stmt, ring)
