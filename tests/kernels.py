@@ -112,7 +112,9 @@ def splitk_gemm(M, N, K, block_M, block_N, block_K, split_k, form, num_stages=2,
                 accum_dtype="float32", out_dtype="float32"):
     """C += A @ B with the grid's third dimension splitting K, each split adding its partial product
     with `T.atomic_add`: `form` "tile_region" / "tile_head" adds the C tile (region / head address),
-    "scalar" adds element by element inside `T.Parallel`, guarded for a padded shape."""
+    "scalar" adds element by element inside `T.Parallel`, guarded for a padded shape,
+    "scalar_unguarded" without the guard (the adds past C's edges are dropped, as TileLang's safe
+    memory access drops them)."""
     split_len = K // split_k
 
     @T.prim_func
@@ -136,10 +138,13 @@ def splitk_gemm(M, N, K, block_M, block_N, block_K, split_k, form, num_stages=2,
                 T.atomic_add(C[by * block_M:(by + 1) * block_M, bx * block_N:(bx + 1) * block_N], C_shared)
             elif form == "tile_head":
                 T.atomic_add(C[by * block_M, bx * block_N], C_shared)
-            else:
+            elif form == "scalar":
                 for i, j in T.Parallel(block_M, block_N):
                     if by * block_M + i < M and bx * block_N + j < N:
                         T.atomic_add(C[by * block_M + i, bx * block_N + j], C_shared[i, j])
+            else:
+                for i, j in T.Parallel(block_M, block_N):
+                    T.atomic_add(C[by * block_M + i, bx * block_N + j], C_shared[i, j])
 
     return main
 

@@ -20,6 +20,7 @@ SPLITK_CASES = [
     ("tile_head", 128, 128),
     ("scalar", 128, 128),
     ("scalar", 200, 136),  # padded: the guard keeps edge tiles inside C
+    ("scalar_unguarded", 200, 136),  # padded, no guard: the adds past the edges must be dropped
 ]
 K, SPLIT_K = 128, 2
 
@@ -29,10 +30,12 @@ def test_splitk_atomic_add(form, M, N, device, assert_close):
     kernel = matmul_splitk(M, N, K, 64, 64, 32, SPLIT_K, form)
     a = torch.randn(M, K, dtype=torch.float16, device=device)
     b = torch.randn(K, N, dtype=torch.float16, device=device)
-    c = torch.randn(M, N, device=device)
+    storage = torch.randn(M + 64, N, device=device)  # C, then rows no kernel may write
+    c, after = storage[:M], storage[M:].clone()
     expected = c + a.float() @ b.float()
     kernel(a, b, c)
     assert_close(c, expected)
+    assert torch.equal(storage[M:], after)
 
 
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.

@@ -1226,9 +1226,10 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     shape = padded_shape(par.loop.extents)
     ptr = f"{em.name(dst.buffer)} + (gl.zeros({shape}, gl.int32, layout={par.layout_name}) + {offs})"
     value = _full(em.expr(s.value), s.value.dtype, dst.buffer.dtype, par)
-    # No bounds test, as this backend's per-lane atomics (the attention backward's dQ) have never had
-    # one: whether it would change their vector width is unmeasured
-    mask = _full_bool(em, par.write_mask or "True", par)
+    # lanes past the tensor's edges are dropped, as the interpreter and the triton backend drop them
+    # (TileLang's safe memory access); element stores inside T.Parallel are masked the same way
+    inside = semantics.bounds_mask(em, dst.starts, idx, dst.buffer)
+    mask = _full_bool(em, f"({inside}) & {par.write_mask}" if par.write_mask else inside, par)
     em.emit(prev + semantics.atomic_text(em, s, ptr, value, mask, len(shape)))
     if s.prev is not None:
         em.let_dims[id(s.prev)] = frozenset(range(len(par.loop.vars)))
