@@ -1,12 +1,16 @@
-"""Side-by-side GEMM and attention benchmark: tritile (both backends) against cuBLAS, Triton,
-TileLang and SDPA (cuDNN, flash).
+"""Side-by-side benchmark of tritile's kernels (both backends) against the libraries a user would
+otherwise call: GEMM, FlashAttention forward and backward, FP8 GEMM, GQA decoding.
 
 Run on the GPU machine from the repo root:  PYTHONPATH=$PWD python bench/bench_h100.py [--quick]
 (with TILELANG_SITE=<an unpacked TileLang site-packages> for the TileLang column, else "n/a").
 Each row times tritile's program through its Gluon backend (`tritile`, the default on Hopper) and
 its triton.language backend (`tritile_triton`), and the libraries: GEMM cuBLAS (`torch.matmul`),
 a Triton TMA `tl.dot` GEMM (bench/triton_gemm.py, best of its configs) and TileLang 0.1.15
-(bench/tilelang_peer.py); attention SDPA's cuDNN and flash back-ends and TileLang.  Every result
+(bench/tilelang_peer.py); attention SDPA's cuDNN and flash back-ends and TileLang; the attention
+backward (examples/flash_attention_bwd.py) SDPA's cuDNN and flash backwards; FP8 e4m3 GEMM
+(examples/gemm_fp8.py) cuBLASLt (`torch._scaled_mm`) and TileLang, each with its accuracy against an
+fp64 product (`<name>_max_err`); GQA decoding (examples/flash_decoding.py) SDPA's cuDNN backend, in
+TB/s, beside a device copy (`of_copy`: tritile / copy bandwidth).  Every result
 is checked against torch before it is timed; figures are TFLOP/s (median of
 `triton.testing.do_bench`; each candidate's median of three timings, the candidates' order
 rotated between them); `ratio` is tritile / best library, `gluon_over_triton` tritile's Gluon
@@ -64,27 +68,43 @@ def median_of_rotations(timers: dict) -> dict:
     return {name: sorted(xs)[len(xs) // 2] for name, xs in samples.items()}
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out, ref = out.double(), ref.double()
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+def rel_err(out, ref) -> float:
+    """|out - ref| / |ref| in the 2-norm; tensors, or tuples of them (a backward's gradients) taken
+    together."""
+    outs, refs = (out, ref) if isinstance(out, (tuple, list)) else ((out,), (ref,))
+    diff = sum(float((o.double() - r.double()).norm()) ** 2 for o, r in zip(outs, refs, strict=True))
+    norm = sum(float(r.double().norm()) ** 2 for r in refs)
+    return math.sqrt(diff) / max(math.sqrt(norm), 1e-30)
+
+
+def max_err_of_max(out: torch.Tensor, exact: torch.Tensor) -> float:
+    """The largest |out - exact| relative to max |exact| (the FP8 accuracy measure of issue #19)."""
+    return float((out.double() - exact).abs().max() / exact.abs().max())
 
 
 TRITILE = ("tritile", "tritile_triton")  # tritile's two backends: Gluon (the default on Hopper), triton.language
 GEMM_LIBRARIES = ("cublas", "triton", "tilelang")
 ATTENTION_LIBRARIES = ("cudnn", "flash", "tilelang")
+ATTENTION_BWD_LIBRARIES = ("cudnn", "flash")
+FP8_LIBRARIES = ("cublaslt", "tilelang")
+DECODE_LIBRARIES = ("cudnn",)
 
 
-def add_candidate(row: dict, timers: dict, name: str, build, args: tuple, ref: torch.Tensor) -> None:
+def add_candidate(row: dict, timers: dict, name: str, build, args: tuple, ref, exact: torch.Tensor = None) -> None:
     """Build `name`'s kernel (`build()`), check `kernel(*args)` against `ref` (relative error <= 1e-2)
     and register its timer; a build error or a wrong result is recorded in `row[name + "_error"]`
-    instead, and the sweep goes on."""
+    instead, and the sweep goes on.  With `exact`, also `row[name + "_max_err"]`: the largest
+    error relative to max |exact|."""
     try:
         kernel = build()
 
         def call():
             return kernel(*args)
 
-        row[name + "_rel_err"] = rel_err(call(), ref)
+        out = call()
+        row[name + "_rel_err"] = rel_err(out, ref)
+        if exact is not None:
+            row[name + "_max_err"] = max_err_of_max(out, exact)
         if row[name + "_rel_err"] > 1e-2:
             raise AssertionError(f"{name} result wrong: rel err {row[name + '_rel_err']:.3g}")
         timers[name] = lambda: bench(call)
@@ -197,6 +217,125 @@ def attention_rows(cases, log, peer):
     return rows
 
 
+def on_backend(jit_function, backend: str):
+    """An example's `@tritile.jit` function with its kernels built by `backend` ("gluon" / "triton")."""
+    import tritile
+
+    return tritile.jit(**{**jit_function.options, "backend": backend})(jit_function.fn)
+
+
+def attention_bwd_rows(cases, log):
+    """The FlashAttention backward (examples/flash_attention_bwd.py: preprocess, backward, dQ's
+    cast; the forward run once outside the timing) against SDPA's cuDNN and flash backwards, issue
+    #18's accounting: 2.5x the forward's FLOPs.  Reference: SDPA's memory-efficient backward in fp32
+    (the math one where that is missing)."""
+    from attention_bwd_h100 import sdpa_backward, tritile_backward
+    from torch.nn.attention import SDPBackend
+
+    from timing import load_example
+
+    F = load_example("flash_attention_bwd")
+    rows = []
+    for (B, H, S, D, causal) in cases:
+        q, k, v, do = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(4))
+        ref = sdpa_backward(*(t.float() for t in (q, k, v, do)), causal,
+                            [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])()  # math: on the CPU (tests)
+        row = {"op": "attention_bwd", "B": B, "H": H, "S": S, "D": D, "causal": causal}
+        timers = {}
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            add_candidate(row, timers, name, lambda backend=backend: sdpa_backward(q, k, v, do, causal, backend), (),
+                          ref)
+        for name, backend in zip(TRITILE, ("gluon", "triton")):
+            add_candidate(row, timers, name, lambda backend=backend: tritile_backward(F, q, k, v, do, causal,
+                                                                                      backend=backend), (), ref)
+        flops = 2.5 * 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        log(finish_row(row, median_of_rotations(timers), flops, ATTENTION_BWD_LIBRARIES))
+        rows.append(row)
+    return rows
+
+
+def fp8_rows(sizes, log, peer):
+    """FP8 e4m3 GEMM, per-tensor scales, fp16 out (examples/gemm_fp8.py) against cuBLASLt
+    (`torch._scaled_mm`) and TileLang, with each one's accuracy against an fp64 product of the same
+    fp8 values (`<name>_max_err`: the largest error relative to max |C|)."""
+    from timing import load_example
+
+    G = load_example("gemm_fp8")
+    rows = []
+    for n in sizes:
+        a8, scale_a = G.quantize(torch.randn(n, n, device="cuda"))
+        b8, scale_b = G.quantize(torch.randn(n, n, device="cuda"))
+        scales = torch.stack([scale_a.reshape(()), scale_b.reshape(())]).float()
+        exact = (a8.double() @ b8.double().t()) * (scale_a.double() * scale_b.double())
+        ref = exact.float()
+        row = {"op": "gemm_fp8", "dtype": "float8_e4m3fn", "M": n, "N": n, "K": n}
+        timers = {}
+        add_candidate(row, timers, "cublaslt", lambda: lambda a, b: torch._scaled_mm(
+            a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.float16), (a8, b8), ref, exact)
+        if peer["available"]:
+            row["tilelang_config"] = tilelang_peer.gemm_fp8_config()
+            add_candidate(row, timers, "tilelang", lambda: tilelang_peer.gemm_fp8(n, n, n), (a8, b8, scales), ref,
+                          exact)
+        row["tritile_config"] = G.tile_config("cuda")
+        for name, backend in zip(TRITILE, ("gluon", "triton")):
+            add_candidate(row, timers, name, lambda backend=backend: on_backend(G.gemm_fp8, backend)(
+                n, n, n, **G.tile_config("cuda")), (a8, b8, scales), ref, exact)
+        log(finish_row(row, median_of_rotations(timers), 2.0 * n ** 3, FP8_LIBRARIES,
+                       () if peer["available"] else ("tilelang",)))
+        rows.append(row)
+    return rows
+
+
+def decode_rows(cases, log):
+    """GQA decoding (examples/flash_decoding.py: split KV and combine), q (B, Hq, D) against K / V
+    (B, Hkv, S, D), fp16, against SDPA's cuDNN backend (`enable_gqa=True`) and a device copy of as
+    many bytes (read and written): bandwidth-bound, so TB/s of the K / V cache read (the copy: bytes
+    read + written), not TFLOP/s."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from timing import load_example
+
+    D = load_example("flash_decoding")
+    rows = []
+    for (B, Hq, Hkv, S, dim) in cases:
+        q = torch.randn(B, Hq, dim, device="cuda", dtype=torch.float16)
+        k, v = (torch.randn(B, Hkv, S, dim, device="cuda", dtype=torch.float16) for _ in range(2))
+        cache_bytes = 2 * k.numel() * k.element_size()
+        ref = sdpa(q[:, :, None].float(), k.float(), v.float(), enable_gqa=True)[:, :, 0]
+        row = {"op": "decode", "unit": "TB/s", "B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "D": dim}
+
+        def cudnn(q, k, v):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return sdpa(q[:, :, None], k, v, enable_gqa=True)[:, :, 0]
+
+        timers = {}
+        add_candidate(row, timers, "cudnn", lambda: cudnn, (q, k, v), ref)
+        src = torch.randn(cache_bytes // 4, device="cuda", dtype=torch.float16)  # half the bytes: read + write
+        dst = torch.empty_like(src)
+        add_candidate(row, timers, "copy", lambda: dst.copy_, (src,), src)
+        for name, backend in zip(TRITILE, ("gluon", "triton")):
+            add_candidate(row, timers, name, lambda backend=backend: tritile_decoder(D, B, Hq, Hkv, S, dim, backend),
+                          (q, k, v), ref)
+        ms = median_of_rotations(timers)
+        finish_row(row, ms, cache_bytes, DECODE_LIBRARIES)
+        row["copy"] = tflops(cache_bytes, ms["copy"]) if "copy" in ms else 0.0
+        row["of_copy"] = row["tritile"] / row["copy"] if row["copy"] else None
+        log(row)
+        rows.append(row)
+    return rows
+
+
+def tritile_decoder(D, B: int, Hq: int, Hkv: int, S: int, dim: int, backend: str):
+    """examples/flash_decoding.py's `gqa_decode` with its kernels built by `backend`."""
+    config = D.tile_config("cuda", B, Hkv, S)
+    split = on_backend(D.decode_split, backend)(B, Hq, Hkv, S, dim, **config)
+    if config["num_split"] == 1:
+        return lambda q, k, v: split(q, k, v)[0][:, :, 0].to(q.dtype)
+    combine = on_backend(D.decode_combine, backend)(B, Hq, config["num_split"], dim)
+    return lambda q, k, v: combine(*split(q, k, v))
+
+
 def overheads(log):
     """Cold compile time of the GEMM (fresh cache dir) and warm launch overhead vs Triton."""
     import tempfile
@@ -252,41 +391,75 @@ def plot(rows, path):
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.set_xlabel("ratio (higher is better for tritile / its Gluon backend)")
-    ax.set_title("tritile on H100 against cuBLAS / Triton / TileLang (GEMM), cuDNN / flash / TileLang (attention)")
+    ax.set_title("tritile on H100 against the best library of each row (cuBLAS / cuBLASLt / Triton / TileLang, "
+                 "cuDNN / flash)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
 
 
-def cases(quick: bool):
-    """(GEMM shapes, GEMM dtypes, attention cases (B, H, S, D, causal)) of a full or --quick run."""
+SECTIONS = ("gemm", "attention", "attention_bwd", "fp8", "decode")
+SECTION_OF_OP = {"gemm": "gemm", "attention": "attention", "attention_bwd": "attention_bwd", "gemm_fp8": "fp8",
+                 "decode": "decode"}
+
+
+def _earlier_sections(path: str, chosen: list) -> dict:
+    """An existing result at `path` when only some sections run (its other rows are kept), from the
+    same device and versions; otherwise nothing."""
+    if set(chosen) == set(SECTIONS) or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        earlier = json.load(f)
+    same = all(earlier.get(key) == value for key, value in (("device", torch.cuda.get_device_name()),
+                                                             ("torch", torch.__version__),
+                                                             ("triton", triton.__version__)))
+    return earlier if same and "sections" in earlier else {}
+
+
+# the second and third columns of the summary table, per kind of row
+SUMMARY_LIBRARIES = {"gemm": ("cublas", "triton"), "attention": ("cudnn", "flash"),
+                     "attention_bwd": ("cudnn", "flash"), "gemm_fp8": ("cublaslt", None), "decode": ("cudnn", "copy")}
+
+
+def cases(quick: bool) -> dict:
+    """The cases of each section of a full or --quick run: GEMM shapes and dtypes, attention forward
+    and backward (B, H, S, D, causal), FP8 GEMM sizes, decoding (B, Hq, Hkv, S, D)."""
     big = [(4096, 4096, 4096), (8192, 8192, 8192)]
     skinny = [(m, n, n) for n in (4096, 8192) for m in (16, 128, 1024)]
     attention = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False)]
+    attention_bwd = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False),
+                     (16, 16, 1024, 64, True)]
+    decode = [(64, 32, 8, 8192, 128), (8, 64, 8, 32768, 128)]
     if quick:  # both square GEMMs (8192^3 is the shape TileLang's tuned config is for), one attention
-        return big, [torch.float16], attention[:1]
-    return big + skinny, [torch.float16, torch.bfloat16], attention
+        return dict(gemm=big, dtypes=[torch.float16], attention=attention[:1], attention_bwd=[], fp8=[], decode=[])
+    return dict(gemm=big + skinny, dtypes=[torch.float16, torch.bfloat16], attention=attention,
+                attention_bwd=attention_bwd, fp8=[4096, 8192], decode=decode)
 
 
 def case_name(row: dict) -> str:
-    if row["op"] == "gemm":
-        return f"gemm {row['dtype']} {row['M']}x{row['N']}x{row['K']}"
-    return f"attn {row['B']}x{row['H']}x{row['S']}x{row['D']}{' causal' if row['causal'] else ''}"
+    if row["op"] in ("gemm", "gemm_fp8"):
+        return f"{row['op']} {row['dtype']} {row['M']}x{row['N']}x{row['K']}"
+    if row["op"] == "decode":
+        return f"decode {row['B']}x{row['Hq']}/{row['Hkv']}x{row['S']}x{row['D']} (TB/s)"
+    op = "attn" if row["op"] == "attention" else "attn bwd"
+    return f"{op} {row['B']}x{row['H']}x{row['S']}x{row['D']}{' causal' if row['causal'] else ''}"
 
 
 def summary(rows) -> str:
-    """The run's table: TFLOP/s per candidate (n/a: not run), tritile / best library, Gluon / triton."""
+    """The run's table: TFLOP/s (TB/s for decoding) per candidate (n/a: not run), tritile / best
+    library, Gluon / triton."""
     def cell(x, fmt="%.1f"):
         return "n/a" if x is None else fmt % x
 
-    fmt = "%-30s %8s %8s %8s %8s %8s %7s %7s"
-    lines = [fmt % ("case", "tritile", "tritile", "cuBLAS", "Triton", "TileLang", "ratio", "Gluon/"),
-             fmt % ("", "Gluon", "triton", "| cuDNN", "| flash", "", "", "triton")]
+    fmt = "%-40s %8s %8s %8s %8s %8s %7s %7s"
+    lines = [fmt % ("case", "tritile", "tritile", "lib 1", "lib 2", "TileLang", "ratio", "Gluon/"),
+             fmt % ("", "Gluon", "triton", "", "", "", "", "triton"),
+             "lib 1 / lib 2: cuBLAS / Triton (gemm), cuDNN / flash (attn), cuBLASLt (fp8), cuDNN / copy (decode)"]
     for r in rows:
-        libs = (r["cublas"], r["triton"]) if r["op"] == "gemm" else (r["cudnn"], r["flash"])
+        libs = [r.get(name) if name else None for name in SUMMARY_LIBRARIES[r["op"]]]
         lines.append(fmt % (case_name(r), cell(r["tritile"]), cell(r["tritile_triton"]), cell(libs[0]),
-                            cell(libs[1]), cell(r["tilelang"]), cell(r["ratio"], "%.3f"),
+                            cell(libs[1]), cell(r.get("tilelang")), cell(r["ratio"], "%.3f"),
                             cell(r["gluon_over_triton"], "%.3f")))
     return "\n".join(lines)
 
@@ -295,7 +468,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="fp16 4096^3 and 8192^3 GEMMs and one attention shape (a few minutes)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated sections to run (of {', '.join(SECTIONS)}); the rows of the "
+                             f"others are kept from an existing h100.json, each section dated in its 'sections'")
     args = parser.parse_args(argv)
+    chosen = args.sections.split(",")
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; the sections are {', '.join(SECTIONS)}")
     out_dir = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(out_dir, exist_ok=True)
     lines = []
@@ -305,7 +485,7 @@ def main(argv=None):
         lines.append(text)
         print(text, flush=True)
 
-    gemm_shapes, dtypes, attn = cases(args.quick)
+    run = cases(args.quick)
     peer = tilelang_peer.status()
     result = {
         "device": torch.cuda.get_device_name(),
@@ -313,27 +493,43 @@ def main(argv=None):
         "cuda": torch.version.cuda, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "timing": f"triton.testing.do_bench(warmup={WARMUP_MS}, rep={REP_MS}, median), median of "
                   f"{ROTATIONS} timings per candidate, the candidates' order rotated each time",
-        "columns": "TFLOP/s; tritile = tritile's Gluon backend, tritile_triton = its triton.language backend "
-                   "(one program, both backends); ratio = tritile / best library (cublas, triton, tilelang | "
-                   "cudnn, flash, tilelang); gluon_over_triton = tritile / tritile_triton; 0.0 = failed or wrong "
+        "columns": "TFLOP/s (decode rows: TB/s of the K/V cache read; copy: of its bytes read + written); "
+                   "tritile = tritile's Gluon backend, tritile_triton = its triton.language backend "
+                   "(one program, both backends); ratio = tritile / best library (gemm: cublas, triton, tilelang; "
+                   "attention: cudnn, flash, tilelang; attention_bwd: cudnn, flash; gemm_fp8: cublaslt, tilelang; "
+                   "decode: cudnn); of_copy = tritile / copy; <name>_max_err = max |C - exact| / max |exact| "
+                   "(fp8); gluon_over_triton = tritile / tritile_triton; 0.0 = failed or wrong "
                    "(<name>_error), null = not run (tilelang: see 'tilelang')",
         "tilelang": peer,
     }
     log({"tilelang": peer})
-    rows = []
-    for section in (lambda: gemm_rows(gemm_shapes, dtypes, log, peer), lambda: attention_rows(attn, log, peer)):
+    path = os.path.join(out_dir, "h100.json")
+    earlier = _earlier_sections(path, chosen)
+    result["sections"] = earlier.get("sections", {})
+    rows = [row for row in earlier.get("rows", []) if SECTION_OF_OP[row["op"]] not in chosen]
+    runs = {"gemm": lambda: gemm_rows(run["gemm"], run["dtypes"], log, peer),
+            "attention": lambda: attention_rows(run["attention"], log, peer),
+            "attention_bwd": lambda: attention_bwd_rows(run["attention_bwd"], log),
+            "fp8": lambda: fp8_rows(run["fp8"], log, peer),
+            "decode": lambda: decode_rows(run["decode"], log)}
+    for name in chosen:
         try:
-            rows += section()
+            rows += runs[name]()
+            result["sections"][name] = result["date"]
         except Exception as e:
             traceback.print_exc()
-            result.setdefault("errors", []).append(f"{type(e).__name__}: {e}"[:400])
-    try:
-        result["overheads"] = overheads(log)
-    except Exception as e:
-        traceback.print_exc()
-        result.setdefault("errors", []).append(f"overheads: {type(e).__name__}: {e}"[:400])
+            result.setdefault("errors", []).append(f"{name}: {type(e).__name__}: {e}"[:400])
+    if "gemm" in chosen:
+        try:
+            result["overheads"] = overheads(log)
+        except Exception as e:
+            traceback.print_exc()
+            result.setdefault("errors", []).append(f"overheads: {type(e).__name__}: {e}"[:400])
+    elif "overheads" in earlier:
+        result["overheads"] = earlier["overheads"]
+    rows.sort(key=lambda row: SECTIONS.index(SECTION_OF_OP[row["op"]]))
     result["rows"] = rows
-    with open(os.path.join(out_dir, "h100.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(result, f, indent=1, default=str)
     plot(rows, os.path.join(out_dir, "h100.png"))
     print("\n" + summary(rows))

@@ -4,7 +4,7 @@
 TileLang is not a dependency of tritile.  It is imported from the directory `TILELANG_SITE` names
 (an unpacked site-packages holding tilelang, tvm_ffi, z3 and torch_c_dlpack_ext), put first on
 `sys.path` only when that variable is set, and only once tritile is imported, so nothing of
-tritile's can resolve to it.  The import must give the package inside `TILELANG_SITE`: a process
+tritile's can resolve to it.  Its programs: GEMM, FP8 GEMM and FlashAttention forward.  The import must give the package inside `TILELANG_SITE`: a process
 where `tilelang` is tritile under an alias (TileLang's example runner installs one) or another
 install gets no TileLang column, with the reason.  `status()` says whether TileLang is there (and
 why not); `gemm(...)` / `attention(...)` return a compiled kernel, or None when it is not.
@@ -97,6 +97,45 @@ def gemm_config(M: int, N: int, K: int) -> dict:
 def attention_config(dim: int) -> dict:
     """The tile of TileLang's FlashAttention example's tuning list (its only entry)."""
     return dict(block_M=128, block_N=128, num_stages=2, threads=256)
+
+
+def gemm_fp8_config() -> dict:
+    """TileLang's FP8 tile on the H100 as the issue measured it (1316 / 1308 TFLOP/s at 4096^3 /
+    8192^3): 128x256x128, four stages, two warpgroups, B K-major; no promotion of the partial sums."""
+    return dict(block_M=128, block_N=256, block_K=128, num_stages=4, threads=256, panel=10)
+
+
+def gemm_fp8(M: int, N: int, K: int):
+    """TileLang's kernel for C = (A @ B^T) * Scales[0] * Scales[1] in fp16, A [M, K] and B [N, K]
+    e4m3 (its example_tilelang_gemm_fp8.py with the tuned tile, per-tensor scales and an fp16
+    output as torch._scaled_mm has them), or None."""
+    tilelang, _ = _load()
+    if tilelang is None:
+        return None
+    import tilelang.language as T
+
+    cfg = gemm_fp8_config()
+    block_M, block_N, block_K, threads = cfg["block_M"], cfg["block_N"], cfg["block_K"], cfg["threads"]
+    num_stages, panel = cfg["num_stages"], cfg["panel"]
+
+    @T.prim_func
+    def matmul(A: T.Tensor((M, K), "float8_e4m3"), B: T.Tensor((N, K), "float8_e4m3"),
+               Scales: T.Tensor((2,), "float32"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), "float8_e4m3")
+            B_shared = T.alloc_shared((block_N, block_K), "float8_e4m3")
+            C_local = T.alloc_fragment((block_M, block_N), "float32")
+            T.use_swizzle(panel_size=panel)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            for i, j in T.Parallel(block_M, block_N):
+                C_local[i, j] = C_local[i, j] * (Scales[0] * Scales[1])
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return tilelang.compile(matmul, out_idx=[3], target="cuda")
 
 
 def gemm(M: int, N: int, K: int, dtype):

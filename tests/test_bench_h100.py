@@ -85,8 +85,36 @@ def test_quick_run_covers_tilelangs_tuned_shape():
     sys.path.insert(0, BENCH)
     import bench_h100
 
-    shapes, dtypes, attention = bench_h100.cases(quick=True)
-    assert (8192, 8192, 8192) in shapes and dtypes == [torch.float16] and len(attention) == 1
+    quick = bench_h100.cases(quick=True)
+    assert (8192, 8192, 8192) in quick["gemm"] and quick["dtypes"] == [torch.float16]
+    assert len(quick["attention"]) == 1
+    full = bench_h100.cases(quick=False)
+    assert full["attention_bwd"] and full["fp8"] == [4096, 8192] and full["decode"]
+
+
+def test_attention_backward_row_checks_the_gradients_of_both_backends(bench):
+    torch.manual_seed(3)
+    [row] = bench.attention_bwd_rows([(1, 2, 96, 32, True)], lambda r: None)
+    assert row["tritile_rel_err"] < 1e-2 and row["tritile_triton_rel_err"] < 1e-2
+    assert row["tritile"] == pytest.approx(2.5 * 4 * 2 * 96 * 96 * 32 * 0.5 / 1e-3 / 1e12)
+    assert "cudnn_error" in row  # SDPA's cuDNN backward needs a GPU
+    assert "attn bwd 1x2x96x32 causal" in bench.summary([row])
+
+
+def test_fp8_row_measures_accuracy_against_fp64(bench):
+    torch.manual_seed(4)
+    [row] = bench.fp8_rows([64], lambda r: None, {"available": True})
+    for name in ("tilelang", "tritile", "tritile_triton"):
+        assert row[name + "_rel_err"] < 1e-2 and row[name + "_max_err"] < 2e-2, (name, row)
+    assert row["tilelang_config"]["block_N"] == 256
+
+
+def test_decode_row_reads_bandwidth_and_the_copy(bench):
+    torch.manual_seed(5)
+    [row] = bench.decode_rows([(2, 8, 2, 256, 32)], lambda r: None)
+    assert row["tritile_rel_err"] < 1e-2 and row["tritile_triton_rel_err"] < 1e-2
+    cache_bytes = 2 * 2 * 2 * 256 * 32 * 2
+    assert row["tritile"] == pytest.approx(cache_bytes / 1e-3 / 1e12) and row["of_copy"] == pytest.approx(1.0)
 
 
 @pytest.fixture
@@ -140,3 +168,12 @@ def test_z3_of_the_site_is_found_when_it_holds_only_a_versioned_library(peer, mo
     peer._find_z3_library(str(tmp_path))
     link = os.path.join(os.environ["Z3_LIBRARY_PATH"].split(os.pathsep)[0], "libz3.so")
     assert os.path.realpath(link) == str((tmp_path / "z3" / "lib" / "libz3.so.4.15").resolve())
+
+
+def test_unknown_section_is_refused_with_the_list(capsys):
+    sys.path.insert(0, BENCH)
+    import bench_h100
+
+    with pytest.raises(SystemExit):
+        bench_h100.main(["--sections", "gemm,attn"])
+    assert "unknown section(s) attn" in capsys.readouterr().err

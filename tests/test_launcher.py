@@ -13,6 +13,7 @@ import torch
 from triton import knobs
 from triton.experimental.gluon import language as gl
 
+import tritile.language as T
 from tritile.runtime.launcher import DescriptorSpec, DirectLaunch, TritonLaunch, kernel_launcher
 from tritile.runtime.target import Target
 
@@ -129,17 +130,20 @@ def test_compiled_kernels_carry_their_descriptor_specs():
 
 
 @pytest.mark.gpu
-def test_a_launch_goes_to_the_current_stream_and_into_cuda_graphs():
-    """The direct path reads the current stream at every call: a side stream's work orders
-    after it, and a graph capture records the launch (a launch on another stream would fail
-    the capture), with its TMA descriptors passed by value."""
-    from examples.gemm import build_matmul_kernel
-    from tritile.runtime.launcher import DirectLaunch
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_a_launch_goes_to_the_current_stream_and_into_cuda_graphs(backend):
+    """A launch reads the current stream at every call: a side stream's work orders after it,
+    and a graph capture records the launch (a launch on another stream would fail the
+    capture).  On the Gluon backend this is the direct path, its TMA descriptors passed by
+    value; on the triton.language backend, Triton's own launcher."""
+    from examples.gemm import matmul, tile_config
 
-    kernel = build_matmul_kernel(256, 256, 256)
+    kernel = matmul.compile(M=256, N=256, K=256, dtype=T.float16, backend=backend,
+                            **tile_config("cuda", 256, 256, 256))
     a, b = (torch.randn(256, 256, device="cuda", dtype=torch.float16) for _ in range(2))
     kernel(a, b)
-    assert isinstance(kernel._device_kernel._launcher, DirectLaunch)
+    if backend == "gluon":
+        assert isinstance(kernel._device_kernel._launcher, DirectLaunch)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -418,6 +418,15 @@ def test_examples_compile_for_sm100(examples_for):
         assert "sm_100" in ptx and "tcgen05.mma" in ptx
 
 
+def test_three_warpgroup_kernel_runs_on_a_power_of_two_of_warps():
+    """TileLang's 384-thread FlashAttention (three warpgroups of 64 rows) is a tile program on
+    Triton, which takes only a power of two of warps: it compiles on 8."""
+    kernel = tritile.compile(FA.flashattn.fn(1, 2, 384, 384, 64, False, 192, 128, 2, 384), target="cuda:90",
+                             backend="triton")
+    compiled = _compiled(kernel)
+    assert compiled.metadata.num_warps == 8 and "wgmma.mma_async" in compiled.asm["ptx"]
+
+
 def test_pipelined_loop_carries_its_stages():
     """`T.Pipelined(num_stages=S)` becomes `tl.range(..., num_stages=S)`, and Triton's pipeliner
     multi-buffers the loop's loads by it: shared memory grows by one (A, B) stage per stage

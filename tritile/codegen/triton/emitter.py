@@ -82,7 +82,9 @@ class Emitter(SourceWriter):
     def __init__(self, func: ir.PrimFunc, target, warp_size: int):
         super().__init__(func, _RESERVED)
         self.target = target
-        self.num_warps = max(1, func.kernel.threads // warp_size)
+        # Triton wants a power of two; a tile program means the same on any number of warps, so
+        # TileLang's 384-thread kernels (three warpgroups) run on 8.
+        self.num_warps = 1 << (max(1, func.kernel.threads // warp_size).bit_length() - 1)
         self.par = None  # ParallelContext inside a T.Parallel
         self.let_dims = {}  # id(Var) of a Let inside a T.Parallel -> the dims its value varies along
         self.descriptor_plan = DescriptorPlan(func, target)
