@@ -404,18 +404,20 @@ def test_examples_compile_for_sm80(examples_for):
     for kernel in examples_for("cuda:80"):
         ptx = _compiled(kernel).asm["ptx"]
         assert ".target sm_80" in ptx and "mma.sync" in ptx and "cp.async" in ptx
+        assert "cp.async.bulk" not in ptx  # no TMA: masked loads, pipelined with cp.async
 
 
 def test_examples_compile_for_sm90(examples_for):
     for kernel in examples_for("cuda:90"):
         ptx = _compiled(kernel).asm["ptx"]
         assert ".target sm_90a" in ptx and "wgmma.mma_async" in ptx
+        assert "cp.async.bulk.tensor" in ptx  # tiles through TMA descriptors (tests/test_triton_tma.py)
 
 
 def test_examples_compile_for_sm100(examples_for):
     for kernel in examples_for("cuda:100"):
         ptx = _compiled(kernel).asm["ptx"]
-        assert "sm_100" in ptx and "tcgen05.mma" in ptx
+        assert "sm_100" in ptx and "tcgen05.mma" in ptx and "cp.async.bulk.tensor" in ptx
 
 
 def test_three_warpgroup_kernel_runs_on_a_power_of_two_of_warps():
