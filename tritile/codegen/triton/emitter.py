@@ -12,7 +12,10 @@ loads of a ``tl.range(..., num_stages=S)`` loop.  A `T.alloc_var` / unit `T.allo
 is a 0-d tensor; a larger `T.alloc_local` a 1-D tensor of its flattened (power-of-two padded)
 elements, read and written through a lane mask.  A `T.Parallel` is one tile expression:
 each loop variable is a ``tl.arange`` broadcast along its own axis (``i[:, None]``), over
-the next power of two of its extent with the extra lanes masked off.
+the next power of two of its extent with the extra lanes masked off.  A global tile is read
+and written by `load_tile` / `store_tile`: through a TMA descriptor argument where
+`descriptors.py` proves the hardware's out-of-bounds rule the same as the masks' (sm_90,
+sm_100), else a masked ``tl.load`` / ``tl.store``.
 
 Conventions: names come from the user's program (clashes get a numeric suffix,
 temporaries start with ``_``); global tensors are contiguous (row-major strides derived
