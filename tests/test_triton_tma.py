@@ -180,11 +180,40 @@ def test_copies_tma_cannot_take_keep_the_masked_path(case):
     assert ("B_desc.store(" in body) == b_desc and ("tl.store(B +" in body) == (not b_desc)
 
 
+@tritile.jit
+def rows_in_a_loop(M, N, block, rounds):
+    """B's row blocks written by one `T.copy` inside a loop; C by a fill and a copy."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(1, threads=128) as _:
+            tile = T.alloc_shared((block, N), "float16")
+            for i in T.serial(rounds):
+                T.copy(A[i * block, 0], tile)
+                T.copy(tile, B[i * block, 0])
+            T.fill(C[0:block, 0:N], 0)
+            T.copy(tile, C[0, 0])
+
+    return main
+
+
 def test_a_tensor_read_and_written_keeps_the_masked_path():
     """TMA's asynchronous proxy is not ordered with the kernel's own loads and stores of the
     same tensor: a tensor the kernel reads and writes takes none."""
     body = kernel_body(compiled_for(add_one_in_place(64, 32, 16), "cuda:90"))
     assert "_desc" not in body and "tl.load(A +" in body and "tl.store(A +" in body
+
+
+def test_stores_that_may_write_the_same_bytes_twice_keep_the_masked_path(assert_close):
+    """A TMA store is waited for only until it has read its shared source: a tensor written in
+    a loop, or by two statements, takes masked stores; a read-only one still loads by TMA."""
+    kernel = rows_in_a_loop(64, 32, 16, 4)
+    body = kernel_body(compiled_for(kernel, "cuda:90"))
+    assert "A_desc.load(" in body and "B_desc" not in body and "C_desc" not in body
+    a = torch.randn(64, 32).half()
+    for backend in ("auto", "triton"):
+        b, c = torch.zeros(64, 32).half(), torch.full((64, 32), 5.0).half()
+        tritile.compile(kernel.stages[0][1], backend=backend)(a, b, c)
+        assert torch.equal(b, a) and torch.equal(c[:16], a[48:]) and torch.equal(c[16:], torch.full((48, 32), 5.0).half())
 
 
 def test_runtime_dims_take_descriptors_in_the_variant_that_knows_them_multiples_of_16():

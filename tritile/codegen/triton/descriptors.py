@@ -16,10 +16,13 @@ everything proved at compile time (else it keeps the masked ``tl.load`` / ``tl.s
   bool); every stride but the last (row-major, from the shape) a multiple of 16 bytes; every
   dim positive (a static size, or a runtime one in the variant that knows it a multiple of 16,
   `ir/divisibility.py`: a descriptor cannot describe an empty dim, and a runtime size that
-  may be 0 or ragged proves nothing); read only, or written only, by the kernel.  The last
-  rule keeps TMA's asynchronous proxy away from the kernel's own accesses to the same tensor:
-  Triton waits for a TMA store only until its shared source has been read, and a TMA load is
-  not ordered after the threads' earlier plain stores.
+  may be 0 or ragged proves nothing); and either read only by the kernel (descriptor loads), or
+  never read and written by one `T.copy` outside every loop (a descriptor store).  The last
+  rule keeps TMA's asynchronous proxy away from every other access to the bytes it writes:
+  a TMA load is not ordered after the threads' earlier plain stores, and Triton waits for a
+  TMA store only until it has read its shared source, so it is not ordered with a later load,
+  nor with another write of the same bytes (by another statement, or by the same one in a
+  later loop iteration).
 * the tile (`DescriptorPlan.box`): every extent a power of two (a padded tile keeps the masked
   path, whose masks cover its pad lanes) and at most 256 (TMA's box limit); the innermost
   extent at least 16 bytes; the innermost start a provable multiple of 16 bytes and every start
@@ -50,7 +53,7 @@ class DescriptorPlan:
         self.tensors = set()  # ids of the global params whose copies may use descriptors
         if not getattr(target, "has_tma", False):
             return
-        one_way = _read_only_or_written_only(func.kernel.body)
+        one_way = _read_only_or_stored_once(func.kernel.body)
         self.tensors = {id(p) for p in func.params if id(p) in one_way and tensor_ok(p)}
 
     def box(self, region: ir.Region):
@@ -90,17 +93,22 @@ def _known_positive(dim) -> bool:
     return isinstance(dim, ir.Var) and dim.multiple_of > 1  # the divisible variant: a positive multiple
 
 
-def _read_only_or_written_only(body) -> set:
-    """ids of the global buffers `body` only reads, or only writes (never an atomic's)."""
-    named, writes, atomics = {}, {}, set()
+def _read_only_or_stored_once(body) -> set:
+    """ids of the global buffers `body` only reads, or never reads and writes by one `T.copy`
+    outside every loop."""
+    named, writers = {}, {}
     for node in walk(body):
         buf = getattr(node, "buffer", None)
         if isinstance(node, (ir.Region, ir.Load, ir.Store)) and buf.scope == "global":
             named[id(buf)] = named.get(id(buf), 0) + 1
         written = written_buffer(node)
         if written is not None and written.scope == "global":
-            writes[id(written)] = writes.get(id(written), 0) + 1  # each write names its target once
-            if isinstance(node, ir.AtomicAdd):
-                atomics.add(id(written))
-    return {key for key, count in named.items()
-            if key not in atomics and writes.get(key, 0) in (0, count)}
+            writers.setdefault(id(written), []).append(node)  # each write names its target once
+    in_loops = {id(node) for loop in walk(body) if isinstance(loop, (ir.For, ir.While)) for node in walk(loop.body)}
+    out = set()
+    for key, count in named.items():
+        written = writers.get(key, [])
+        if not written or (len(written) == count == 1 and isinstance(written[0], ir.Copy)
+                           and id(written[0]) not in in_loops):
+            out.add(key)
+    return out
