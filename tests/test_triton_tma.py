@@ -216,6 +216,20 @@ def test_stores_that_may_write_the_same_bytes_twice_keep_the_masked_path(assert_
         assert torch.equal(b, a) and torch.equal(c[:16], a[48:]) and torch.equal(c[16:], torch.full((48, 32), 5.0).half())
 
 
+def test_the_switch_keeps_every_copy_masked(monkeypatch, assert_close):
+    """`TRITILE_TRITON_TMA=0`: masked copies on sm_90 too (another kernel: the switch is part of
+    the compile cache key), the same results."""
+    a, b = K.make_operands(80, 72, 64)
+    sources = {}
+    for switch in ("0", "auto"):
+        monkeypatch.setenv("TRITILE_TRITON_TMA", switch)
+        kernel = tritile.compile(K.gemm(80, 72, 64, 32, 32, 32), out_idx=[-1], target="cuda:90", backend="triton")
+        sources[switch] = kernel_body(kernel)
+        assert_close(tritile.compile(kernel.stages[0][1], backend="triton")(a, b), K.gemm_reference(a, b))
+    assert "_desc" not in sources["0"] and sources["0"].count("tl.load(") == 2
+    assert "A_desc.load(" in sources["auto"]
+
+
 def test_runtime_dims_take_descriptors_in_the_variant_that_knows_them_multiples_of_16():
     """A runtime dim may be 0 (no descriptor describes an empty dim) or make the row pitch
     unaligned: only the variant whose dims are positive multiples of 16 (ir/divisibility.py)

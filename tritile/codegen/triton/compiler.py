@@ -22,6 +22,7 @@ import threading
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.runtime_vars import RuntimeVarsLookup
+from tritile.codegen.triton import descriptors
 from tritile.codegen.triton.interpreter import interpreting, typed_scalar
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
@@ -148,7 +149,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
     CPU callers pass the target they plan for), from the memory cache when a program that
     prints the same was generated before."""
 
-    key = cache.cache_key(format_func(func), ("triton.language",), target)
+    key = cache.cache_key(format_func(func), ("triton.language", ("tma", descriptors.enabled())), target)
     hit = cache.lookup(key)
     if hit is None:
         with cache.compile_lock(key):

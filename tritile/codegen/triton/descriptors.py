@@ -28,7 +28,9 @@ everything proved at compile time (else it keeps the masked ``tl.load`` / ``tl.s
   extent at least 16 bytes; the innermost start a provable multiple of 16 bytes and every start
   a 32-bit integer (Triton's rules for descriptor offsets).
 
-cuda:80 and AMD targets have no TMA: their copies are all masked.
+cuda:80 and AMD targets have no TMA: their copies are all masked.  `TRITILE_TRITON_TMA=0`
+keeps every copy masked on TMA targets too (to measure what the descriptors buy); it is read
+when a kernel is generated and is part of the compile cache key (`enabled`).
 """
 from __future__ import annotations
 
@@ -39,10 +41,16 @@ from tritile.ir import nodes as ir
 from tritile.ir.instructions import is_multiple_of
 from tritile.ir.padding import is_padded
 from tritile.ir.transform import walk, written_buffer
+from tritile.switches import schedule_switch
 
 MAX_RANK = 5  # TMA tensors have 1 to 5 dims
 MAX_BOX = 256  # elements along one dim of a TMA box
 ALIGN = 16  # bytes: global strides, the innermost box row and the innermost start
+
+
+def enabled() -> bool:
+    """Descriptors unless `TRITILE_TRITON_TMA` says 0 / off."""
+    return schedule_switch("TRITILE_TRITON_TMA") != "off"
 
 
 class DescriptorPlan:
@@ -51,7 +59,7 @@ class DescriptorPlan:
 
     def __init__(self, func: ir.PrimFunc, target):
         self.tensors = set()  # ids of the global params whose copies may use descriptors
-        if not getattr(target, "has_tma", False):
+        if not getattr(target, "has_tma", False) or not enabled():
             return
         one_way = _read_only_or_stored_once(func.kernel.body)
         self.tensors = {id(p) for p in func.params if id(p) in one_way and tensor_ok(p)}
