@@ -5,8 +5,13 @@ Two workloads, bf16:
   batch 8 x 2048 tokens, one forward + backward of ``out.float().square().mean()``;
 * decode - the same blocks in inference, batch 64, one new token attending to a 4096-token cache.
 For each backend: the first call (compile included) and the median step of timed repeats, and
-for tritile the `explain` report.  With --profile, the top CUDA kernels of one train step under
-inductor and tritile (where the time goes).
+for tritile the `explain` report of each workload (which ops became tritile.attention,
+tritile.linear - the GEMMs with a fused bias / GELU / residual epilogue -, tritile.mm,
+tritile.bmm, and which stayed with inductor, with the measured times that decided it).
+Backends: eager, inductor, tritile (each op tritile's only where measured not slower, the
+default), tritile-all (`options={"gemms": "tritile"}`: every op tritile can take, unmeasured).
+With --profile, the top CUDA kernels of one train step under inductor and tritile (where the
+time goes).
 
     python bench/torch_compile_h100.py --out bench/results/torch_compile_h100.json [--profile]
 """
@@ -60,6 +65,8 @@ class Stack(torch.nn.Module):
 
 def _compiled(model, backend: str):
     torch._dynamo.reset()
+    if backend == "tritile-all":
+        return torch.compile(model, backend="tritile", options={"gemms": "tritile"})
     return model if backend == "eager" else torch.compile(model, backend=backend)
 
 
@@ -102,7 +109,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--backends", default="eager,inductor,tritile")
+    parser.add_argument("--backends", default="eager,inductor,tritile,tritile-all")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     model = Stack().cuda().to(torch.bfloat16)
@@ -120,9 +127,11 @@ def main(argv=None):
             result["runs"][f"{workload}/{backend}"] = run
             print(f"{workload:6s} {backend:9s} step {run['step_ms']:8.3f} ms  first call {run['first_call_s']:6.2f} s",
                   flush=True)
-    report = tritile_backend.explain(model, *train_inputs)
-    result["explain_train"] = str(report)
-    print(report)
+    for workload, inputs in (("train", train_inputs), ("decode", decode_inputs)):
+        with torch.set_grad_enabled(workload == "train"):
+            report = tritile_backend.explain(model, *inputs)
+        result[f"explain_{workload}"] = str(report)
+        print(workload, report, sep="\n")
     if args.profile:
         result["profile_train"] = {b: profile_step(model, train_inputs, b) for b in ("inductor", "tritile")}
     with open(args.out, "w") as f:

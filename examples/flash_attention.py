@@ -3,9 +3,9 @@
 `flashattn(...)` returns a `@T.prim_func`; `@tritile.jit(out_idx=[3])` turns it into a kernel that
 allocates and returns `Output`.  The softmax is the online one: a running row max (`T.reduce_max`
 with `clear=False`), `exp2` with the softmax scale folded together with log2(e), and a rescale of
-the running output whenever the max grows; that loop is `attention_rows`, a `@T.macro` the
-backward example's forward (examples/flash_attention_bwd.py) shares.  Runs on CUDA when available, else on the CPU
-reference interpreter with small sizes.  Run: ``python examples/flash_attention.py``.
+the running output whenever the max grows; that loop is `attention_rows`, a `@T.macro` of the
+library module tritile/ops/attention.py, whose forward with log-sum-exp shares it.  Runs on CUDA
+when available, else on the CPU reference interpreter with small sizes.  Run: ``python examples/flash_attention.py``.
 `tritile_attention(q, k, v, is_causal)` is what bench/bench_h100.py times.
 """
 import torch
@@ -13,76 +13,7 @@ import torch.nn.functional as F
 
 import tritile
 import tritile.language as T
-
-
-def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
-                   accum_dtype="float"):
-    """The forward's main loop as a `@T.macro`: over the key tiles of query rows
-    [bx * block_M, (bx + 1) * block_M) of head (bz, by), it leaves the unnormalised output in
-    `acc_o`, the softmax denominators in `logsum` and the running row maxima in `scores_max`
-    (scores in base 2: scaled by 1/sqrt(dim) * log2(e)), and returns those three fragments.
-    Shared by this example's kernel and examples/flash_attention_bwd.py's forward, which also
-    writes the log-sum-exp."""
-    scale = (1.0 / dim) ** 0.5 * 1.44269504  # 1/sqrt(dim) * log2(e)
-
-    @T.macro
-    def rows(Q, K, V, bx, by, bz):
-        Q_shared = T.alloc_shared([block_M, dim], dtype)
-        K_shared = T.alloc_shared([block_N, dim], dtype)
-        V_shared = T.alloc_shared([block_N, dim], dtype)
-        acc_s = T.alloc_fragment([block_M, block_N], accum_dtype)
-        acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
-        acc_o = T.alloc_fragment([block_M, dim], accum_dtype)
-        scores_max = T.alloc_fragment([block_M], accum_dtype)
-        scores_max_prev = T.alloc_fragment([block_M], accum_dtype)
-        scores_scale = T.alloc_fragment([block_M], accum_dtype)
-        scores_sum = T.alloc_fragment([block_M], accum_dtype)
-        logsum = T.alloc_fragment([block_M], accum_dtype)
-
-        T.copy(Q[bz, by, bx * block_M:(bx + 1) * block_M, :], Q_shared)
-        T.fill(acc_o, 0)
-        T.fill(logsum, 0)
-        T.fill(scores_max, -T.infinity(accum_dtype))
-
-        loop_range = (
-            T.min(T.ceildiv(seq_kv, block_N), T.ceildiv((bx + 1) * block_M + past_len, block_N))
-            if is_causal else T.ceildiv(seq_kv, block_N))
-
-        for k in T.Pipelined(loop_range, num_stages=num_stages):
-            # S = Q K^T, with future keys masked to -inf when causal
-            T.copy(K[bz, by, k * block_N:(k + 1) * block_N, :], K_shared)
-            if is_causal:
-                for i, j in T.Parallel(block_M, block_N):
-                    q_idx = bx * block_M + i + past_len
-                    k_idx = k * block_N + j
-                    acc_s[i, j] = T.if_then_else(q_idx >= k_idx, 0, -T.infinity(acc_s.dtype))
-            else:
-                T.clear(acc_s)
-            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-
-            # online softmax
-            T.copy(scores_max, scores_max_prev)
-            T.fill(scores_max, -T.infinity(accum_dtype))
-            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-            for i in T.Parallel(block_M):  # a row with every key of the tile masked keeps its max
-                scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-            for i in T.Parallel(block_M):
-                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-            for i, j in T.Parallel(block_M, block_N):
-                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-            T.reduce_sum(acc_s, scores_sum, dim=1)
-            for i in T.Parallel(block_M):
-                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-            T.copy(acc_s, acc_s_cast)
-
-            # O = O * rescale + P V
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] *= scores_scale[i]
-            T.copy(V[bz, by, k * block_N:(k + 1) * block_N, :], V_shared)
-            T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-        return acc_o, logsum, scores_max
-
-    return rows
+from tritile.ops.attention import attention_rows
 
 
 @tritile.jit(out_idx=[3])

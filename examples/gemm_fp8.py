@@ -45,10 +45,13 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
 
 def tile_config(device_type: str) -> dict:
     """Small tiles for the CPU interpreter; on CUDA 128x128x128 tiles on two warpgroups (two
-    float32 accumulators of 64 registers a thread each)."""
+    float32 accumulators of 64 registers a thread each), four stages, promoting every k-step
+    (every 128 of K, DeepGEMM's interval): the only setting as accurate as cuBLASLt on the H100
+    (bench/NOTES.md, session 18: 971 / 899 TFLOP/s at 4096³ / 8192³; promoting every 2 or 4
+    k-steps 1115-1124 / 1054-1083 with 1.1-1.5x cuBLASLt's error)."""
     if device_type != "cuda":
         return dict(block_M=32, block_N=32, block_K=32, num_stages=1, threads=128, promote_every=2)
-    return dict(block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4)
+    return dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=1)
 
 
 def quantize(x: torch.Tensor) -> tuple:

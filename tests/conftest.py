@@ -74,3 +74,20 @@ def assert_close():
         torch.testing.assert_close(actual.float(), expected.float(), rtol=tol, atol=tol)
 
     return check
+
+
+@pytest.fixture
+def gemm_kernel_requests(monkeypatch) -> list:
+    """What `tritile.mm` / `tritile.bmm` ask their GEMM kernels for, one entry per kernel compiled:
+    (A contiguous, B contiguous, trans_A, trans_B); the ops' remembered kernels forgotten first."""
+    from tritile.ops import matmul as tritile_matmul
+
+    requests = []
+    monkeypatch.setattr(tritile_matmul, "_gemm_kernels", {})
+    for kernel_fn in (tritile_matmul.matmul, tritile_matmul.batched_matmul):
+        def spy(x, y, kernel_for=kernel_fn.kernel_for, **kwargs):
+            requests.append((x.is_contiguous(), y.is_contiguous(), kwargs["trans_A"], kwargs["trans_B"]))
+            return kernel_for(x, y, **kwargs)
+
+        monkeypatch.setattr(kernel_fn, "kernel_for", spy)
+    return requests

@@ -35,6 +35,10 @@ class LoopSpec:
     order: Optional[list] = None
     stage: Optional[list] = None
     bind_offset: bool = False  # `kk = k * BK` as a replayed scalar Let
+    promote_every: int = 0  # after the gemm, `if (k + 1) % n == 0: total += C_local; C_local = 0` (FP8 promotion)
+    # how the promotion is written: "branch" (the two statements above), "one" (one T.Parallel
+    # adding and clearing: a guarded statement), "masked" (the condition also reads mask[k])
+    promote_form: str = "branch"
 
 
 @dataclass
@@ -104,6 +108,26 @@ def _mul(a, b):
     return ir.BinOp("*", a, b if isinstance(b, ir.Expr) else ir.Const(b))
 
 
+def _accumulate(dst, src, clear_src: bool = False) -> ir.Parallel:
+    """``for i, j in T.Parallel(...): dst[i, j] += src[i, j]`` over two fragments of one shape
+    (then ``src[i, j] = 0`` with `clear_src`)."""
+    i, j = ir.Var("i"), ir.Var("j")
+    value = ir.BinOp("+", ir.Load(dst, (i, j), float32), ir.Load(src, (i, j), float32), float32)
+    stores = [ir.Store(dst, (i, j), value)] + ([ir.Store(src, (i, j), ir.Const(0.0, float32))] if clear_src else [])
+    return ir.Parallel((i, j), dst.shape, ir.Seq(stores), loc=LOC)
+
+
+def _promotion(spec: LoopSpec, k, kt, mask, total, partial) -> ir.If:
+    """`spec`'s promotion of the gemm's partial sum into `total` every `promote_every` steps."""
+    due = ir.BinOp("==", ir.BinOp("%", _add(k, 1), ir.Const(spec.promote_every)), ir.Const(0), bool_)
+    if spec.promote_form == "masked":
+        due = ir.BinOp("or", due, ir.BinOp("<", ir.Load(mask, (kt,), int32), ir.Const(0), bool_), bool_)
+    if spec.promote_form == "one":
+        return ir.If(due, ir.Seq([_accumulate(total, partial, clear_src=True)]), loc=LOC)
+    return ir.If(due, ir.Seq([_accumulate(total, partial), ir.Fill(ir.Region.full(partial), ir.Const(0.0, float32))]),
+                 loc=LOC)
+
+
 def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_after: bool = False,
                  staged_store: bool = False) -> Program:
     """C = A @ B over the K tiles of `loops` (masked where guarded), times `outer`; with
@@ -122,6 +146,10 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
     B_s = ir.Buffer("B_shared", (bk, bn), float16, "shared")
     C_l = ir.Buffer("C_local", (bm, bn), float32, "fragment")
     body = [ir.Alloc(A_s), ir.Alloc(B_s), ir.Alloc(C_l), ir.Fill(ir.Region.full(C_l), ir.Const(0.0, float32))]
+    total_l = ir.Buffer("total", (bm, bn), float32, "fragment")
+    promotes = any(spec.promote_every for spec in loops)
+    if promotes:
+        body += [ir.Alloc(total_l), ir.Fill(ir.Region.full(total_l), ir.Const(0.0, float32))]
     if read_after:
         body.append(ir.Fill(ir.Region.full(A_s), ir.Const(0.0, float16)))
     dims, inner, base = {}, [], 0
@@ -144,6 +172,8 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
             ir.Copy(_region(B, (col, _mul(bx, bn)), (bk, bn)), ir.Region.full(B_s), loc=LOC),
             ir.Gemm(ir.Region.full(A_s), ir.Region.full(B_s), ir.Region.full(C_l), loc=LOC),
         ]
+        if spec.promote_every:  # inside the block-sparse guard: a loop body of one `if` is distributed
+            stmts.append(_promotion(spec, k, kt, mask, total_l, C_l))
         if spec.guarded:
             cond = ir.BinOp("!=", ir.Load(mask, (kt,), int32), ir.Const(0), bool_)
             stmts = [ir.If(cond, ir.Seq(stmts), loc=LOC)]
@@ -154,6 +184,8 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
         body.append(ir.For(ir.Var("r"), ir.Const(0), ir.Const(outer), ir.Seq(inner), loc=LOC))
     else:
         body += inner
+    if promotes:
+        body.append(_accumulate(C_l, total_l))
     if staged_store:
         S_s = ir.Buffer("C_shared", (bm, bn), float32, "shared")
         body += [ir.Alloc(S_s), ir.Copy(ir.Region.full(C_l), ir.Region.full(S_s)),

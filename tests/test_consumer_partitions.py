@@ -172,7 +172,7 @@ def test_split_programs_match_torch(shape, block_n, k, trips, stages, seed, warp
 
 @pytest.mark.parametrize("case", ["gemm", "one_warpgroup", "reduce_along_rows", "switched_off", "no_producer"])
 def test_kernels_that_stay_whole(case, warp_specialize, monkeypatch):
-    if case == "gemm":  # its A tiles are the producer's (async) copies: not per-partition rows
+    if case == "gemm":  # a plain GEMM loop: nothing for one warpgroup to run under the other's wgmmas
         func = gemm_ir()
     elif case == "one_warpgroup":
         func = row_max_ir(threads=128)
@@ -185,7 +185,8 @@ def test_kernels_that_stay_whole(case, warp_specialize, monkeypatch):
     assert split_of(final) is None
     assert "T.consumer_partitions" not in format_func(final)
     if case in ("gemm", "reduce_along_rows"):  # a producer was planned: the IR says why it stays whole
-        reason = {"gemm": "row buffer A_shared is versioned", "reduce_along_rows": "a reduction along the rows"}[case]
+        reason = {"gemm": "nothing in the loops for one partition's wgmmas to cover",
+                  "reduce_along_rows": "a reduction along the rows"}[case]
         assert f"# consumer partitions: not split: {reason}" in format_func(final)
 
 
@@ -202,6 +203,91 @@ def test_by_default_kernels_of_several_warpgroups_get_a_producer(monkeypatch):
     assert "persistent_programs" in gemm.attrs
     # one warpgroup: the producer's extra warpgroup would halve the CTAs per SM
     assert "warp_specialization" not in run_passes(row_max_ir(threads=128), H100)[-1][1].attrs
+
+
+# examples/gemm_fp8.py's CUDA tiles promoting every 4 k-steps on 3 stages: steps that promote and
+# steps that skip (its default promotes every step)
+FP8_PROMOTE_4 = dict(block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4)
+
+
+def fp8_gemm_ir(M=256, N=256, K=1024):
+    from examples.gemm_fp8 import gemm_fp8
+
+    return gemm_fp8(M, N, K, **FP8_PROMOTE_4).stages[0][1]
+
+
+def fp8_operands(M, N, K, seed=3):
+    from examples.gemm_fp8 import quantize
+
+    gen = torch.Generator().manual_seed(seed)
+    a8, sa = quantize(torch.randn(M, K, generator=gen))
+    b8, sb = quantize(torch.randn(N, K, generator=gen))
+    scales = torch.stack([sa.float().reshape(()), sb.float().reshape(())])
+    return a8, b8, scales, (a8.double() @ b8.double().t()) * (sa.double() * sb.double())
+
+
+def test_fp8_gemm_rows_split_and_read_the_producers_a_tile_in_place(monkeypatch):
+    """FP8 GEMM (examples/gemm_fp8.py at 128x128 tiles, two warpgroups, promotion every 4
+    k-steps): by default its rows split across the two warpgroups, each gemm reading
+    its 64 rows of the producer's A tile where they are (no per-partition copy), B whole; the
+    split program, run by the interpreter, equals the fp64 product of the same fp8 values."""
+    monkeypatch.delenv("TRITILE_CONSUMER_PARTITIONS", raising=False)
+    monkeypatch.delenv("TRITILE_WARP_SPECIALIZE", raising=False)
+    stages = stages_with(fp8_gemm_ir())
+    func = stages["consumer_partitions"]
+    split = split_of(func)
+    assert split is not None and split.count == 2, format_func(func)
+    text = format_func(func)
+    assert "A_shared = T.alloc_shared([3, 128, 128], float8_e4m3fn)" in text  # the producer's ring, whole
+    assert re.search(r"T\.gemm\(A_shared\[\(k_t - 2\) % 3, part \* 64:part \* 64 \+ 64, :\], "
+                     r"B_shared\[\(k_t - 2\) % 3, :, :\], partial\[:, :\]", text), text
+    a8, b8, scales, exact = fp8_operands(256, 256, 1024)
+    for name in ("tile", "consumer_partitions"):
+        c = torch.empty(256, 256, dtype=torch.float16)
+        execute(stages[name], [a8, b8, scales, c], {})
+        torch.testing.assert_close(c.double(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item(),
+                                   msg=lambda m: f"{name}: {m}")
+
+
+def test_plain_gemm_splits_only_when_switched_on(monkeypatch):
+    """A GEMM whose loop has nothing but its gemm keeps its warpgroups together by default;
+    TRITILE_CONSUMER_PARTITIONS=1 splits it too, with the same values."""
+    monkeypatch.setenv("TRITILE_CONSUMER_PARTITIONS", "1")
+    stages = stages_with(gemm_ir())
+    split = split_of(stages["consumer_partitions"])
+    assert split is not None and split.count == 2
+    torch.manual_seed(4)
+    a, b = torch.randn(512, 512, dtype=torch.float16), torch.randn(512, 512, dtype=torch.float16)
+    for name in ("tile", "consumer_partitions"):
+        c = torch.empty(512, 512, dtype=torch.float16)
+        execute(stages[name], [a, b, c], {})
+        torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1, msg=lambda m: f"{name}: {m}")
+
+
+def test_generated_fp8_gemm_partitions(monkeypatch):
+    """The split FP8 GEMM's sm_90 module: each consumer slices its rows of the A slot with the
+    partition index (a constexpr of each partition), both release every slot, the promotion
+    waits inside its `if` so a wgmma stays in flight across the other steps, ptxas keeps the
+    wgmmas pipelined, and the mbarrier protocol, replayed with the partitions running
+    concurrently, has no dead wait."""
+    from pipeline_programs import mbarrier_problems
+
+    monkeypatch.delenv("TRITILE_CONSUMER_PARTITIONS", raising=False)
+    monkeypatch.delenv("TRITILE_WARP_SPECIALIZE", raising=False)
+    kernel = JITKernel(fp8_gemm_ir(), target=H100)
+    source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
+    consumer = function(source, "main_consumer")
+    assert ", part):" in consumer.splitlines()[0] and "warps_per_cta=[4, 1]" in consumer
+    assert ".slice((part * 64), 64, 0), B_shared.index(" in consumer
+    assert "mbarrier.init(k_t_bars_empty.index(_stage), count=2)" in source
+    steady = consumer.split("for k_t in range(")[1]
+    promote = steady.index("if ((((k_t - 2) + 1) % 4) == 0):")
+    assert steady.index("warpgroup_mma_wait(num_outstanding=0", promote) < steady.index("total = (total + partial)")
+    assert "warpgroup_mma_wait(num_outstanding=1" in steady  # the steps that skip the promotion
+    advisories = ptxas_advisories(ptx)
+    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
+    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in kernel.func.params]
+    assert mbarrier_problems(source, args) == []
 
 
 # ------------------------------------------------------------------ generated code (sm_90, CPU)

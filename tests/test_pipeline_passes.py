@@ -207,6 +207,38 @@ def test_injected_schedule_shape():
     assert text.count("T.commit_group()") == 2 + 1 + 2  # prologue, steady, epilogue
 
 
+@pytest.mark.parametrize("stages, every, form", [(3, 4, "branch"), (3, 5, "one"), (4, 5, "branch"),
+                                                  (3, 4, "masked"), (2, 3, "branch")])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_promotion_retires_the_gemms_only_in_the_steps_that_promote(stages, every, form, dynamic):
+    """FP8 GEMM's `if (k + 1) % n == 0: total += partial; partial = 0`: the wait for the
+    partial sum's gemms goes inside the `if` (or its guard, when the promotion is one
+    statement), so the other steps keep a gemm in flight; the refill still waits for the gemm
+    that read its slot (n > S: the promotion alone never retires it in time).  A condition
+    that reads a buffer ("masked") keeps the wait in front of the `if`."""
+    program = gemm_program([LoopSpec(stages, 11, dynamic=dynamic, promote_every=every, promote_form=form)])
+    lines = format_func(check_all_stages(program)["pipeline_injection"]).splitlines()
+    header = next(i for i, ln in enumerate(lines) if f"software-pipelined, {stages} stages" in ln)
+    indent = len(lines[header]) - len(lines[header].lstrip())
+    body = lines[header + 1:]
+    steady = [ln.strip() for ln in body[:next((i for i, ln in enumerate(body)
+                                               if len(ln) - len(ln.lstrip()) <= indent), None)]]
+    due = next(i for i, ln in enumerate(steady) if ln.startswith("if "))
+    assert (steady[due + 1] == "T.wait_mma(0)") == (form != "masked"), steady
+    assert (steady[due - 1] == "T.wait_mma(0)") == (form == "masked"), steady
+    if stages >= 3 and form != "masked":  # consumers first: the refill comes after the promotion
+        assert steady.index("T.wait_mma(1)") < next(i for i, ln in enumerate(steady) if "T.async_copy(A[" in ln)
+
+
+def test_a_promotion_that_drops_the_refill_wait_is_a_hazard():
+    """The planted bug the test above guards against: treating the gemms as retired after a
+    wait inside the promotion's `if` (the steps that skip it still have one in flight)."""
+    program = gemm_program([LoopSpec(3, 11, promote_every=5)])
+    _run_injected(program, lambda body: body)
+    with pytest.raises(HazardError):
+        _run_injected(program, lambda body: [s for s in body if not isinstance(s, ir.WaitMMA)])
+
+
 # ------------------------------------------------------------------------------ planted bugs
 
 

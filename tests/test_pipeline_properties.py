@@ -43,6 +43,8 @@ TILES = [(16, 16, 16), (32, 16, 16), (16, 32, 16)]
 GRIDS = [(1, 1), (2, 1), (1, 2)]
 OUTERS = [1, 1, 2]
 REPLAY_SEED = 20261122
+PROMOTE_FORMS = ["branch", "one", "masked"]
+PROMOTION_REPLAY_EXAMPLES, PROMOTION_REPLAY_SEED = 8, 20261126
 
 def _depth(spec: LoopSpec) -> int:
     """Versions the loop needs: a manual schedule's stages, else num_stages, capped by a static
@@ -60,7 +62,9 @@ def loop_specs(draw):
     depth = max(stage) + 1 if stage is not None else stages
     trips = draw(st.sampled_from([0, 1, max(depth - 1, 0), depth, 5, 6]))
     return LoopSpec(0 if manual else stages, trips, guarded=draw(st.booleans()), dynamic=draw(st.booleans()),
-                    order=order, stage=stage, bind_offset=draw(st.booleans()))
+                    order=order, stage=stage, bind_offset=draw(st.booleans()),
+                    promote_every=0 if manual else draw(st.sampled_from([0, 0, 1, 2, 3, 5])),
+                    promote_form=draw(st.sampled_from(PROMOTE_FORMS)))
 
 
 @st.composite
@@ -83,20 +87,30 @@ def _random_loop_spec(rng: random.Random) -> LoopSpec:  # loop_specs() with a se
                     bind_offset=bind_offset)
 
 
-def replay_programs(count: int = GLUON_REPLAY_EXAMPLES, seed: int = REPLAY_SEED) -> list:
+def _random_promoting_loop_spec(rng: random.Random) -> LoopSpec:  # a num_stages loop with a promotion
+    spec = _random_loop_spec(rng)
+    return LoopSpec(rng.randint(1, 4), max(spec.trips, rng.choice([5, 6, 9])), guarded=spec.guarded,
+                    dynamic=spec.dynamic, bind_offset=spec.bind_offset, promote_every=rng.choice([1, 2, 3, 5]),
+                    promote_form=rng.choice(PROMOTE_FORMS))
+
+
+def replay_programs(count: int = GLUON_REPLAY_EXAMPLES, seed: int = REPLAY_SEED, promoting: bool = False) -> list:
     """[(program, argument seed)]: programs() drawn with `random.Random(seed)`, the same list in
-    every process (bench/replay_hang.py launches them one per subprocess)."""
+    every process (bench/replay_hang.py launches them one per subprocess).  With `promoting`,
+    every program's first loop promotes its gemm's partial sums (FP8 GEMM's shape)."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):
         loops = [_random_loop_spec(rng) for _ in range(rng.randint(1, 3))]
+        if promoting:
+            loops[0] = _random_promoting_loop_spec(rng)
         program = gemm_program(loops, tiles=rng.choice(TILES), grid=rng.choice(GRIDS), outer=rng.choice(OUTERS),
                                read_after=rng.random() < 0.5, staged_store=rng.random() < 0.5)
         out.append((program, rng.randint(0, 2**16)))
     return out
 
 
-REPLAY = replay_programs()
+REPLAY = replay_programs() + replay_programs(PROMOTION_REPLAY_EXAMPLES, PROMOTION_REPLAY_SEED, promoting=True)
 
 
 def _run(program, func, seed):
@@ -165,7 +179,7 @@ def test_replayed_programs_through_gluon(index, device):
 
 def test_replay_list_is_fixed():
     """The replayed programs do not depend on the process (loaded modules, hypothesis state)."""
-    again = replay_programs()
+    again = replay_programs() + replay_programs(PROMOTION_REPLAY_EXAMPLES, PROMOTION_REPLAY_SEED, promoting=True)
     assert [(repr(p), s) for p, s in again] == [(repr(p), s) for p, s in REPLAY]
     assert sum(len(p.loops) for p, _ in REPLAY) > len(REPLAY)  # sibling loops are drawn
 

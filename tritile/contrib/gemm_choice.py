@@ -1,12 +1,17 @@
-"""Which GEMM serves a matmul of the compiled model on a GPU: tritile.mm, or the one it replaces.
+"""Which kernel serves an op of the compiled model on a GPU: tritile's, or the one it replaces.
 
-The torch.compile backend hands a matmul to tritile only where that does not make the model
+The torch.compile backend hands an op to tritile only where that does not make the model
 slower: on a CUDA device, `choose(...)` times `torch.ops.tritile.mm` against `torch.mm` (the
 cuBLAS call inductor would make) on random operands of the node's shape, dtype and layout
 (transposed-in-place operands included), once per device name and problem, and picks the
-faster.  The choice is kept in memory and in ``$TRITILE_CACHE_DIR/torch_backend/gemm_choice.json``
-(an unusable file or directory only costs the measurement again).  CPU tensors always take
-tritile (the interpreter path the tests exercise: there is no speed to win there).
+faster, each side timed as calls made back to back (what a step's stream sees: a call's host path
+hidden behind the kernels queued before it unless it is the longer); `choose_bmm` does the same for `tritile.bmm` against `torch.bmm`, `choose_linear` for
+the fused `tritile.linear` (GEMM + bias / activation / residual epilogue) against the unfused
+torch ops, and `choose_attention` for `tritile.attention` against
+`F.scaled_dot_product_attention` (forward, plus backward when the model's graph needs one).
+The choice is kept in memory and in ``$TRITILE_CACHE_DIR/torch_backend/gemm_choice.json`` (an
+unusable file or directory only costs the measurement again).  CPU tensors always take tritile
+(the interpreter path the tests exercise: there is no speed to win there).
 
 `Choice.reason` says why tritile was not chosen, for `explain`.
 """
@@ -23,6 +28,8 @@ from tritile.runtime import cache
 _lock = threading.Lock()
 _memory: dict = {}
 _REPEATS = 20
+_CALLS_PER_SAMPLE = 10
+_METHOD = f"{_CALLS_PER_SAMPLE}-back-to-back"
 
 
 @dataclass(frozen=True)
@@ -30,12 +37,14 @@ class Choice:
     tritile: bool
     tritile_ms: float = 0.0
     fallback_ms: float = 0.0
+    rival: str = "cuBLAS"
 
     @property
     def reason(self) -> str:
         if self.tritile:
             return ""
-        return f"cuBLAS is faster on this shape ({self.fallback_ms:.3f} ms against tritile's {self.tritile_ms:.3f} ms)"
+        return (f"{self.rival} is faster on this shape ({self.fallback_ms:.3f} ms against tritile's "
+                f"{self.tritile_ms:.3f} ms)")
 
 
 def _path():
@@ -46,49 +55,139 @@ def _key(device: torch.device, m: int, n: int, k: int, dtype: torch.dtype, trans
     return f"{torch.cuda.get_device_name(device)}|{m}x{n}x{k}|{dtype}|{int(trans_a)}{int(trans_b)}"
 
 
-def _operand(rows: int, cols: int, transposed: bool, dtype, device) -> torch.Tensor:
-    if transposed:  # the transpose of a contiguous (cols, rows) matrix, as the backward's w.t()
-        return torch.randn(cols, rows, device=device).to(dtype).t()
-    return torch.randn(rows, cols, device=device).to(dtype)
+def _operand(rows: int, cols: int, transposed: bool, dtype, device, batch: int = None) -> torch.Tensor:
+    """A random (rows, cols) matrix (a batch of them when `batch`); `transposed`: the transpose of
+    a contiguous (cols, rows) one, as the backward's w.t()."""
+    lead = () if batch is None else (batch,)
+    if transposed:
+        return torch.randn(*lead, cols, rows, device=device).to(dtype).transpose(-1, -2)
+    return torch.randn(*lead, rows, cols, device=device).to(dtype)
 
 
 def _median_ms(fn) -> float:
+    """The median over `_REPEATS` samples of the time per call of `_CALLS_PER_SAMPLE` calls made back
+    to back, as a compiled model's step makes them: the host path of a call overlaps the kernels
+    queued before it, and counts only where it is longer than they are (a host-bound step).  One
+    call between two events would count its whole host path as GPU time."""
     fn()  # compile / warm up
     torch.cuda.synchronize()
     times = []
     for _ in range(_REPEATS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(_CALLS_PER_SAMPLE):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / _CALLS_PER_SAMPLE)
     return sorted(times)[len(times) // 2]
+
+
+def _timed(tritile_fn, fallback_fn, rival: str) -> Choice:
+    tritile_ms, fallback_ms = _median_ms(tritile_fn), _median_ms(fallback_fn)
+    return Choice(tritile_ms <= fallback_ms, round(tritile_ms, 4), round(fallback_ms, 4), rival)
 
 
 def measure(m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool, device) -> Choice:
     """Time both GEMMs on random operands of this problem (the uncached part of `choose`)."""
     a = _operand(m, k, trans_a, dtype, device)
     b = _operand(k, n, trans_b, dtype, device)
-    tritile_ms = _median_ms(lambda: torch.ops.tritile.mm(a, b))
-    fallback_ms = _median_ms(lambda: torch.mm(a, b))
-    return Choice(tritile_ms <= fallback_ms, round(tritile_ms, 4), round(fallback_ms, 4))
+    return _timed(lambda: torch.ops.tritile.mm(a, b), lambda: torch.mm(a, b), "cuBLAS")
 
 
-def choose(m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool, device) -> Choice:
-    """The faster GEMM for this problem on `device` (tritile on CPU, measured once on CUDA)."""
+def _cached(device, make_key, measure_fn) -> Choice:
+    """tritile on a CPU; on CUDA the choice kept for `make_key()`, else `measure_fn()` kept."""
     device = torch.device(device)
     if device.type != "cuda":
         return Choice(True)
-    key = _key(device, m, n, k, dtype, trans_a, trans_b)
+    key = f"{_METHOD}|{make_key()}"  # choices timed another way are measured again
     with _lock:
         if key not in _memory:
             _memory.update(_load())
         if key in _memory:
             return _memory[key]
-        choice = _memory[key] = measure(m, n, k, dtype, trans_a, trans_b, device)
+        choice = _memory[key] = measure_fn()
         _store()
     return choice
+
+
+def choose(m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool, device) -> Choice:
+    """The faster GEMM for this problem on `device` (tritile on CPU, measured once on CUDA)."""
+    return _cached(device, lambda: _key(torch.device(device), m, n, k, dtype, trans_a, trans_b),
+                   lambda: measure(m, n, k, dtype, trans_a, trans_b, device))
+
+
+def measure_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
+                device) -> Choice:
+    a = _operand(m, k, trans_a, dtype, device, batch)
+    b = _operand(k, n, trans_b, dtype, device, batch)
+    return _timed(lambda: torch.ops.tritile.bmm(a, b), lambda: torch.bmm(a, b), "cuBLAS")
+
+
+def choose_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
+               device) -> Choice:
+    """The faster batched GEMM (`tritile.bmm` or `torch.bmm`) for this problem on `device`."""
+    return _cached(device, lambda: f"bmm|{batch}x" + _key(torch.device(device), m, n, k, dtype, trans_a, trans_b),
+                   lambda: measure_bmm(batch, m, n, k, dtype, trans_a, trans_b, device))
+
+
+def measure_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activation: str, residual: bool,
+                   keep_preactivation: bool, device) -> Choice:
+    """The rival is eager's addmm and elementwise kernels (inductor would fuse the elementwise
+    ones into one: a slightly slower rival than inductor's)."""
+    from tritile.ops.linear import activation_fn  # the fused op's own epilogue semantics
+
+    x, weight = (torch.randn(rows, k, device=device).to(dtype) for rows in (m, n))
+    b = torch.randn(n, device=device).to(dtype) if bias else None
+    res = torch.randn(m, n, device=device).to(dtype) if residual else None
+
+    def unfused():
+        y = activation_fn(activation)(torch.nn.functional.linear(x, weight, b))
+        return y + res if residual else y
+
+    return _timed(lambda: torch.ops.tritile.linear(x, weight, b, res, activation, keep_preactivation),
+                  unfused, "cuBLAS + torch epilogue")
+
+
+def choose_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activation: str, residual: bool,
+                  keep_preactivation: bool, device) -> Choice:
+    """`tritile.linear` (one GEMM with the epilogue) or the unfused torch ops, on `device`."""
+    problem = (m, n, k, dtype, bias, activation, residual, keep_preactivation, device)
+    return _cached(device, lambda: (f"linear|{int(bias)}{activation}{int(residual)}{int(keep_preactivation)}|"
+                                    + _key(torch.device(device), m, n, k, dtype, False, True)),
+                   lambda: measure_linear(*problem))
+
+
+def measure_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv: int, dim: int, dtype: torch.dtype,
+                      is_causal: bool, scale, backward: bool, device) -> Choice:
+    q = torch.randn(batch, heads, seq_q, dim, device=device).to(dtype).requires_grad_(backward)
+    k, v = (torch.randn(batch, heads_kv, seq_kv, dim, device=device).to(dtype).requires_grad_(backward)
+            for _ in range(2))
+    grad = torch.randn_like(q)
+
+    def run(attend):
+        def step():
+            with torch.enable_grad():  # the backend measures under no_grad
+                out = attend()
+                if backward:
+                    q.grad = k.grad = v.grad = None
+                    out.backward(grad)
+        return step
+
+    ours = run(lambda: torch.ops.tritile.attention(q, k, v, is_causal, scale)[0])
+    sdpa = run(lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=is_causal, scale=scale, enable_gqa=heads != heads_kv))
+    return _timed(ours, sdpa, "SDPA")
+
+
+def choose_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv: int, dim: int, dtype: torch.dtype,
+                     is_causal: bool, scale, backward: bool, device) -> Choice:
+    """`tritile.attention` or `F.scaled_dot_product_attention` (whichever kernel SDPA picks) on
+    `device`: the forward, and the backward too when `backward`."""
+    problem = (batch, heads, heads_kv, seq_q, seq_kv, dim, dtype, is_causal, scale, backward, device)
+    return _cached(device, lambda: (f"attention|{batch}x{heads}/{heads_kv}x{seq_q}x{seq_kv}x{dim}|{dtype}|"
+                                    f"{int(is_causal)}|{scale}|{int(backward)}|{torch.cuda.get_device_name(device)}"),
+                   lambda: measure_attention(*problem))
 
 
 def _load() -> dict:

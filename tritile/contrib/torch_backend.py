@@ -1,18 +1,36 @@
 """`torch.compile(model, backend="tritile")`: tritile's kernels for the ops it owns, inductor for the rest.
 
 Contract:
-* By default the backend is inductor plus one post-grad pass (`TritileOpsPass`, an inductor
-  `CustomGraphPass`): the pass rewrites, in the functionalised ATen graph inductor is about to
-  lower,
-    - `aten.mm.default(a, b)`         → `tritile.mm(a, b)`
-    - `aten.addmm.default(c, a, b)`   → `aten.add(c, tritile.mm(a, b))` (default beta = alpha = 1 only)
-  when `a` and `b` are 2-D tensors of one supported dtype (fp16 / bf16 / fp32) on one device
-  (read from the nodes' fake-tensor metadata) and, on a GPU, tritile.mm is not slower than the
-  cuBLAS call it replaces on that shape and layout (`gemm_choice`: measured once, cached;
-  `options={"gemms": "tritile"}` skips the measurement).  Inductor then fuses everything around them
-  (LayerNorm, GELU, residuals, casts) and calls tritile's kernels as extern kernels; the ops the
-  pass leaves alone are inductor's as without tritile.  The pass's `uuid` covers this file and
-  tritile's version, so inductor's FX graph cache never serves a graph rewritten by another one.
+* Two rewrites hand tritile's ops to tritile; the ops they leave alone are inductor's as without
+  tritile.
+* Before AOTAutograd, `rewrite_dynamo_graph` rewrites Dynamo's graph (torch-level calls, so the
+  autograd formulas are the tritile ops' own):
+    - `F.scaled_dot_product_attention(q, k, v, ...)` → `tritile.attention(q, k, v, is_causal,
+      scale)[0]` (whose backward is `tritile.attention_backward`) without mask or dropout, for the
+      tensors `tritile.ops.attention.attention_refusal` accepts (GQA: `enable_gqa` with K/V heads
+      dividing the query heads);
+    - `F.linear(x, w, b)` followed by its activation (gelu / gelu tanh / silu / relu, the
+      linear's only user) and / or a residual add of the same shape → one
+      `tritile.linear(x, w, b, residual, activation, keep_preactivation)[0]` (the GEMM with that
+      epilogue; `keep_preactivation` when the graph needs gradients, for the activation's
+      backward); a linear with no bias, activation or residual is left for the post-grad pass.
+  Rewriting here rather than after AOTAutograd: there SDPA is already split into forward and
+  backward ATen ops whose names and saved tensors differ by device and torch version, and GELU
+  is decomposed into ten pointwise nodes whose pre-activation also feeds the backward.
+* Inductor's post-grad pass (`TritileOpsPass`, an inductor `CustomGraphPass`) rewrites, in the
+  functionalised ATen graphs (forward and backward) inductor is about to lower,
+    - `aten.mm.default(a, b)`            → `tritile.mm(a, b)`
+    - `aten.addmm.default(c, a, b)`      → `aten.add(c, tritile.mm(a, b))` (beta = alpha = 1 only)
+    - `aten.bmm.default(a, b)`           → `tritile.bmm(a, b)`
+    - `aten.baddbmm.default(c, a, b)`    → `aten.add(c, tritile.bmm(a, b))` (beta = alpha = 1 only)
+  when `a` and `b` are 2-D (3-D for bmm) tensors of one supported dtype (fp16 / bf16 / fp32) on
+  one device (read from the nodes' fake-tensor metadata).  Inductor then fuses everything around
+  them (LayerNorm, softmax, residuals, casts) and calls tritile's kernels as extern kernels.  The
+  pass's `uuid` covers this file and tritile's version, so inductor's FX graph cache never serves
+  a graph rewritten by another one.
+* On a GPU every rewrite of either stage happens only where tritile's kernel is not slower than
+  the one it replaces on that shape and layout (`gemm_choice`: measured once, cached; static
+  shapes only); `options={"gemms": "tritile"}` skips the measurement.
 * `options={"fallback": "eager"}` runs the same rewrite in AOTAutograd and everything else in
   eager PyTorch (debugging a model without inductor); any other option is an inductor config
   patch (`options={"max_autotune": True}`), as with `backend="inductor"`.
@@ -25,6 +43,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
@@ -38,7 +57,9 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 import tritile
 from tritile.contrib import gemm_choice
-from tritile.ops.matmul import SUPPORTED_DTYPES, is_transposed_contiguous  # also registers torch.ops.tritile.mm
+from tritile.ops import attention as tritile_attention  # registers torch.ops.tritile.attention
+from tritile.ops import linear as tritile_linear  # registers torch.ops.tritile.linear
+from tritile.ops.matmul import SUPPORTED_DTYPES, is_transposed_contiguous  # registers tritile.mm, tritile.bmm
 
 BACKEND_NAME = "tritile"
 FALLBACKS = ("inductor", "eager")
@@ -60,65 +81,110 @@ class Decision:
 
 
 def _tensor_meta(node):
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    """The (fake) tensor a node of an ATen graph ("val") or of Dynamo's graph ("example_value") holds."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    value = node.meta.get("val", node.meta.get("example_value"))
     return value if isinstance(value, torch.Tensor) else None
 
 
-def _gemm_refusal(a, b, measured: bool) -> str:
-    """'' when both operands are 2-D tensors of one supported dtype on one device and (when
-    `measured`) tritile.mm is not slower there than the GEMM it replaces (`gemm_choice`), else why not."""
+def _is_static(*tensors) -> bool:
+    return all(isinstance(d, int) for t in tensors for d in t.shape)
+
+
+def _measured_refusal(device: torch.device, tensors, choose) -> str:
+    """On CUDA, why a measured choice keeps the op with the fallback ('' for tritile): `choose()`
+    runs on real tensors, once per static shape."""
+    if device.type == "cuda" and not _is_static(*tensors):
+        return "a dynamic shape (tritile's kernels are measured per static shape; gemms='tritile' skips that)"
+    try:
+        with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
+            return choose().reason
+    except Exception as err:  # noqa: BLE001 - a kernel that fails to build or run here leaves the op to the rival
+        first_line = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"tritile's kernel failed when measured on this shape ({type(err).__name__}: {first_line})"
+
+
+def _gemm_refusal(a, b, measured: bool, rank: int = 2) -> str:
+    """'' when both operands are `rank`-D tensors (2: tritile.mm, 3: tritile.bmm) of one supported
+    dtype on one device and (when `measured`) tritile's GEMM is not slower there than the one it
+    replaces (`gemm_choice`), else why not."""
     a, b = _tensor_meta(a), _tensor_meta(b)
+    op = "tritile.mm" if rank == 2 else "tritile.bmm"
     if a is None or b is None:
         return "an operand without tensor metadata"
-    if a.dim() != 2 or b.dim() != 2:
-        return f"operands of rank {a.dim()} and {b.dim()} (tritile.mm takes 2-D matrices)"
+    if a.dim() != rank or b.dim() != rank:
+        return f"operands of rank {a.dim()} and {b.dim()} ({op} takes {rank}-D operands)"
     if a.dtype != b.dtype:
         return f"mixed dtypes {a.dtype} and {b.dtype}"
     if a.dtype not in SUPPORTED_DTYPES:
-        return f"dtype {a.dtype} (tritile.mm takes float16, bfloat16, float32)"
+        return f"dtype {a.dtype} ({op} takes float16, bfloat16, float32)"
     if a.device != b.device:
         return f"operands on {a.device} and {b.device}"
     if not measured:
         return ""
-    if a.device.type == "cuda" and not all(isinstance(d, int) for d in (*a.shape, *b.shape)):
-        return "a dynamic shape (tritile.mm is measured against cuBLAS per static shape; gemms='tritile' skips that)"
-    with unset_fake_temporarily(), torch.no_grad():  # real operands, timed on the device
-        choice = gemm_choice.choose(a.shape[0], b.shape[1], a.shape[1], a.dtype, is_transposed_contiguous(a),
-                                    is_transposed_contiguous(b), a.device)
-    return choice.reason
+    trans_a, trans_b = is_transposed_contiguous(a), is_transposed_contiguous(b)
+    if rank == 2:
+        return _measured_refusal(a.device, (a, b), lambda: gemm_choice.choose(
+            a.shape[0], b.shape[1], a.shape[1], a.dtype, trans_a, trans_b, a.device))
+    return _measured_refusal(a.device, (a, b), lambda: gemm_choice.choose_bmm(
+        a.shape[0], a.shape[1], b.shape[2], a.shape[2], a.dtype, trans_a, trans_b, a.device))
 
 
-def _rewrite_mm(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
-    refusal = _gemm_refusal(*node.args, measured)
-    if not refusal:
-        node.target = torch.ops.tritile.mm.default
-    return refusal
-
-
-def _rewrite_addmm(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
-    bias, a, b = node.args
-    if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
-        return "addmm with beta or alpha other than 1"
-    refusal = _gemm_refusal(a, b, measured)
-    if refusal:
-        return refusal
+def _replace_with_product_sum(graph, node, product_op, bias, a, b) -> None:
+    """node (addmm / baddbmm with beta = alpha = 1) -> bias + product_op(a, b)."""
     with graph.inserting_before(node):
-        product = graph.call_function(torch.ops.tritile.mm.default, (a, b))
+        product = graph.call_function(product_op, (a, b))
         product.meta["val"] = node.meta.get("val")
         total = graph.call_function(aten.add.Tensor, (bias, product))
     total.meta.update(node.meta)
     node.replace_all_uses_with(total)
     graph.erase_node(node)
-    return ""
+
+
+def _rewrite_product(rank: int, op):
+    """The rule for mm (rank 2) / bmm (rank 3): retarget the node to tritile's `op`."""
+    def rule(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
+        refusal = _gemm_refusal(*node.args, measured, rank)
+        if not refusal:
+            node.target = op
+        return refusal
+
+    return rule
+
+
+def _rewrite_product_sum(rank: int, op):
+    """The rule for addmm (rank 2) / baddbmm (rank 3), beta = alpha = 1: bias + tritile's `op`."""
+    def rule(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> str:
+        bias, a, b = node.args
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            return f"{node.target.__name__.split('.')[0]} with beta or alpha other than 1"
+        refusal = _gemm_refusal(a, b, measured, rank)
+        if not refusal:
+            _replace_with_product_sum(graph, node, op, bias, a, b)
+        return refusal
+
+    return rule
 
 
 # candidate ATen op -> (rule: (graph, node, measured) -> '' when rewritten, else the reason; the tritile op)
-_REWRITES = {aten.mm.default: (_rewrite_mm, "tritile.mm"), aten.addmm.default: (_rewrite_addmm, "tritile.mm")}
+_REWRITES = {
+    aten.mm.default: (_rewrite_product(2, torch.ops.tritile.mm.default), "tritile.mm"),
+    aten.addmm.default: (_rewrite_product_sum(2, torch.ops.tritile.mm.default), "tritile.mm"),
+    aten.bmm.default: (_rewrite_product(3, torch.ops.tritile.bmm.default), "tritile.bmm"),
+    aten.baddbmm.default: (_rewrite_product_sum(3, torch.ops.tritile.bmm.default), "tritile.bmm"),
+}
 
 
 def _describe(node: torch.fx.Node) -> tuple:
     metas = [_tensor_meta(a) for a in node.args]
     return [list(m.shape) for m in metas if m is not None], [str(m.dtype) for m in metas if m is not None]
+
+
+def _record(decisions: list) -> None:
+    with _recording_lock:
+        if _recording is not None:  # `explain` is running (the backward compiles on autograd's threads)
+            _recording.extend(decisions)
 
 
 def rewrite_graph(graph: torch.fx.Graph, measured: bool = True) -> list:
@@ -137,9 +203,174 @@ def rewrite_graph(graph: torch.fx.Graph, measured: bool = True) -> list:
         decisions.append(Decision(op, shapes, dtypes, None if reason else kernel, reason))
     if any(d.kernel for d in decisions):
         graph.lint()
-    with _recording_lock:
-        if _recording is not None:  # `explain` is running (the backward compiles on autograd's threads)
-            _recording.extend(decisions)
+    _record(decisions)
+    return decisions
+
+
+# ------------------------------------------------------------------------ before AOTAutograd
+
+SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+SDPA_DEFAULTS = dict(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
+
+
+def _sdpa_refusal(node: torch.fx.Node, call: dict, measured: bool) -> str:
+    if call["attn_mask"] is not None:
+        return "an attn_mask (tritile.attention takes is_causal only)"
+    if isinstance(call["dropout_p"], torch.fx.Node) or call["dropout_p"] != 0:
+        return f"dropout_p={call['dropout_p']} (tritile.attention has no dropout)"
+    for name in ("is_causal", "scale", "enable_gqa"):
+        if isinstance(call[name], torch.fx.Node):
+            return f"{name} is not a constant"
+    q, k, v = (_tensor_meta(call[name]) for name in ("query", "key", "value"))
+    if q is None or k is None or v is None:
+        return "an operand without tensor metadata"
+    if not call["enable_gqa"] and q.dim() == k.dim() == 4 and q.shape[1] != k.shape[1]:
+        return "fewer K/V heads than query heads without enable_gqa"
+    _, refusal = tritile_attention.attention_refusal(q, k, v, call["is_causal"])
+    if refusal or not measured:
+        return refusal
+    out = _tensor_meta(node)
+    backward = out is not None and out.requires_grad
+    return _measured_refusal(q.device, (q, k), lambda: gemm_choice.choose_attention(
+        q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], q.dtype, call["is_causal"],
+        call["scale"], backward, q.device))
+
+
+def _set_pair_meta(pair: torch.fx.Node, first: torch.fx.Node, replaced: torch.fx.Node, make_second) -> None:
+    """Dynamo's metadata for a tritile op returning (the replaced node's value, a second tensor)
+    and for `first` = pair[0]: inductor's pre-grad passes read "example_value"."""
+    first.meta.update(replaced.meta)
+    value = _tensor_meta(replaced)
+    if value is not None:
+        pair.meta["example_value"] = (value, make_second(value))
+
+
+def _rewrite_sdpa(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> Decision:
+    """F.scaled_dot_product_attention -> tritile.attention(...)[0] (its autograd formula is
+    tritile.attention_backward), or the reason it stays."""
+    call = dict(SDPA_DEFAULTS, **dict(zip(SDPA_PARAMETERS, node.args)), **node.kwargs)
+    operands = [call["query"], call["key"], call["value"]]
+    metas = [_tensor_meta(t) for t in operands]
+    decision = Decision("scaled_dot_product_attention", [list(m.shape) for m in metas if m is not None],
+                        [str(m.dtype) for m in metas if m is not None])
+    decision.reason = _sdpa_refusal(node, call, measured)
+    if decision.reason:
+        return decision
+    with graph.inserting_before(node):
+        both = graph.call_function(torch.ops.tritile.attention.default, (*operands, call["is_causal"], call["scale"]))
+        out = graph.call_function(operator.getitem, (both, 0))
+    _set_pair_meta(both, out, node, lambda o: o.new_empty(o.shape[:3], dtype=torch.float32))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    decision.kernel = "tritile.attention"
+    return decision
+
+
+def _activation_of(node: torch.fx.Node, source: torch.fx.Node) -> Optional[str]:
+    """The `tritile.linear` activation that `node` applies to `source` (its only tensor input), or None."""
+    if node.op != "call_function" or not node.args or node.args[0] is not source or node.kwargs.get("inplace"):
+        return None
+    F = torch.nn.functional
+    if node.target in (F.gelu, torch._C._nn.gelu):
+        approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate)
+    if len(node.args) == 1 and node.target in (F.silu, torch._C._nn.silu):
+        return "silu"
+    if len(node.args) == 1 and node.target in (F.relu, torch.relu):
+        return "relu"
+    return None
+
+
+def _residual_of(node: torch.fx.Node, source: torch.fx.Node):
+    """The other operand when `node` is `source + residual` (or `residual + source`) of one
+    shape and dtype (no broadcast, no alpha), else None."""
+    if node.op != "call_function" or node.target not in (operator.add, torch.add) or node.kwargs \
+            or len(node.args) != 2 or source not in node.args:
+        return None
+    other = node.args[1] if node.args[0] is source else node.args[0]
+    mine, theirs = _tensor_meta(source), _tensor_meta(other)
+    if other is source or theirs is None or mine is None or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+        return None
+    return other
+
+
+def _single_user(node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _rewrite_linear(graph: torch.fx.Graph, node: torch.fx.Node, measured: bool) -> Optional[Decision]:
+    """F.linear [-> relu / silu / gelu] [-> + residual] -> one tritile.linear (its epilogue); None
+    when the linear has no epilogue to fuse (no bias, activation or residual: it stays a GEMM for
+    the post-grad pass)."""
+    x, weight, bias = (*node.args, *[None] * (3 - len(node.args)))[:3]
+    bias = node.kwargs.get("bias", bias)
+    chain, activation, residual = [node], "none", None
+    user = _single_user(node)
+    if user is not None and _activation_of(user, node):
+        activation = _activation_of(user, node)
+        chain.append(user)
+    user = _single_user(chain[-1])
+    if user is not None and _residual_of(user, chain[-1]) is not None:
+        residual = _residual_of(user, chain[-1])
+        chain.append(user)
+    if bias is None and len(chain) == 1:
+        return None
+    parts = ["bias"] * (bias is not None) + [activation] * (activation != "none") + ["residual"] * (residual is not None)
+    metas = [_tensor_meta(t) for t in (x, weight, bias, residual)]
+    present = [m for m in metas if m is not None]
+    decision = Decision("linear+" + "+".join(parts), [list(m.shape) for m in present], [str(m.dtype) for m in present])
+    out = _tensor_meta(node)
+    keep_pre = activation != "none" and out is not None and out.requires_grad
+    decision.reason = _linear_refusal(x, weight, bias, residual, metas, activation, keep_pre, measured)
+    if decision.reason:
+        decision.reason = f"not fused ({decision.reason}); its GEMM is listed again below"
+        return decision
+    with graph.inserting_before(chain[-1]):
+        both = graph.call_function(torch.ops.tritile.linear.default, (x, weight, bias, residual, activation, keep_pre))
+        fused = graph.call_function(operator.getitem, (both, 0))
+    _set_pair_meta(both, fused, chain[-1], lambda o: o.new_empty(o.shape if keep_pre else (0,)))
+    chain[-1].replace_all_uses_with(fused)
+    for done in reversed(chain):
+        graph.erase_node(done)
+    decision.kernel = "tritile.linear"
+    return decision
+
+
+def _linear_refusal(x, weight, bias, residual, metas, activation, keep_pre, measured) -> str:
+    if any(m is None for m, n in zip(metas, (x, weight, bias, residual)) if n is not None):
+        return "an operand without tensor metadata"
+    x_meta, w_meta, b_meta, r_meta = metas
+    try:
+        tritile_linear.check_linear_arguments(x_meta, w_meta, b_meta, r_meta, activation)
+    except (TypeError, ValueError) as err:
+        return str(err).removeprefix("tritile.linear: ")
+    if not measured:
+        return ""
+    k, n = w_meta.shape[1], w_meta.shape[0]
+    return _measured_refusal(x_meta.device, (x_meta, w_meta), lambda: gemm_choice.choose_linear(
+        x_meta.numel() // k, n, k, x_meta.dtype, bias is not None, activation, residual is not None, keep_pre,
+        x_meta.device))
+
+
+# candidate call of Dynamo's graph -> rule: (graph, node, measured) -> a Decision, or None (no candidate)
+_PRE_GRAD_REWRITES = {torch.nn.functional.scaled_dot_product_attention: _rewrite_sdpa,
+                      torch._C._nn.linear: _rewrite_linear}
+
+
+def rewrite_dynamo_graph(gm: torch.fx.GraphModule, measured: bool = True) -> list:
+    """Before AOTAutograd (so the autograd formulas are tritile's): F.scaled_dot_product_attention
+    -> tritile.attention, F.linear with its bias / activation / residual -> tritile.linear, in
+    Dynamo's graph, in place; one `Decision` per candidate."""
+    decisions = []
+    for node in list(gm.graph.nodes):
+        rule = _PRE_GRAD_REWRITES.get(node.target) if node.op == "call_function" else None
+        decision = rule(gm.graph, node, measured) if rule is not None else None
+        if decision is not None:
+            decisions.append(decision)
+    if any(d.kernel for d in decisions):
+        gm.graph.lint()
+        gm.recompile()
+    _record(decisions)
     return decisions
 
 
@@ -180,6 +411,7 @@ def tritile_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[
             raise ValueError(f"torch.compile(backend='tritile'): options['{name}'] must be one of {valid}, "
                              f"got {value!r}")
     measured = gemms == "measured"
+    rewrite_dynamo_graph(gm, measured)
     if fallback == "eager":
         if options:
             raise ValueError(f"torch.compile(backend='tritile'): options {sorted(options)} are inductor options; "

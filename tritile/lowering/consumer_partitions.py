@@ -47,8 +47,15 @@ A kernel qualifies when
   shared Alloc is at the kernel's top level.
 Otherwise the function is returned unchanged but for ``func.attrs["consumer_partitions"]`` =
 "not split: <why>", printed with the IR (its consumer warps then run together).
-When: with warp specialization, unless ``TRITILE_CONSUMER_PARTITIONS=0`` (warp specialization's
-default, ``auto``, plans a producer only for kernels this pass then splits).
+A gemm's A operand may also be a shared buffer only the producer's async copies write (a
+GEMM's A tile, versioned by its pipeline): it stays one buffer, and each partition's gemm
+reads its own ``rows`` of it in place (``part * rows``); B is read whole by every partition.
+By default (``auto``) such a kernel is split only when a pipelined loop also computes on
+registers (`_overlappable`, FP8 GEMM's promotion every n k-steps): there the two warpgroups,
+no longer in lock-step (each partition's slot release is its own 128-thread barrier and
+arrival), promote while the other's wgmmas run.
+When: with warp specialization, unless ``TRITILE_CONSUMER_PARTITIONS=0``; ``=1`` also splits
+the kernels ``auto`` leaves together (a plain GEMM with a producer-loaded A).
 """
 from __future__ import annotations
 
@@ -69,7 +76,11 @@ def several_warpgroups(kernel: ir.Kernel) -> bool:
 
 
 def enabled() -> bool:
-    return schedule_switch("TRITILE_CONSUMER_PARTITIONS", "on") != "off"
+    return _switch() != "off"
+
+
+def _switch() -> str:
+    return schedule_switch("TRITILE_CONSUMER_PARTITIONS")
 
 
 class _NotSplit(Exception):
@@ -130,10 +141,15 @@ def _plan(func: ir.PrimFunc):
     if any(n.buffer.scope == "shared" and id(n) not in top_allocs for n in allocs):
         raise _NotSplit("a shared buffer allocated inside control flow")
 
-    row_buffers = {g.a.buffer for g in gemms if g.a.buffer.scope == "shared"}
+    row_buffers = set()
     for n in body_nodes:
         if isinstance(n, ir.Copy) and {n.src.buffer.scope, n.dst.buffer.scope} == {"fragment", "shared"}:
             row_buffers.add(n.dst.buffer if n.dst.buffer.scope == "shared" else n.src.buffer)
+    loaded = {g.a.buffer for g in gemms if g.a.buffer.scope == "shared" and g.a.buffer not in row_buffers
+              and _loaded_by_producer(g.a.buffer, body_nodes)}
+    if loaded and _switch() == "auto" and not _overlappable(kernel.body):
+        raise _NotSplit("nothing in the loops for one partition's wgmmas to cover")
+    row_buffers |= {g.a.buffer for g in gemms if g.a.buffer.scope == "shared"} - loaded
     for b in row_buffers:
         if b.num_versions != 1 or b.shape[0] != R:
             raise _NotSplit(f"row buffer {b.name} is versioned or not of R rows")
@@ -142,6 +158,23 @@ def _plan(func: ir.PrimFunc):
     for n in body_nodes:
         _check_node(n, R, split, row_buffers)
     return count, R, fragments, row_buffers
+
+
+def _overlappable(body) -> bool:
+    """Whether a software-pipelined loop computes on registers besides its gemms (a
+    T.Parallel: FP8 GEMM's promotion): work the other partitions' wgmmas run under once the
+    warpgroups stop running in lock-step.  A plain GEMM loop has none, and keeps its warpgroups
+    together (its 128x256 tile measured at cuBLAS's speed that way)."""
+    return any(isinstance(loop, ir.For) and loop.pipelined_from and any(isinstance(n, ir.Parallel) for n in walk(loop))
+               for loop in walk(body))
+
+
+def _loaded_by_producer(buf: ir.Buffer, body_nodes: list) -> bool:
+    """Whether only async copies (the producer's) write shared buffer `buf`: a gemm operand
+    every partition can read its own rows of, in place."""
+    writers = [n for n in body_nodes if (isinstance(n, (ir.Copy, ir.AsyncCopy, ir.Fill)) and n.dst.buffer is buf)
+               or (isinstance(n, ir.Store) and n.buffer is buf)]
+    return bool(writers) and all(isinstance(n, ir.AsyncCopy) for n in writers)
 
 
 def _whole_rows(region: ir.Region, R: int) -> bool:
@@ -162,11 +195,20 @@ def _row_dim(region: ir.Region, R: int) -> int:
     return dims[0]
 
 
+def _row_start(region: ir.Region, R: int):
+    """The static start of a region's R rows (its first non-unit dimension), or None."""
+    start = region.starts[_row_dim(region, R)]
+    return start.value if isinstance(start, ir.Const) else None
+
+
 def _check_node(n, R: int, split: set, row_buffers: set):  # noqa: C901 - one case per node kind
     if isinstance(n, ir.Gemm):
         if n.transpose_a or not _whole(n.c) or n.b.buffer in split or n.b.buffer.scope != "shared":
             raise _NotSplit("a gemm the partitions cannot share")
-        if (n.a.buffer.scope == "fragment" and not _whole(n.a)) or not _whole_rows(n.a, R):
+        if n.a.buffer.scope == "shared" and n.a.buffer not in split:  # loaded by the producer
+            if _row_start(n.a, R) != 0:
+                raise _NotSplit("a gemm reading part of its A rows")
+        elif (n.a.buffer.scope == "fragment" and not _whole(n.a)) or not _whole_rows(n.a, R):
             raise _NotSplit("a gemm reading part of its A rows")
     elif isinstance(n, ir.Copy):
         sides = [r for r in (n.src, n.dst) if r.buffer in split]
@@ -254,6 +296,11 @@ def _split(func: ir.PrimFunc, count: int, R: int, fragments: set, row_buffers: s
             return dataclasses.replace(s, src=src, dst=dst)
 
         def visit_Gemm(self, s):
+            if s.a.buffer.scope == "shared" and s.a.buffer not in split:  # the partition's rows, in place
+                k = _row_dim(s.a, R)
+                starts, extents = list(s.a.starts), list(s.a.extents)
+                starts[k], extents[k] = offset, rows
+                return dataclasses.replace(s, a=ir.Region(s.a.buffer, tuple(starts), tuple(extents)), c=region(s.c))
             return dataclasses.replace(s, a=region(s.a), c=region(s.c))
 
         def visit_Fill(self, s):

@@ -55,7 +55,13 @@ Guarantees
   accumulating into it may chain), `WaitMMA(k)` retires the newest such gemm; k counts only
   the newer gemms that are certainly issued (slot conflicts come from the slot formulas: two
   accesses of a loop-versioned buffer hit the same slot iff their iterations are congruent
-  mod S).  After the epilogue: `WaitMMA(0)` and `WaitGroup(0)` drain the loop.
+  mod S).  When that unit is conditional - a user `if` (or a guarded statement) whose
+  condition, and the lets before it, read no buffer - the `WaitMMA` goes inside it instead
+  (`_sink_wait`): only the steps whose condition holds retire the gemms, and the gemms stay
+  possibly pending for the units after it (a later wait counts them as before; one that finds
+  them already retired is a no-op).  FP8 GEMM's promotion every n k-steps then keeps a wgmma
+  in flight across the other steps.  After the epilogue: `WaitMMA(0)` and `WaitGroup(0)` drain
+  the loop.
 * Everything a loop becomes (prologue, steady loop, epilogue, drains) is one `Seq`, so its
   commit groups and waits are never mistaken for a sibling loop's (codegen's barrier rings).
 * With D == 0 (num_stages=1) the loop is one steady loop: async copies, a commit, a wait
@@ -152,6 +158,27 @@ class _Inst:
     unit: _Unit
     step: int
     certain: bool
+
+
+def _sink_wait(parts, wait: ir.WaitMMA):
+    """`parts` (a split unit) with `wait` moved into its conditional part, or None when it
+    has none or reads a buffer before it.  The wait then runs only when the unit's body
+    does: into both branches of a user `if` whose condition (and the lets and guard around
+    it) reads no buffer, else first thing inside the unit's guard when the guard and the
+    lets before it read none.  FP8 GEMM's every-n-steps promotion (`if (k + 1) % n == 0:
+    total += partial`) then retires its wgmmas only in the steps that promote, and the
+    tensor cores keep one wgmma in flight across the other steps."""
+    def reads(nodes):
+        return any(accesses(n) for n in nodes)
+
+    core, guard = parts.core, [] if parts.guard is None else [parts.guard]
+    if isinstance(core, ir.If) and not reads(parts.outer_lets + guard + parts.inner_lets + [core.cond]):
+        return dataclasses.replace(parts, core=dataclasses.replace(
+            core, then_body=ir.Seq([wait] + core.then_body.stmts),
+            else_body=None if core.else_body is None else ir.Seq([wait] + core.else_body.stmts)))
+    if guard and not reads(parts.outer_lets + guard):
+        return dataclasses.replace(parts, inner_lets=[wait] + parts.inner_lets)
+    return None
 
 
 class _Pipeline:
@@ -282,19 +309,26 @@ class _Pipeline:
                                         loc=self.loop.loc))
                 covered = k
             hits = [i for i, g in enumerate(pending) if self._mma_conflict(g, u, step)]
+            branch_wait = None
             if hits:
                 newer = pending[hits[-1] + 1:]
-                out.append(ir.WaitMMA(sum(g.certain for g in newer), loc=self.loop.loc))
-                pending[:] = newer
-            out.append(self._instance(u, t, guard(u)))
+                wait = ir.WaitMMA(sum(g.certain for g in newer), loc=self.loop.loc)
+                if u.producer or u.async_gemm or _sink_wait(split_unit(u.stmt), wait) is None:
+                    out.append(wait)
+                    pending[:] = newer
+                else:  # waits only where the unit's body runs: the gemms stay possibly pending
+                    branch_wait = wait
+            out.append(self._instance(u, t, guard(u), branch_wait))
             if u.async_gemm:
                 pending.append(_Inst(u, step, certain and not u.guarded))
         return out
 
-    def _instance(self, u: _Unit, t: ir.Expr, guard) -> ir.Stmt:
+    def _instance(self, u: _Unit, t: ir.Expr, guard, branch_wait: ir.WaitMMA = None) -> ir.Stmt:
         i = _sub(t, u.stage)
         stmt = fold(substitute_vars(u.stmt, {self.loop.var: _var_value(self.loop, i)}))
         parts = split_unit(stmt)
+        if branch_wait is not None:
+            parts = _sink_wait(parts, branch_wait)
         core = parts.core
         if u.producer:
             slot = core.dst.starts[0] if core.dst.buffer in self.versioned else None

@@ -1,4 +1,5 @@
-"""`C = A @ B` for 2-D fp16 / bf16 / fp32 matrices, as a T-language kernel and a torch operator.
+"""`C = A @ B` for 2-D fp16 / bf16 / fp32 matrices (and batches of them), as T-language kernels
+and torch operators.
 
 Contract:
 * `matmul` is an eager `@tritile.jit` GEMM (fp32 accumulation, result in the inputs' dtype);
@@ -11,6 +12,10 @@ Contract:
   contiguous matrix (`w.t()`, as every backward has) is read in place through the kernel's
   `trans_A` / `trans_B` flags; other layouts are copied contiguous first.  It has a fake
   implementation (for Dynamo / AOTAutograd tracing) and a backward made of `tritile.mm` calls.
+* `batched_matmul` is the same GEMM over a batch ([batch, M, K] @ [batch, K, N], the batch on
+  the grid's third axis); `bmm(a, b)` (`torch.ops.tritile.bmm`) is its operator, with the same
+  checks, in-place transposed operands (`x.transpose(1, 2)` of a contiguous batch), fake
+  implementation and a backward of `tritile.bmm` calls.
 """
 from __future__ import annotations
 
@@ -23,17 +28,41 @@ SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.
 
 
 @T.macro
-def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B):
-    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory; a
-    transposed operand is stored (K, M) / (N, K), so its tile's head address swaps."""
-    if trans_A:
-        T.copy(A[k * block_K, by * block_M], A_shared)
+def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B,
+                       batched=False, bz=0):
+    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory (of matrix
+    `bz` when `batched`: operands [batch, rows, cols]); a transposed operand is stored (K, M) /
+    (N, K), so its tile's head address swaps."""
+    if not batched:
+        if trans_A:
+            T.copy(A[k * block_K, by * block_M], A_shared)
+        else:
+            T.copy(A[by * block_M, k * block_K], A_shared)
+        if trans_B:
+            T.copy(B[bx * block_N, k * block_K], B_shared)
+        else:
+            T.copy(B[k * block_K, bx * block_N], B_shared)
     else:
-        T.copy(A[by * block_M, k * block_K], A_shared)
-    if trans_B:
-        T.copy(B[bx * block_N, k * block_K], B_shared)
-    else:
-        T.copy(B[k * block_K, bx * block_N], B_shared)
+        if trans_A:
+            T.copy(A[bz, k * block_K, by * block_M], A_shared)
+        else:
+            T.copy(A[bz, by * block_M, k * block_K], A_shared)
+        if trans_B:
+            T.copy(B[bz, bx * block_N, k * block_K], B_shared)
+        else:
+            T.copy(B[bz, k * block_K, bx * block_N], B_shared)
+
+
+@T.macro
+def accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
+                     trans_A, trans_B, batched=False, bz=0):
+    """C_local = the (by, bx) output tile of A @ B (of A[bz] @ B[bz] when `batched`): the K loop of
+    this module's GEMMs and of tritile/ops/linear.py's `matmul_epilogue`."""
+    T.clear(C_local)
+    for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+        load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B,
+                           batched, bz)
+        T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
 
 
 @tritile.jit
@@ -51,19 +80,39 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
         C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
         T.use_swizzle(panel_size=panel_size)  # launch order in panels, for L2 reuse of A and B tiles
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-
+        accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
+                         trans_A, trans_B)
         T.copy(C_local, C[by * block_M, bx * block_N])
     return C
 
 
+@tritile.jit
+def batched_matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
+                   threads: int = 128, dtype=T.float16, accum_dtype=T.float32, trans_A: bool = False,
+                   trans_B: bool = False):
+    """C[b] = A[b] @ B[b]: `matmul` with the batch as the grid's third axis."""
+    BATCH, M, N, K = T.const("BATCH, M, N, K")
+    A: T.Tensor((BATCH, K, M) if trans_A else (BATCH, M, K), dtype)  # trans_A: A[b] holds A[b]^T
+    B: T.Tensor((BATCH, N, K) if trans_B else (BATCH, K, N), dtype)
+    C = T.empty((BATCH, M, N), dtype)
+
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), BATCH, threads=threads) as (bx, by, bz):
+        A_shared = T.alloc_shared((block_K, block_M) if trans_A else (block_M, block_K), dtype)
+        B_shared = T.alloc_shared((block_N, block_K) if trans_B else (block_K, block_N), dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+
+        accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
+                         trans_A, trans_B, True, bz)
+        T.copy(C_local, C[bz, by * block_M, bx * block_N])
+    return C
+
+
 def is_transposed_contiguous(t: torch.Tensor) -> bool:
-    """Is the matrix `t` the transpose of a contiguous one (the backward's `w.t()`)?"""
-    rows, cols = t.shape
-    return not t.is_contiguous() and tuple(t.stride()) == (1, rows) and cols > 1
+    """Is the matrix `t` (or each matrix of the batch `t`, [batch, rows, cols]) the transpose of
+    a contiguous one (the backward's `w.t()`, `x.transpose(1, 2)`)?"""
+    *batch, rows, cols = t.shape
+    strides = (rows * cols, 1, rows) if batch else (1, rows)
+    return not t.is_contiguous() and tuple(t.stride()) == strides and cols > 1
 
 
 def _as_operand(t: torch.Tensor) -> tuple:
@@ -71,7 +120,7 @@ def _as_operand(t: torch.Tensor) -> tuple:
     contiguous matrix with the kernel's transpose flag, never copied; any other layout is made
     contiguous."""
     if is_transposed_contiguous(t):
-        return t.t(), True
+        return t.transpose(-1, -2), True
     return t.contiguous(), False
 
 
@@ -97,23 +146,48 @@ def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
     return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
 
 
-def check_mm_arguments(a, b) -> None:
-    """Raise TypeError / ValueError naming the argument unless `a @ b` is a supported GEMM."""
+def check_mm_arguments(a, b, rank: int = 2) -> None:
+    """Raise TypeError / ValueError naming the argument unless `a @ b` is a supported GEMM
+    (`rank` 2: tritile.mm; 3: tritile.bmm, a batch of GEMMs)."""
+    op = "tritile.mm" if rank == 2 else "tritile.bmm"
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"tritile.mm: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"tritile.mm: argument '{name}' has dtype {t.dtype}; supported: "
+            raise TypeError(f"{op}: argument '{name}' has dtype {t.dtype}; supported: "
                             f"{', '.join(map(str, SUPPORTED_DTYPES))}")
-        if t.dim() != 2:
-            raise ValueError(f"tritile.mm: argument '{name}' must be 2-D, got shape {list(t.shape)}")
+        if t.dim() != rank:
+            raise ValueError(f"{op}: argument '{name}' must be {rank}-D, got shape {list(t.shape)}")
     if a.dtype != b.dtype:
-        raise TypeError(f"tritile.mm: argument 'b' has dtype {b.dtype}, but 'a' has {a.dtype}")
+        raise TypeError(f"{op}: argument 'b' has dtype {b.dtype}, but 'a' has {a.dtype}")
     if a.device != b.device:
-        raise TypeError(f"tritile.mm: argument 'b' is on {b.device}, but 'a' is on {a.device}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"tritile.mm: argument 'b' has shape {list(b.shape)}, which cannot multiply "
+        raise TypeError(f"{op}: argument 'b' is on {b.device}, but 'a' is on {a.device}")
+    if a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
+        raise ValueError(f"{op}: argument 'b' has shape {list(b.shape)}, which cannot multiply "
                          f"'a' of shape {list(a.shape)}")
+
+
+_GEMMS_REMEMBERED = 256
+_gemm_kernels: dict = {}  # (kernel function, shapes, dtype, transposes, device kind) -> JITKernel
+
+
+def _gemm(kernel_fn, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`kernel_fn` (`matmul` / `batched_matmul`) on checked operands, transposed views read in
+    place.  The compiled kernel is remembered per shape, dtype, layout and device kind: a repeated
+    call (every step of a model) skips the tile choice and the eager JIT's specialisation, which
+    cost more host time than a small GEMM's launch."""
+    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
+    key = (kernel_fn, a.shape, b.shape, a.dtype, trans_a, trans_b, a.device.type)
+    kernel = _gemm_kernels.get(key)
+    if kernel is None:
+        M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+        N = b.shape[-2] if trans_b else b.shape[-1]
+        config = tile_config(a.device.type, M, N, K, a.dtype)
+        if len(_gemm_kernels) >= _GEMMS_REMEMBERED:
+            _gemm_kernels.clear()
+        kernel = _gemm_kernels[key] = kernel_fn.kernel_for(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a,
+                                                           trans_B=trans_b, **config)
+    return kernel(a, b)
 
 
 @torch.library.custom_op("tritile::mm", mutates_args=())
@@ -123,9 +197,7 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     (M, K), N = a.shape, b.shape[1]
     if M == 0 or N == 0 or K == 0:  # no tiles to launch; an empty sum is zero
         return a.new_zeros((M, N))
-    config = tile_config(a.device.type, M, N, K, a.dtype)
-    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
-    return matmul(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a, trans_B=trans_b, **config)
+    return _gemm(matmul, a, b)
 
 
 @mm.register_fake
@@ -146,3 +218,29 @@ def _mm_backward(ctx, grad):
 
 
 mm.register_autograd(_mm_backward, setup_context=_mm_setup_context)
+
+
+@torch.library.custom_op("tritile::bmm", mutates_args=())
+def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`torch.bmm(a, b)` by the tritile batched GEMM kernel (one grid axis over the batch)."""
+    check_mm_arguments(a, b, rank=3)
+    (batch, M, K), N = a.shape, b.shape[2]
+    if batch == 0 or M == 0 or N == 0 or K == 0:
+        return a.new_zeros((batch, M, N))
+    return _gemm(batched_matmul, a, b)
+
+
+@bmm.register_fake
+def _bmm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    check_mm_arguments(a, b, rank=3)
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+
+def _bmm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad_a = bmm(grad, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+    grad_b = bmm(a.transpose(1, 2), grad) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+bmm.register_autograd(_bmm_backward, setup_context=_mm_setup_context)

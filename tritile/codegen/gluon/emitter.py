@@ -265,7 +265,9 @@ class Emitter(SourceWriter):
     def shared_view(self, region: ir.Region, loc, rank: int = None) -> str:
         """A shared_memory_descriptor expression for a shared region: leading unit dims
         (the version slot first) are indexed away down to the tile's rank (or `rank`, that
-        of a register tensor keeping unit dims), the rest must be whole or a static slice."""
+        of a register tensor keeping unit dims), the rest must be whole or a static slice - static
+        in the consumer function too: a consumer partition's own rows of a tile every partition
+        reads (``part * rows``, the partition index a constexpr argument of each partition)."""
         buf = region.buffer
         rank = len(region.tile_shape) if rank is None else rank
         if buf.tile_shape and len(buf.tile_shape) < rank:
@@ -280,10 +282,17 @@ class Emitter(SourceWriter):
             s = static_int(start)
             if extent == full and s == 0:
                 continue
+            if s is None and self._per_partition(start):
+                s = self.expr(start).text
             if s is None:
                 raise unsupported(f"a dynamic slice of shared buffer {buf.name}", loc)
             text += f".slice({s}, {extent}, {pos})"
         return text
+
+    def _per_partition(self, e: ir.Expr) -> bool:
+        """Whether `e` is constant but for the consumer partition's index (a constexpr)."""
+        split = self.partitions.split if self.partitions is not None else None
+        return split is not None and all(v is split.var for v in walk(e) if isinstance(v, ir.Var))
 
     def global_tile(self, region: ir.Region, layout_name: str, loc, shape=None):
         """(pointer text, mask text) of a tile of a global region in a register layout whose

@@ -470,12 +470,17 @@ def lower_if(em: Emitter, s: ir.If):
             em.body(s.else_body)
         em.par.cond = outer
         return
-    entry = set(em.tokens)
+    entry, entry_inflight = set(em.tokens), set(em.inflight)
     em.emit(f"if {cond.text}:")
     _branch(em, s.then_body, entry)
+    inflight = em.inflight  # in flight after the if: after either branch (a wait in one retires nothing in the other)
     if s.else_body is not None and s.else_body.stmts:
+        em.inflight = set(entry_inflight)
         em.emit("else:")
         _branch(em, s.else_body, entry)
+    else:
+        em.inflight = entry_inflight
+    em.inflight |= inflight
 
 
 def _branch(em: Emitter, body, entry: set):

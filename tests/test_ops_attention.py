@@ -1,0 +1,84 @@
+"""`torch.ops.tritile.attention` (tritile/ops/attention.py): FlashAttention forward and backward
+as T-language kernels behind a torch operator with autograd, against
+`F.scaled_dot_product_attention` (CPU: the reference interpreter)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tritile.ops.attention import attention
+
+TOLERANCE = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def reference(q, k, v, grad, **sdpa):
+    q, k, v = (t.detach().float().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, **sdpa)
+    out.backward(grad.float())
+    return out, q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("dtype, heads_kv, seq_q, seq_kv, dim, causal, scale", [
+    (torch.float32, 2, 48, 48, 16, True, None),     # ragged: 48 queries / keys on 32-wide tiles
+    (torch.float32, 2, 40, 72, 32, False, 0.3),     # more keys than queries, masked ragged key tile
+    (torch.float16, 1, 32, 32, 16, True, None),     # GQA: 4 query heads on one K/V head
+    (torch.bfloat16, 2, 64, 64, 64, False, None),   # GQA 2:1
+], ids=["fp32-causal-ragged", "fp32-cross-scale", "fp16-gqa4-causal", "bf16-gqa2-d64"])
+def test_attention_forward_and_backward_match_sdpa(dtype, heads_kv, seq_q, seq_kv, dim, causal, scale):
+    batch, heads = 2, 4
+    q = torch.randn(batch, heads, seq_q, dim, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(batch, heads_kv, seq_kv, dim, dtype=dtype, requires_grad=True) for _ in range(2))
+    grad = torch.randn(batch, heads, seq_q, dim, dtype=dtype)
+    out = attention(q, k, v, causal, scale)
+    out.backward(grad)
+    expected = reference(q, k, v, grad, is_causal=causal, scale=scale, enable_gqa=heads_kv != heads)
+    tol = TOLERANCE[dtype]
+    for name, got, want in zip(("out", "dq", "dk", "dv"), (out, q.grad, k.grad, v.grad), expected):
+        assert got.dtype == dtype and got.shape == want.shape, name
+        torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol, msg=name)
+
+
+def test_the_forward_returns_the_log_sum_exp():
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    out, lse = torch.ops.tritile.attention(q, k, v, False, None)
+    scores = (q @ k.transpose(-1, -2)) / 16 ** 0.5
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1) / torch.log(torch.tensor(2.0)), rtol=1e-4, atol=1e-4)
+
+
+def test_attention_rejects_what_its_kernels_do_not_take():
+    q = torch.randn(1, 4, 32, 16)
+    with pytest.raises(TypeError, match="'k'"):
+        attention(q, q.half(), q)
+    with pytest.raises(ValueError, match="'q' has head dim 24"):
+        attention(*(torch.randn(1, 4, 32, 24) for _ in range(3)))
+    with pytest.raises(ValueError, match="'k' has 3 heads"):
+        attention(q, torch.randn(1, 3, 32, 16), torch.randn(1, 3, 32, 16))
+    with pytest.raises(ValueError, match="causal attention with 32 queries and 16 keys"):
+        attention(q, torch.randn(1, 4, 16, 16), torch.randn(1, 4, 16, 16), True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dim, causal, heads_kv", [(64, True, 16), (128, False, 4), (128, True, 16)])
+def test_attention_on_the_gpu(dtype, dim, causal, heads_kv):
+    q = torch.randn(2, 16, 1024, dim, device="cuda", dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(2, heads_kv, 1024, dim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    grad = torch.randn_like(q)
+    out = attention(q, k, v, causal)
+    out.backward(grad)
+    expected = reference(q, k, v, grad, is_causal=causal, enable_gqa=heads_kv != 16)
+    for got, want in zip((out, q.grad, k.grad, v.grad), expected):
+        torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+
+
+def _cuda_kernel(kernel, dim, causal, groups, dtype="bfloat16"):
+    from tritile.ops import attention as ops
+
+    args = dict(batch=2, heads=16, seq=1024, dim=dim, is_causal=causal, groups=groups, dtype=dtype)
+    return getattr(ops, f"flashattn_{kernel}")(**args, **ops.tile_config("cuda", dim)[kernel])
+
+
+# for tests/test_kernels_compile.py (sm_90 and sm_80): the CUDA configs torch.ops.tritile.attention launches
+COMPILE_CASES = {
+    "fwd-d128-causal-gqa4-bf16": lambda: _cuda_kernel("fwd", 128, True, 4),
+    "bwd-d64-gqa2-bf16": lambda: _cuda_kernel("bwd", 64, False, 2),
+}

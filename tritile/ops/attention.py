@@ -1,0 +1,366 @@
+"""FlashAttention forward and backward (layout [batch, heads, seq, dim]) as T-language kernels
+and the torch operator `torch.ops.tritile.attention`.
+
+Contract:
+* `attention_rows(...)` is the forward's main loop (a `@T.macro` factory): the online softmax
+  over the key tiles of one block of query rows.  examples/flash_attention.py builds its forward
+  on it, `flashattn_fwd` here too.
+* `flashattn_fwd` writes O and the log-sum-exp of each query row, `LSE = max * scale + log2(sum)`
+  in base 2 (scores scaled by `sm_scale * log2(e)`), all the backward needs to rebuild P;
+  `flashattn_bwd_preprocess` computes `Delta[i] = sum_d O[i, d] * dO[i, d]`; `flashattn_bwd` runs
+  one program per block of `block_M` keys: K and V stay in shared memory, the loop walks the
+  query blocks (from the diagonal when causal), rebuilds P^T = exp2(K Q^T * scale - LSE), and
+  accumulates dV += P^T dO, dK += dS^T Q (dS = P * (dP - Delta) * sm_scale, dP^T = V dO^T) in
+  registers; dQ += dS K is added to a float32 dQ with tile atomics (FlashAttention-2).
+  Grouped-query attention (`groups` query heads per K/V head) reads K and V of head
+  `head // groups`; its dK / dV leave per query head in float32 and are summed over the group
+  after the kernel.  A key length that is not a multiple of the key tile is masked to -inf.
+* `attention(q, k, v, is_causal, scale)` (registered as `torch.ops.tritile.attention`) is
+  `F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=..., enable_gqa=True)` without
+  mask or dropout; it returns `(out, lse)`, so the forward's log-sum-exp is there for the
+  backward (`torch.ops.tritile.attention_backward`, its registered autograd formula).  Both have
+  fake implementations for tracing.  `check_attention_arguments` raises TypeError / ValueError
+  naming the argument for what the kernels do not take: q, k, v 4-D of one dtype (fp16 / bf16;
+  fp32 too on the CPU interpreter) on one device, K and V of one shape, query heads a multiple of
+  K/V heads, head dim 64 or 128 on CUDA (16 and 32 too on the CPU), causal only with as many
+  queries as keys (SDPA's causal mask is top-left aligned, the kernels' bottom-right one agrees
+  only then).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+import tritile
+import tritile.language as T
+
+LOG2E = 1.44269504
+# torch dtype -> T dtype name; float32 is the CPU interpreter's (the tests' models)
+DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+GPU_DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = {"cuda": (64, 128), "cpu": (16, 32, 64, 128)}
+
+
+def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
+                   accum_dtype="float", sm_scale=None, groups=1):
+    """The forward's main loop as a `@T.macro`: over the key tiles of query rows
+    [bx * block_M, (bx + 1) * block_M) of head (bz, by) (K/V head by // groups), it leaves the
+    unnormalised output in `acc_o`, the softmax denominators in `logsum` and the running row
+    maxima in `scores_max` (scores in base 2: scaled by sm_scale * log2(e), sm_scale 1/sqrt(dim)
+    unless given), and returns those three fragments.  Causal: query i sees keys up to
+    i + past_len."""
+    scale = ((1.0 / dim) ** 0.5 if sm_scale is None else sm_scale) * LOG2E
+    ragged_keys = not is_causal and seq_kv % block_N != 0  # the last key tile reads past the keys
+
+    @T.macro
+    def rows(Q, K, V, bx, by, bz):
+        Q_shared = T.alloc_shared([block_M, dim], dtype)
+        K_shared = T.alloc_shared([block_N, dim], dtype)
+        V_shared = T.alloc_shared([block_N, dim], dtype)
+        acc_s = T.alloc_fragment([block_M, block_N], accum_dtype)
+        acc_s_cast = T.alloc_fragment([block_M, block_N], dtype)
+        acc_o = T.alloc_fragment([block_M, dim], accum_dtype)
+        scores_max = T.alloc_fragment([block_M], accum_dtype)
+        scores_max_prev = T.alloc_fragment([block_M], accum_dtype)
+        scores_scale = T.alloc_fragment([block_M], accum_dtype)
+        scores_sum = T.alloc_fragment([block_M], accum_dtype)
+        logsum = T.alloc_fragment([block_M], accum_dtype)
+
+        T.copy(Q[bz, by, bx * block_M:(bx + 1) * block_M, :], Q_shared)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity(accum_dtype))
+
+        loop_range = (
+            T.min(T.ceildiv(seq_kv, block_N), T.ceildiv((bx + 1) * block_M + past_len, block_N))
+            if is_causal else T.ceildiv(seq_kv, block_N))
+
+        for k in T.Pipelined(loop_range, num_stages=num_stages):
+            # S = Q K^T, with future keys (and keys past the end) masked to -inf
+            if groups > 1:
+                T.copy(K[bz, by // groups, k * block_N:(k + 1) * block_N, :], K_shared)
+            else:
+                T.copy(K[bz, by, k * block_N:(k + 1) * block_N, :], K_shared)
+            if is_causal:
+                for i, j in T.Parallel(block_M, block_N):
+                    q_idx = bx * block_M + i + past_len
+                    k_idx = k * block_N + j
+                    acc_s[i, j] = T.if_then_else(q_idx >= k_idx, 0, -T.infinity(acc_s.dtype))
+            elif ragged_keys:
+                for i, j in T.Parallel(block_M, block_N):
+                    acc_s[i, j] = T.if_then_else(k * block_N + j < seq_kv, 0, -T.infinity(acc_s.dtype))
+            else:
+                T.clear(acc_s)
+            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+
+            # online softmax
+            T.copy(scores_max, scores_max_prev)
+            T.fill(scores_max, -T.infinity(accum_dtype))
+            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+            for i in T.Parallel(block_M):  # a row with every key of the tile masked keeps its max
+                scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
+            for i in T.Parallel(block_M):
+                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+            for i, j in T.Parallel(block_M, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+            T.reduce_sum(acc_s, scores_sum, dim=1)
+            for i in T.Parallel(block_M):
+                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            T.copy(acc_s, acc_s_cast)
+
+            # O = O * rescale + P V
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] *= scores_scale[i]
+            if groups > 1:
+                T.copy(V[bz, by // groups, k * block_N:(k + 1) * block_N, :], V_shared)
+            else:
+                T.copy(V[bz, by, k * block_N:(k + 1) * block_N, :], V_shared)
+            T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+        return acc_o, logsum, scores_max
+
+    return rows
+
+
+@tritile.jit(out_idx=[3, 4])
+def flashattn_fwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=64, num_stages=1, threads=128,
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16"):
+    seq_kv = seq if seq_kv is None else seq_kv
+    scale = ((1.0 / dim) ** 0.5 if sm_scale is None else sm_scale) * LOG2E
+    q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
+    accum_dtype = "float"
+    rows = attention_rows(seq_kv, 0, dim, is_causal, block_M, block_N, num_stages, dtype, accum_dtype,
+                          sm_scale, groups)
+
+    @T.prim_func
+    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+             Output: T.Tensor(q_shape, dtype), LSE: T.Tensor([batch, heads, seq], accum_dtype)):
+        with T.Kernel(T.ceildiv(seq, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            acc_o, logsum, scores_max = rows(Q, K, V, bx, by, bz)
+            for i, j in T.Parallel(block_M, dim):
+                acc_o[i, j] /= logsum[i]
+            T.copy(acc_o, Output[bz, by, bx * block_M:(bx + 1) * block_M, :])
+            for i in T.Parallel(block_M):
+                logsum[i] = T.log2(logsum[i]) + scores_max[i] * scale
+            T.copy(logsum, LSE[bz, by, bx * block_M:(bx + 1) * block_M])
+
+    return main
+
+
+@tritile.jit(out_idx=[2])
+def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16"):
+    shape = [batch, heads, seq, dim]
+
+    @T.prim_func
+    def main(O: T.Tensor(shape, dtype), dO: T.Tensor(shape, dtype),
+             Delta: T.Tensor([batch, heads, seq], "float")):
+        with T.Kernel(T.ceildiv(seq, block), heads, batch, threads=128) as (bx, by, bz):
+            o = T.alloc_fragment([block, dim], "float")
+            do = T.alloc_fragment([block, dim], "float")
+            delta = T.alloc_fragment([block], "float")
+            T.copy(O[bz, by, bx * block:(bx + 1) * block, :], o)
+            T.copy(dO[bz, by, bx * block:(bx + 1) * block, :], do)
+            for i, j in T.Parallel(block, dim):
+                o[i, j] *= do[i, j]
+            T.reduce_sum(o, delta, dim=1)
+            T.copy(delta, Delta[bz, by, bx * block:(bx + 1) * block])
+
+    return main
+
+
+@tritile.jit
+def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num_stages=1, threads=128,
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16"):
+    """dQ (float32, added atomically), dK and dV; with `groups` > 1 dK / dV are float32 per query
+    head ([batch, heads, seq_kv, dim]), for the caller to sum over each group."""
+    seq_kv = seq if seq_kv is None else seq_kv
+    sm_scale = (1.0 / dim) ** 0.5 if sm_scale is None else sm_scale
+    scale = sm_scale * LOG2E
+    q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
+    accum_dtype = "float"
+    grad_kv_dtype = dtype if groups == 1 else accum_dtype
+
+    @T.prim_func
+    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+             dO: T.Tensor(q_shape, dtype), LSE: T.Tensor([batch, heads, seq], accum_dtype),
+             Delta: T.Tensor([batch, heads, seq], accum_dtype), dQ: T.Tensor(q_shape, accum_dtype),
+             dK: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype),
+             dV: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype)):
+        with T.Kernel(T.ceildiv(seq_kv, block_M), heads, batch, threads=threads) as (bx, by, bz):
+            K_shared = T.alloc_shared([block_M, dim], dtype)
+            V_shared = T.alloc_shared([block_M, dim], dtype)
+            q = T.alloc_shared([block_N, dim], dtype)
+            do = T.alloc_shared([block_N, dim], dtype)
+            lse = T.alloc_shared([block_N], accum_dtype)
+            delta = T.alloc_shared([block_N], accum_dtype)
+            dsT_shared = T.alloc_shared([block_M, block_N], dtype)
+            qkT = T.alloc_fragment([block_M, block_N], accum_dtype)
+            dpT = T.alloc_fragment([block_M, block_N], accum_dtype)
+            pT_cast = T.alloc_fragment([block_M, block_N], dtype)
+            dsT_cast = T.alloc_fragment([block_M, block_N], dtype)
+            dv = T.alloc_fragment([block_M, dim], accum_dtype)
+            dk = T.alloc_fragment([block_M, dim], accum_dtype)
+            dq = T.alloc_fragment([block_N, dim], accum_dtype)
+
+            if groups > 1:
+                T.copy(K[bz, by // groups, bx * block_M:(bx + 1) * block_M, :], K_shared)
+                T.copy(V[bz, by // groups, bx * block_M:(bx + 1) * block_M, :], V_shared)
+            else:
+                T.copy(K[bz, by, bx * block_M:(bx + 1) * block_M, :], K_shared)
+                T.copy(V[bz, by, bx * block_M:(bx + 1) * block_M, :], V_shared)
+            T.clear(dv)
+            T.clear(dk)
+            # causal: query blocks before this key block see none of its keys.  Keys past the end
+            # (a ragged last block) read as zero rows: their dK / dV rows are not stored, and
+            # their zero K rows add nothing to dQ.
+            first = T.floordiv(bx * block_M, block_N) if is_causal else 0
+            for j in T.Pipelined(first, T.ceildiv(seq, block_N), num_stages=num_stages):
+                T.copy(Q[bz, by, j * block_N:(j + 1) * block_N, :], q)
+                T.clear(qkT)
+                T.gemm(K_shared, q, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (K Q^T)[key, query]
+                T.copy(LSE[bz, by, j * block_N:(j + 1) * block_N], lse)
+                for i, jj in T.Parallel(block_M, block_N):
+                    qkT[i, jj] = T.exp2(qkT[i, jj] * scale - lse[jj])  # P^T
+                if is_causal:
+                    for i, jj in T.Parallel(block_M, block_N):
+                        qkT[i, jj] = T.if_then_else(bx * block_M + i <= j * block_N + jj, qkT[i, jj], 0)
+                T.copy(dO[bz, by, j * block_N:(j + 1) * block_N, :], do)
+                T.clear(dpT)
+                T.gemm(V_shared, do, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (V dO^T) = dP^T
+                T.copy(qkT, pT_cast)
+                T.gemm(pT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+                T.copy(Delta[bz, by, j * block_N:(j + 1) * block_N], delta)
+                for i, jj in T.Parallel(block_M, block_N):
+                    dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
+                T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+                T.copy(dsT_cast, dsT_shared)
+                T.clear(dq)
+                T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
+                T.atomic_add(dQ[bz, by, j * block_N:(j + 1) * block_N, :], dq)
+            T.copy(dv, dV[bz, by, bx * block_M:(bx + 1) * block_M, :])
+            T.copy(dk, dK[bz, by, bx * block_M:(bx + 1) * block_M, :])
+
+    return main
+
+
+def tile_config(device_type: str, dim: int) -> dict:
+    """Small tiles for the CPU interpreter.  On CUDA the backward runs two warpgroups on 128-key
+    blocks: 128-query steps at head dim <= 64, 64 at head dim 128 (dK and dV, 128 x 128 float32
+    each, fill the registers) - the best of seven configurations on an H100 (bench/NOTES.md,
+    session 16: 76 and 78 TFLOP/s, against 43 and 74 for one warpgroup on 64x64 / 128x32)."""
+    if device_type != "cuda":
+        return dict(fwd=dict(block_M=32, block_N=32), bwd=dict(block_M=32, block_N=32))
+    if dim <= 64:
+        return dict(fwd=dict(block_M=64, block_N=64, num_stages=2),
+                    bwd=dict(block_M=128, block_N=128, num_stages=2, threads=256))
+    return dict(fwd=dict(block_M=128, block_N=128, num_stages=2, threads=256),
+                bwd=dict(block_M=128, block_N=64, num_stages=2, threads=256))
+
+
+def attention_refusal(q, k, v, is_causal: bool) -> tuple:
+    """(None, '') when the kernels take these tensors (or fake tensors), else (TypeError or
+    ValueError, why not, naming the argument)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            return TypeError, f"argument '{name}' is not a tensor"
+        if t.dim() != 4:
+            return ValueError, f"argument '{name}' has shape {list(t.shape)}, not [batch, heads, seq, dim]"
+        device_type = "cuda" if t.device.type == "cuda" else "cpu"
+        dtypes = GPU_DTYPES if device_type == "cuda" else tuple(DTYPES)
+        if t.dtype not in dtypes:
+            return TypeError, f"argument '{name}' has dtype {t.dtype} (taken on {device_type}: " \
+                              f"{', '.join(map(str, dtypes))})"
+        if t.dtype != q.dtype or t.device != q.device:
+            return TypeError, f"argument '{name}' is {t.dtype} on {t.device}, but 'q' is {q.dtype} on {q.device}"
+    if k.shape != v.shape:
+        return ValueError, f"argument 'v' has shape {list(v.shape)}, but 'k' has {list(k.shape)}"
+    (batch, heads, seq, dim), (kv_batch, kv_heads, seq_kv, kv_dim) = q.shape, k.shape
+    if kv_batch != batch or kv_dim != dim:
+        return ValueError, f"argument 'k' has shape {list(k.shape)}, which does not match 'q' of shape {list(q.shape)}"
+    if heads % kv_heads != 0:
+        return ValueError, f"argument 'k' has {kv_heads} heads, which do not divide the {heads} query heads"
+    dims = HEAD_DIMS["cuda" if q.device.type == "cuda" else "cpu"]
+    if dim not in dims:
+        return ValueError, f"argument 'q' has head dim {dim} (taken on {q.device.type}: {', '.join(map(str, dims))})"
+    if is_causal and seq != seq_kv:
+        return ValueError, f"causal attention with {seq} queries and {seq_kv} keys (taken with as many queries as keys)"
+    return None, ""
+
+
+def check_attention_arguments(q, k, v, is_causal: bool) -> None:
+    """Raise TypeError (type / dtype / device) or ValueError (shape) unless the kernels take these."""
+    error, refusal = attention_refusal(q, k, v, is_causal)
+    if error is not None:
+        raise error(f"tritile.attention: {refusal}")
+
+
+def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
+    batch, heads, seq, dim = q.shape
+    return dict(batch=batch, heads=heads, seq=seq, dim=dim, is_causal=is_causal, seq_kv=k.shape[2],
+                groups=heads // k.shape[1], sm_scale=scale, dtype=DTYPES[q.dtype])
+
+
+@torch.library.custom_op("tritile::attention", mutates_args=())
+def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+                       scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale) v (scale 1/sqrt(dim) unless given; K/V heads may divide the query
+    heads), and the base-2 log-sum-exp of each query row (float32 [batch, heads, seq])."""
+    check_attention_arguments(q, k, v, is_causal)
+    args = _kernel_args(q, k, is_causal, scale)
+    config = tile_config(q.device.type, args["dim"])["fwd"]
+    return flashattn_fwd(**args, **config)(q.contiguous(), k.contiguous(), v.contiguous())
+
+
+@attention_with_lse.register_fake
+def _attention_fake(q, k, v, is_causal=False, scale=None):
+    check_attention_arguments(q, k, v, is_causal)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("tritile::attention_backward", mutates_args=())
+def attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       out: torch.Tensor, lse: torch.Tensor, is_causal: bool,
+                       scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of `tritile.attention` from its output, log-sum-exp and the output's gradient."""
+    args = _kernel_args(q, k, is_causal, scale)
+    batch, heads, seq, dim = q.shape
+    q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
+    delta = flashattn_bwd_preprocess(batch, heads, seq, dim, dtype=args["dtype"])(out, grad_out)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    groups = args["groups"]
+    grad_kv_dtype = q.dtype if groups == 1 else torch.float32
+    dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
+    config = tile_config(q.device.type, dim)["bwd"]
+    flashattn_bwd(**args, **config)(q, k, v, grad_out, lse, delta, dq, dk, dv)
+    if groups > 1:  # per query head -> per K/V head
+        dk, dv = (t.view(batch, heads // groups, groups, *t.shape[2:]).sum(2).to(q.dtype) for t in (dk, dv))
+    return dq.to(q.dtype), dk, dv
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(grad_out, q, k, v, out, lse, is_causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _attention_setup_context(ctx, inputs, output) -> None:
+    q, k, v, is_causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.is_causal, ctx.scale = is_causal, scale
+
+
+def _attention_autograd(ctx, grad_out, grad_lse):
+    """The log-sum-exp is a residual for this backward, not a differentiable output."""
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(grad_out, q, k, v, out, lse, ctx.is_causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+attention_with_lse.register_autograd(_attention_autograd, setup_context=_attention_setup_context)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+              scale: Optional[float] = None) -> torch.Tensor:
+    """`F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=True)`
+    by tritile's kernels, differentiable."""
+    return torch.ops.tritile.attention(q, k, v, is_causal, scale)[0]
