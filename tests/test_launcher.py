@@ -134,16 +134,15 @@ def test_compiled_kernels_carry_their_descriptor_specs():
 def test_a_launch_goes_to_the_current_stream_and_into_cuda_graphs(backend):
     """A launch reads the current stream at every call: a side stream's work orders after it,
     and a graph capture records the launch (a launch on another stream would fail the
-    capture).  On the Gluon backend this is the direct path, its TMA descriptors passed by
-    value; on the triton.language backend, Triton's own launcher."""
+    capture).  Both backends take the direct path, their TMA descriptors passed by value
+    (the triton.language backend's host TensorDescriptors on sm_90 / sm_100)."""
     from examples.gemm import matmul, tile_config
 
     kernel = matmul.compile(M=256, N=256, K=256, dtype=T.float16, backend=backend,
                             **tile_config("cuda", 256, 256, 256))
     a, b = (torch.randn(256, 256, device="cuda", dtype=torch.float16) for _ in range(2))
     kernel(a, b)
-    if backend == "gluon":
-        assert isinstance(kernel._device_kernel._launcher, DirectLaunch)
+    assert isinstance(kernel._device_kernel._launcher, DirectLaunch)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

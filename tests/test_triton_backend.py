@@ -404,18 +404,20 @@ def test_examples_compile_for_sm80(examples_for):
     for kernel in examples_for("cuda:80"):
         ptx = _compiled(kernel).asm["ptx"]
         assert ".target sm_80" in ptx and "mma.sync" in ptx and "cp.async" in ptx
+        assert "cp.async.bulk" not in ptx  # no TMA: masked loads, pipelined with cp.async
 
 
 def test_examples_compile_for_sm90(examples_for):
     for kernel in examples_for("cuda:90"):
         ptx = _compiled(kernel).asm["ptx"]
         assert ".target sm_90a" in ptx and "wgmma.mma_async" in ptx
+        assert "cp.async.bulk.tensor" in ptx  # tiles through TMA descriptors (tests/test_triton_tma.py)
 
 
 def test_examples_compile_for_sm100(examples_for):
     for kernel in examples_for("cuda:100"):
         ptx = _compiled(kernel).asm["ptx"]
-        assert "sm_100" in ptx and "tcgen05.mma" in ptx
+        assert "sm_100" in ptx and "tcgen05.mma" in ptx and "cp.async.bulk.tensor" in ptx
 
 
 def test_three_warpgroup_kernel_runs_on_a_power_of_two_of_warps():
@@ -429,7 +431,8 @@ def test_three_warpgroup_kernel_runs_on_a_power_of_two_of_warps():
 
 def test_pipelined_loop_carries_its_stages():
     """`T.Pipelined(num_stages=S)` becomes `tl.range(..., num_stages=S)`, and Triton's pipeliner
-    multi-buffers the loop's loads by it: shared memory grows by one (A, B) stage per stage;
+    multi-buffers the loop's loads by it: shared memory grows by one (A, B) stage per stage
+    (and, the loads being TMA descriptor loads on sm_90, by the stage's 8-byte mbarrier);
     a serial loop stays a plain `range`."""
     shared = {}
     for stages in (2, 3, 4):
@@ -437,7 +440,7 @@ def test_pipelined_loop_carries_its_stages():
                                  backend="triton")
         assert f"num_stages={stages})" in kernel.get_source("triton")
         shared[stages] = _compiled(kernel).metadata.shared
-    stage_bytes = (128 * 32 + 32 * 128) * 2
+    stage_bytes = (128 * 32 + 32 * 128) * 2 + 8
     assert shared[3] - shared[2] == stage_bytes and shared[4] - shared[3] == stage_bytes
     serial = on_triton(scalar_control_flow(8, 32)).get_source("triton")
     assert "in range(0, 32)" in serial and "tl.range" not in serial

@@ -100,7 +100,7 @@ def _static(x):
     return x.value if isinstance(x, ir.Const) else x
 
 
-def _multiple_of(e, n: int) -> bool:
+def is_multiple_of(e, n: int) -> bool:
     """Is the integer expression `e` provably a multiple of n (e.g. ``k * 128`` for 128)?"""
     coefficients, constant = _linear_terms(e)
     return constant % n == 0 and all(c % n == 0 for c in coefficients)
@@ -146,7 +146,7 @@ def tma_rows_view(region) -> bool:
     block_rows = region.extents[-2]
     if not (isinstance(rows, int) and isinstance(inner, int) and region.extents[-1] == inner
             and _static(region.starts[-1]) == 0 and rows % block_rows == 0
-            and _multiple_of(region.starts[-2], block_rows)):
+            and is_multiple_of(region.starts[-2], block_rows)):
         return False
     coefficients, offset = _linear_terms(region.starts[-2])
     return (all(rows % c == 0 for c in coefficients)
@@ -165,7 +165,7 @@ def _tma_tile_ok(region, box) -> bool:
         return False
     return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
             and global_buf.dtype.bits in (8, 16, 32)
-            and _multiple_of(inner, 16 // math.gcd(16, elem)) and box[-1] * elem >= 16
+            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[-1] * elem >= 16
             and all(b <= 256 for b in box))
 
 
@@ -251,5 +251,5 @@ def uses_cp_async(copy) -> bool:
     if elem >= 4:
         return True
     per = 4 // elem
-    return (_multiple_of(buf.shape[-1], per) and src.extents[-1] % per == 0
-            and _multiple_of(src.starts[-1], per))
+    return (is_multiple_of(buf.shape[-1], per) and src.extents[-1] % per == 0
+            and is_multiple_of(src.starts[-1], per))

@@ -1,4 +1,4 @@
-"""Launching a compiled Gluon kernel from its host arguments.
+"""Launching a compiled kernel (either backend's, on NVIDIA) from its host arguments.
 
 Contract: `kernel_launcher(compiled, descriptors, names)` returns `launch(grid, tensors,
 tma_operands, dims)`, which runs Triton `CompiledKernel` `compiled` on the current CUDA stream
@@ -8,7 +8,8 @@ of the current device, exactly as `compiled[grid](*tensors, *host_descriptors, *
   naming it, before anything is launched;
 * `tma_operands` holds, per TMA descriptor argument in the kernel's order, `(tensor, shape,
   strides)` of the (possibly rows-view) tensor it addresses; `descriptors` holds each
-  one's `DescriptorSpec` (its block shape and shared layout);
+  one's `DescriptorSpec` (its block shape, and the shared layout of a Gluon descriptor;
+  a triton.language kernel's descriptors take the layout Triton chose, None here);
 * `dims` are the runtime dims.
 
 A warm call takes the direct path (`DirectLaunch`): Triton's C launcher for the kernel's
@@ -36,14 +37,21 @@ class DescriptorSpec:
     """What a host `TensorDescriptor` needs besides its tensor: the TMA box and shared layout."""
 
     block_shape: tuple
-    layout: object  # a gluon NVMMASharedLayout
+    layout: object = None  # a gluon NVMMASharedLayout; None for a triton.language descriptor
 
 
 def host_descriptor(operand, spec: DescriptorSpec):
-    """Triton's host `TensorDescriptor` for one `(tensor, shape, strides)` TMA operand."""
+    """Triton's host `TensorDescriptor` for one `(tensor, shape, strides)` TMA operand: Gluon's
+    (with its shared layout) or, without a layout, `triton.tools`' (the layout is the compiled
+    kernel's: Triton's launcher encodes it from the kernel's `tensordesc_meta`).  Out-of-bounds
+    elements read 0."""
+    tensor, shape, strides = operand
+    if spec.layout is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return TensorDescriptor(tensor, list(shape), list(strides), list(spec.block_shape), padding="zero")
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    tensor, shape, strides = operand
     return TensorDescriptor(tensor, list(shape), list(strides), list(spec.block_shape), spec.layout,
                             padding="zero")
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from tritile.ir import instructions as isel
 from tritile.codegen.semantics import TRITON_DTYPES, Val, cast_text, helpers_text
 from tritile.codegen.source_writer import SourceWriter, paren, static_int
+from tritile.codegen.tma_descriptors import DescriptorArg
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
@@ -74,18 +75,6 @@ def broadcast_text(text: str, src, dst, shape: list, layout: str) -> str:
 
 def unsupported(what: str, loc) -> CompileError:
     return CompileError(f"{what} is not supported by the Gluon backend yet", loc)
-
-
-@dataclass
-class DescriptorArg:
-    """A TMA descriptor kernel argument for global param `param_index` and a block shape."""
-
-    name: str
-    param_index: int
-    block_shape: tuple
-    layout: lay.NVMMASharedLayout
-    dtype: object
-    rows_view: bool = False  # over the tensor's [prod(shape[:-1]), shape[-1]] view
 
 
 @dataclass
@@ -352,7 +341,7 @@ class Emitter(SourceWriter):
         key = (self.param_index[id(buf)], block, rows_view, str(layout))  # one descriptor per smem encoding
         if key not in self.descriptors:
             name = self.fresh(f"{self.name(buf)}_desc")
-            self.descriptors[key] = DescriptorArg(name, key[0], block, layout, buf.dtype, rows_view)
+            self.descriptors[key] = DescriptorArg(name, key[0], block, buf.dtype, layout, rows_view)
         starts = [self.expr(x).text for x in region.starts]
         if rows_view:  # row = flattened index of (leading indices, row); the column start is 0
             row = starts[0]

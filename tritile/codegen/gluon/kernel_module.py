@@ -10,6 +10,7 @@ from tritile.codegen import block_order
 from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
 from tritile.codegen.semantics import POINTER_TYPES
+from tritile.codegen.tma_descriptors import descriptor_table_text, launcher_text
 from tritile.codegen.source_writer import host_expr, runtime_arg_types
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
@@ -58,8 +59,7 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out = [HEADER.format(name=func.name, target=target)]
     for d in descs:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
-    blocks = "".join(f"({tuple(d.block_shape)}, {_host_layout(d)}), " for d in descs)
-    out.append(f"TMA_DESCRIPTORS = ({blocks})  # (block shape, shared layout) per descriptor argument\n")
+    out.append(descriptor_table_text(descs, [_host_layout(d) for d in descs]))
     values = "".join(f"({name!r}, {table.values!r}), " for name, table in em.tables.values())
     out.append(f"CONSTANT_TABLES = ({values})  # (name, int32 values) per table argument\n")
     for name, args, lines in partitions:
@@ -73,27 +73,12 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out.extend(line + "\n" for line in em.layout_lines)
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
-    out.append(_host_launcher(func, em, params + tables, descs, dims))
+    grid = [host_expr(g, em) for g in k.grid]
+    ranks = [len(p.shape) for p in func.params] + [1] * len(tables)
+    out.append(launcher_text(grid, params + tables, ranks, descs, dims))
     return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
 
 
 def _host_layout(d) -> str:
     return f"HOST_{d.name}_layout"
 
-
-def _host_launcher(func, em, params, descs, dims) -> str:
-    """`tritile_launch(launch, <tensors>, <dims>)` (`params`: the global tensors, then the
-    constant tables): the grid and the TMA operands for `tritile.runtime.launcher`
-    (descriptor objects are built there, once per geometry)."""
-    grid = [host_expr(g, em) for g in func.kernel.grid] + ["1"] * (3 - len(func.kernel.grid))
-    operands = []
-    for d in descs:
-        t = params[d.param_index]
-        if d.rows_view:  # contiguous (checked at launch): the [prod(shape[:-1]), shape[-1]] view
-            operands.append(f"({t}, ({t}.numel() // {t}.shape[-1], {t}.shape[-1]), ({t}.shape[-1], 1))")
-        else:
-            operands.append(f"({t}, {t}.shape, {t}.stride())")
-    lines = [f"def tritile_launch(launch, {', '.join(params + dims)}):",
-             f"    launch(({', '.join(grid)}), ({''.join(p + ', ' for p in params)}), "
-             f"({''.join(o + ', ' for o in operands)}), ({''.join(d + ', ' for d in dims)}))"]
-    return "\n".join(lines) + "\n"

@@ -8,9 +8,11 @@ the asm of every stage (ttir, ttgir, llir, ptx / amdgcn) for any target, on a ma
 without a GPU - and refuses a kernel whose shared memory outgrows the target with a
 `CompileError` at the user's kernel.
 
-`TritonKernel.launch_bound(tensors, dim_values)` launches on GPU tensors; `interpret(...)`
-runs the same kernel on CPU tensors in Triton's interpreter (`TRITON_INTERPRET=1`'s
-executor, enabled for this call only and repaired: `interpreter.py`).  Both take the tensors in
+`TritonKernel.launch_bound(tensors, dim_values)` launches on GPU tensors (through
+`tritile.runtime.launcher`, as the Gluon backend's kernels: host TMA descriptors encoded once
+per address and geometry); `interpret(...)` runs the same kernel - its TMA descriptors too -
+on CPU tensors in Triton's interpreter (`TRITON_INTERPRET=1`'s executor, enabled for this call
+only and repaired: `interpreter.py`).  Both take the tensors in
 `func.params` order, outputs allocated, as an `ArgumentBinder` checked them.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import threading
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.runtime_vars import RuntimeVarsLookup
+from tritile.codegen.triton import descriptors
 from tritile.codegen.triton.interpreter import interpreting, typed_scalar
 from tritile.codegen.triton.kernel_module import emit_module
 from tritile.errors import CompileError
@@ -43,6 +46,7 @@ class TritonKernel(RuntimeVarsLookup):
         self._jit_fn = getattr(module, gen.kernel_name)
         self._compiled = None
         self._compile_lock = threading.Lock()
+        self._launcher = None  # tritile.runtime.launcher's, made on the first GPU launch
         self._runtime_vars = list(func.runtime_vars)
 
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
@@ -100,31 +104,44 @@ class TritonKernel(RuntimeVarsLookup):
         return [dim_values[v] for v in self._runtime_vars] if self._runtime_vars else []
 
     def launch_bound(self, tensors, dim_values=None):
-        """Launch on GPU tensors (contiguous, 16-byte aligned: the kernel assumes both)."""
-        for t, p in zip(tensors, self.func.params):
-            if t.data_ptr() % 16:
-                raise ValueError(f"argument {p.name} must be 16-byte aligned")
-        compiled = self.compiled
+        """Launch on GPU tensors (contiguous, 16-byte aligned: the kernel assumes both; a
+        misaligned one is a ValueError naming it) through `tritile.runtime.launcher`: on NVIDIA
+        Triton's C launcher with each TMA descriptor encoded once per address and geometry."""
+        if self._launcher is None:
+            from tritile.runtime.launcher import TritonLaunch, kernel_launcher
 
-        def launch(grid, args):
-            compiled[grid](*args)
-
-        self._module.tritile_launch(launch, *tensors, *self._dims(dim_values))
+            names = [p.name for p in self.func.params]
+            make = kernel_launcher if self.target.kind == "cuda" else TritonLaunch
+            self._launcher = make(self.compiled, self._descriptor_specs(), names)
+        self._module.tritile_launch(self._launcher, *tensors, *self._dims(dim_values))
 
     def interpret(self, tensors, dim_values=None):
-        """Run on CPU tensors in Triton's interpreter."""
+        """Run on CPU tensors in Triton's interpreter, TMA descriptors included (Triton's
+        interpreter reads and writes through host `TensorDescriptor`s with the hardware's
+        out-of-bounds rule); a tensor read or written through one must be 16-byte aligned, as
+        on the GPU."""
         from triton.runtime.interpreter import InterpretedFunction
 
-        interpreted = InterpretedFunction(self._jit_fn.fn)
-        scalars = [self._gen.signature[name] for name in self._gen.arg_names[len(self.func.params):]]
+        from tritile.runtime.launcher import addresses, host_descriptor
 
-        def launch(grid, args):
-            tensors = args[:len(args) - len(scalars)]
-            typed = [typed_scalar(value, ty) for value, ty in zip(args[len(tensors):], scalars)]
+        interpreted = InterpretedFunction(self._jit_fn.fn)
+        descs = self._gen.descriptors
+        scalars = [self._gen.signature[name] for name in self._gen.arg_names[len(self.func.params) + len(descs):]]
+        specs = self._descriptor_specs()
+
+        def launch(grid, tensors, tma_operands, dims):
+            addresses([operand[0] for operand in tma_operands], [self.func.params[d.param_index].name for d in descs])
+            descriptors = [host_descriptor(operand, spec) for operand, spec in zip(tma_operands, specs)]
+            typed = [typed_scalar(value, ty) for value, ty in zip(dims, scalars)]
             with interpreting(self._module):
-                interpreted[grid](*tensors, *typed)
+                interpreted[grid](*tensors, *descriptors, *typed)
 
         self._module.tritile_launch(launch, *tensors, *self._dims(dim_values))
+
+    def _descriptor_specs(self) -> list:
+        from tritile.runtime.launcher import DescriptorSpec
+
+        return [DescriptorSpec(block, layout) for block, layout in self._module.TMA_DESCRIPTORS]
 
 
 def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
@@ -132,7 +149,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
     CPU callers pass the target they plan for), from the memory cache when a program that
     prints the same was generated before."""
 
-    key = cache.cache_key(format_func(func), ("triton.language",), target)
+    key = cache.cache_key(format_func(func), ("triton.language", ("tma", descriptors.enabled())), target)
     hit = cache.lookup(key)
     if hit is None:
         with cache.compile_lock(key):

@@ -12,7 +12,10 @@ loads of a ``tl.range(..., num_stages=S)`` loop.  A `T.alloc_var` / unit `T.allo
 is a 0-d tensor; a larger `T.alloc_local` a 1-D tensor of its flattened (power-of-two padded)
 elements, read and written through a lane mask.  A `T.Parallel` is one tile expression:
 each loop variable is a ``tl.arange`` broadcast along its own axis (``i[:, None]``), over
-the next power of two of its extent with the extra lanes masked off.
+the next power of two of its extent with the extra lanes masked off.  A global tile is read
+and written by `load_tile` / `store_tile`: through a TMA descriptor argument where
+`descriptors.py` proves the hardware's out-of-bounds rule the same as the masks' (sm_90,
+sm_100), else a masked ``tl.load`` / ``tl.store``.
 
 Conventions: names come from the user's program (clashes get a numeric suffix,
 temporaries start with ``_``); global tensors are contiguous (row-major strides derived
@@ -25,6 +28,8 @@ from dataclasses import dataclass, field
 from tritile.codegen import semantics
 from tritile.codegen.semantics import HELPER_NAMES, Val, dtype_text
 from tritile.codegen.source_writer import SourceWriter, paren
+from tritile.codegen.tma_descriptors import DescriptorArg
+from tritile.codegen.triton.descriptors import DescriptorPlan
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.padding import padded, padded_shape
@@ -85,6 +90,9 @@ class Emitter(SourceWriter):
         self.num_warps = 1 << (max(1, func.kernel.threads // warp_size).bit_length() - 1)
         self.par = None  # ParallelContext inside a T.Parallel
         self.let_dims = {}  # id(Var) of a Let inside a T.Parallel -> the dims its value varies along
+        self.descriptor_plan = DescriptorPlan(func, target)
+        self.descriptors = {}  # (param index, block) -> DescriptorArg: the kernel's TMA descriptor arguments
+        self.param_index = {id(p): i for i, p in enumerate(func.params)}
 
     def expr(self, e) -> Val:
         from tritile.codegen.triton.rules import lower_expr
@@ -127,17 +135,62 @@ class Emitter(SourceWriter):
         return f"tl.broadcast_to({value}, {shape})"
 
     # ---------------------------------------------------------------- globals
-    def global_tile(self, region: ir.Region, shape: list, loc) -> tuple:
-        """(pointer text, mask text) of the tile of global `region` as a tensor of `shape`:
-        the region's non-unit extents, or its trailing extents (a register tile keeping unit
-        dims, e.g. a keep-dim reduction's (1, N)).  Out-of-bounds lanes are masked off."""
+    def load_tile(self, region: ir.Region, shape: list, loc) -> str:
+        """Text of global `region` read as a tensor of `shape` (`global_tile`), out-of-bounds
+        elements 0 (or the tensor's `T.annotate_safe_value`): a descriptor load where
+        `descriptors.py` allows one, else a masked load."""
+        desc = self._descriptor(region, shape, loc)
+        if desc is None:
+            ptr, mask = self.global_tile(region, shape, loc)
+            return f"tl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(region.buffer)})"
+        value = f"{desc}.load([{self._starts(region)}])"
+        return value if list(region.extents) == list(shape) else f"tl.reshape({value}, {list(shape)})"
+
+    def store_tile(self, region: ir.Region, value: str, shape: list, loc):
+        """Emit the write of `value` (a tensor of `shape`, of the global's dtype) to global
+        `region`, out-of-bounds elements dropped: a descriptor store or a masked store."""
+        desc = self._descriptor(region, shape, loc)
+        if desc is None:
+            ptr, mask = self.global_tile(region, shape, loc)
+            self.emit(f"tl.store({ptr}, {value}, mask={mask})")
+            return
+        if list(region.extents) != list(shape):
+            value = f"tl.reshape({value}, {list(region.extents)})"
+        self.emit(f"{desc}.store([{self._starts(region)}], {value})")
+
+    def _descriptor(self, region: ir.Region, shape: list, loc):
+        """The name of the descriptor argument serving global `region` as a tile of `shape`, or
+        None (`descriptors.DescriptorPlan`); one argument per (tensor, block)."""
+        self._tile_dims(region, shape, loc)
+        box = self.descriptor_plan.box(region)
+        if box is None:
+            return None
         buf = region.buffer
+        key = (self.param_index[id(buf)], box)
+        if key not in self.descriptors:
+            self.descriptors[key] = DescriptorArg(self.fresh(f"{self.name(buf)}_desc"), key[0], box, buf.dtype)
+        return self.descriptors[key].name
+
+    def _starts(self, region: ir.Region) -> str:
+        return ", ".join(self.expr(x).text for x in region.starts)
+
+    def _tile_dims(self, region: ir.Region, shape: list, loc) -> list:
+        """The dims of global `region` that a tensor of `shape` runs along: its non-unit
+        extents, or its trailing extents (a register tile keeping unit dims, e.g. a keep-dim
+        reduction's (1, N))."""
         tdims = [d for d, e in enumerate(region.extents) if e != 1]
         if [region.extents[d] for d in tdims] != list(shape) or len(tdims) != len(shape):
             if tuple(region.extents[len(region.extents) - len(shape):]) != tuple(shape):
-                raise unsupported(f"a copy between {buf.name}{list(region.extents)} and a tile of shape "
+                raise unsupported(f"a copy between {region.buffer.name}{list(region.extents)} and a tile of shape "
                                   f"{list(shape)}", loc)
             tdims = list(range(len(region.extents) - len(shape), len(region.extents)))
+        return tdims
+
+    def global_tile(self, region: ir.Region, shape: list, loc) -> tuple:
+        """(pointer text, mask text) of the tile of global `region` as a tensor of `shape`
+        (`_tile_dims`).  Out-of-bounds lanes are masked off."""
+        buf = region.buffer
+        tdims = self._tile_dims(region, shape, loc)
         strides = self.strides(buf)
         offs, masks = [], []
         for d, (start, extent) in enumerate(zip(region.starts, region.extents)):

@@ -2,11 +2,13 @@
 
 `emit_module(func, target) -> GeneratedKernel` runs the rules over the kernel body.  The
 module holds the helpers of `codegen/semantics.py`, the kernel - named after the PrimFunc,
-its arguments the global tensors (pointers, in `func.params` order) then the runtime scalars
-(`func.runtime_vars`: the `T.dynamic` dims, i32, and the scalar parameters, of their dtypes) -
-and ``tritile_launch(launch, <tensors...>, <scalars...>)``, which computes
-the grid and calls ``launch(grid, args)``.  Pure text generation: nothing is imported from
-Triton here.
+its arguments the global tensors (pointers, in `func.params` order), then the TMA descriptors
+its copies use (`descriptors.py`; ``tensordesc<...>`` arguments, listed in ``TMA_DESCRIPTORS``),
+then the runtime scalars (`func.runtime_vars`: the `T.dynamic` dims, i32, and the scalar
+parameters, of their dtypes) - and ``tritile_launch(launch, <tensors...>, <scalars...>)``, which
+computes the grid and each descriptor's ``(tensor, shape, strides)`` and calls ``launch(grid,
+tensors, tma_operands, scalars)`` (`codegen/tma_descriptors.py`, as the Gluon backend's).  Pure
+text generation: nothing is imported from Triton here.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from tritile.codegen import block_order
 from tritile.codegen.semantics import POINTER_TYPES, helpers_text
 from tritile.codegen.source_writer import host_expr, runtime_arg_types
+from tritile.codegen.tma_descriptors import descriptor_table_text, launcher_text
 from tritile.codegen.triton.emitter import Emitter
 from tritile.codegen.triton.slot_tiles import split_slots
 from tritile.errors import CompileError
@@ -38,6 +41,7 @@ class GeneratedKernel:
     kernel_name: str
     arg_names: list  # kernel arguments in order
     signature: dict  # arg name -> Triton type string
+    descriptors: list  # DescriptorArg of each TMA descriptor argument, in order
     num_warps: int
 
 
@@ -62,14 +66,20 @@ def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKern
     block_order.emit_block_ids(em, k)
     em.body(k.body)
 
-    arg_names = params + dims
+    descs = list(em.descriptors.values())
+    arg_names = params + [d.name for d in descs] + dims
     signature = {n: POINTER_TYPES[p.dtype.name] for n, p in zip(params, func.params)}
+    signature.update({d.name: descriptor_type(d) for d in descs})
     signature.update(zip(dims, runtime_arg_types(func)))
-    out = [HEADER.format(name=func.name, target=target), helpers_text("triton.jit", "tl"), "\n\n@triton.jit\n",
-           f"def {kernel_name}({', '.join(arg_names)}):\n"]
+    out = [HEADER.format(name=func.name, target=target), descriptor_table_text(descs), "\n\n",
+           helpers_text("triton.jit", "tl"), "\n\n@triton.jit\n", f"def {kernel_name}({', '.join(arg_names)}):\n"]
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
-    grid = [host_expr(g, em) for g in k.grid] + ["1"] * (3 - len(k.grid))
-    out.append(f"def tritile_launch(launch, {', '.join(arg_names)}):\n"
-               f"    launch(({', '.join(grid)}), ({''.join(a + ', ' for a in arg_names)}))\n")
-    return GeneratedKernel("".join(out), kernel_name, arg_names, signature, em.num_warps)
+    grid = [host_expr(g, em) for g in k.grid]
+    out.append(launcher_text(grid, params, [len(p.shape) for p in func.params], descs, dims))
+    return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
+
+
+def descriptor_type(d) -> str:
+    """Triton's signature type of a host `TensorDescriptor` argument: ``tensordesc<fp16[64, 64]>``."""
+    return f"tensordesc<{POINTER_TYPES[d.dtype.name][1:]}[{', '.join(map(str, d.block_shape))}]>"

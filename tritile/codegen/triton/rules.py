@@ -437,19 +437,16 @@ def lower_copy(em: Emitter, s: ir.Copy):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
     if ss == "global":
         shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
-        ptr, mask = em.global_tile(src, shape, s.loc)
-        value = f"tl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
+        value = em.load_tile(src, shape, s.loc)
         if ds != "global":
             return _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
         tmp = em.tmp("v")
         em.emit(f"{tmp} = {cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl')}")
-        ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.store({ptr}, {tmp}, mask={mask})")
+        em.store_tile(dst, tmp, shape, s.loc)
         return
     value, shape = _tile(em, src, s.loc)
     if ds == "global":
-        ptr, mask = em.global_tile(dst, shape, s.loc)
-        em.emit(f"tl.store({ptr}, {cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl')}, mask={mask})")
+        em.store_tile(dst, cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl'), shape, s.loc)
         return
     _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
 

@@ -1,0 +1,62 @@
+"""The TMA descriptor arguments of a generated kernel and its host launcher, alike in both backends.
+
+A kernel that moves global tiles through TMA takes one descriptor argument per (global tensor,
+block shape, and for Gluon shared layout) after its pointers (and constant tables), before its
+runtime scalars.  The backend records each as a `DescriptorArg`; the generated module declares
+them as ``TMA_DESCRIPTORS = ((block shape, shared layout), ...)`` (`descriptor_table_text`;
+the layout is None in a triton.language module, whose descriptors take the layout Triton
+chooses) and its host function ``tritile_launch(launch, <tensors...>, <dims...>)``
+(`launcher_text`) calls ``launch(grid, tensors, tma_operands, dims)`` with one ``(tensor, shape,
+strides)`` per descriptor: `tritile.runtime.launcher` builds the host descriptors from those,
+encoding each once per address and geometry.
+
+The strides passed are the row-major strides of the shape, which is what the kernel assumes of
+a global tensor (contiguous, checked at launch): a contiguous tensor's own `stride()` may hold
+any value along a dim of size 1, which a descriptor would reject as unaligned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DescriptorArg:
+    """A TMA descriptor kernel argument: global param `param_index`, one block shape."""
+
+    name: str
+    param_index: int
+    block_shape: tuple
+    dtype: object  # the tensor's IR dtype
+    layout: object = None  # Gluon: its NVMMASharedLayout; triton.language: None (Triton chooses)
+    rows_view: bool = False  # over the tensor's [prod(shape[:-1]), shape[-1]] view (Gluon)
+
+
+def _row_major_strides(tensor: str, rank: int) -> str:
+    strides = [" * ".join(f"{tensor}.shape[{j}]" for j in range(d + 1, rank)) or "1" for d in range(rank)]
+    return f"({', '.join(strides)}{',' if rank == 1 else ''})"
+
+
+def host_operand_text(d: DescriptorArg, tensor: str, rank: int) -> str:
+    """The host ``(tensor, shape, strides)`` of descriptor `d` over `tensor` (of `rank` dims)."""
+    if d.rows_view:  # the [prod(shape[:-1]), shape[-1]] view
+        return f"({tensor}, ({tensor}.numel() // {tensor}.shape[-1], {tensor}.shape[-1]), ({tensor}.shape[-1], 1))"
+    return f"({tensor}, {tensor}.shape, {_row_major_strides(tensor, rank)})"
+
+
+def descriptor_table_text(descs: list, layout_names: list = None) -> str:
+    """``TMA_DESCRIPTORS = (...)``: (block shape, shared layout) per descriptor argument, the
+    layouts as `layout_names` (module-level names) or None."""
+    layouts = layout_names or ["None"] * len(descs)
+    blocks = "".join(f"({tuple(d.block_shape)}, {layout}), " for d, layout in zip(descs, layouts))
+    return f"TMA_DESCRIPTORS = ({blocks})  # (block shape, shared layout) per descriptor argument\n"
+
+
+def launcher_text(grid: list, params: list, ranks: list, descs: list, dims: list) -> str:
+    """``tritile_launch(launch, <params>, <dims>)``: `grid` (host expression texts), the tensors
+    `params` (of `ranks` dims: the global tensors, then any constant tables) and the TMA operands
+    of `descs` handed to `launch(grid, tensors, tma_operands, dims)`."""
+    grid = list(grid) + ["1"] * (3 - len(grid))
+    operands = [host_operand_text(d, params[d.param_index], ranks[d.param_index]) for d in descs]
+    return (f"def tritile_launch(launch, {', '.join(params + dims)}):\n"
+            f"    launch(({', '.join(grid)}), ({''.join(p + ', ' for p in params)}), "
+            f"({''.join(o + ', ' for o in operands)}), ({''.join(d + ', ' for d in dims)}))\n")
