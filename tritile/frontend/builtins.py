@@ -15,6 +15,7 @@ from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.frontend import reducers
+from tritile.frontend import views
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
 from tritile.ir.verifier import gemm_mnk
@@ -171,13 +172,16 @@ _ALLOC_BY_SCOPE = {"shared": "alloc_shared", "shared.dyn": "alloc_shared", "loca
 
 
 def alloc_buffer(p, a, loc):
-    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope.  TVM's aliasing
-    arguments (`data`, `strides`, `elem_offset`) make a view of another buffer: not supported."""
+    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope; with
+    `data=B.data`, a view of B's storage (frontend/views.py).  TVM's other aliasing arguments
+    (`strides`, `elem_offset`) are not supported."""
     scope = a["scope"]
     if scope not in _ALLOC_BY_SCOPE:
         raise CompileError(f"T.alloc_buffer: scope must be one of {', '.join(map(repr, _ALLOC_BY_SCOPE))}, got "
                            f"{scope!r}", loc)
-    for name in ("data", "strides", "elem_offset"):
+    if a["data"] is not None:
+        return tensor_over(p, a["shape"], a["dtype"], a["data"], "T.alloc_buffer(data=...)", loc)
+    for name in ("strides", "elem_offset"):
         if a[name] is not None:
             raise CompileError(f"T.alloc_buffer({name}=...) (a view of another buffer's storage) is not supported "
                                f"by tritile", loc)
@@ -188,6 +192,13 @@ def alloc_buffer(p, a, loc):
                                loc)
         return HANDLERS[alloc](p, {"dtype": a["dtype"], "init": None}, loc)
     return HANDLERS[alloc](p, {"shape": a["shape"], "dtype": a["dtype"], "scope": scope}, loc)
+
+
+def tensor_over(p, shape, dtype, data, what, loc) -> ir.Buffer:
+    """`T.Tensor(shape, dtype, B.data)` (or `T.alloc_buffer(..., data=B.data)`): a view of B's storage."""
+    if not isinstance(data, views.Storage):
+        raise CompileError(f"{what}: data must be a buffer's storage (`B.data`), got {type(data).__name__}", loc)
+    return views.make_view(p, data, shape, dtype, what, loc)
 
 
 def alloc_reducer(p, a, loc):
@@ -701,8 +712,7 @@ HANDLERS = {
     "alloc_global": alloc_global,
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
-    "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
-    "view": _not_yet("T.view", "index the buffer with the viewed indices"),
+    "reshape": views.reshape, "view": views.view,
     "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),

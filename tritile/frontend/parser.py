@@ -37,7 +37,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, reducers, warp_groups
+from tritile.frontend import persistent, reducers, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -85,6 +85,7 @@ class Parser:
         self.returned = None
         self.kernels = []  # the `with T.Kernel` blocks, in launch order
         self.workspaces = []  # T.alloc_global buffers
+        self.views = []  # global views (frontend/views.py)
         self.in_kernel = False
         self.swizzle = None
         self.name_hint = None
@@ -255,19 +256,19 @@ class Parser:
         if host and self.kernels:  # they would be lost: the runtime launches kernels and nothing else
             raise CompileError("statements outside `with T.Kernel(...)` (TileLang's host code) are not supported; "
                                "move them into a kernel", host[0].loc)
-        if len(self.kernels) <= 1 and not self.workspaces:
+        if len(self.kernels) <= 1 and not self.workspaces and not self.views:
             # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
             func = ir.PrimFunc(src.name, params, self.kernels[0] if self.kernels else None, out_idx=out_idx,
                                attrs=attrs, loc=loc, scalar_params=scalar_params)
             if self.kernels:
                 _bind_dynamic_dims(func, self.kernels)
             return func
-        # a program of several kernels and workspaces: each kernel its own one-kernel function
-        # taking the call's tensors, then the workspaces
+        # a program of several kernels, workspaces or global views: each kernel its own one-kernel
+        # function taking the call's tensors, then the workspaces, then the views
         func = ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
-                           scalar_params=scalar_params, workspaces=list(self.workspaces))
+                           scalar_params=scalar_params, workspaces=list(self.workspaces), views=list(self.views))
         _bind_dynamic_dims(func, self.kernels)
-        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces, kernel,
+        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces + self.views, kernel,
                                   dynamic_vars=list(func.dynamic_vars), dim_bindings=dict(func.dim_bindings),
                                   attrs=dict(attrs), loc=kernel.loc, scalar_params=scalar_params)
                       for i, kernel in enumerate(self.kernels)]
@@ -655,6 +656,8 @@ class Parser:
 
     def expr_Attribute(self, node):
         obj = self.eval(node.value)
+        if isinstance(obj, ir.Buffer) and node.attr == "data":
+            return views.Storage(obj)
         try:
             return getattr(obj, node.attr)
         except AttributeError:
@@ -876,6 +879,8 @@ class Parser:
             return self._tile_op(callee, args, kwargs, loc)
         if isinstance(callee, T.Macro):
             return self._inline_macro(callee, args, kwargs, loc)
+        if callee is T.Tensor:
+            return self._tensor(args, kwargs, loc)
         if isinstance(callee, DType):
             if len(args) != 1 or kwargs:
                 raise CompileError(f"{callee}(value) takes one argument", loc)
@@ -898,6 +903,19 @@ class Parser:
             raise
         except Exception as exc:  # noqa: BLE001 - reported at the user's line
             raise CompileError(f"calling {_type_name(callee)} failed: {type(exc).__name__}: {exc}", loc) from None
+
+    def _tensor(self, args, kwargs, loc):
+        """`T.Tensor(shape, dtype, data=None, scope=None)` called in the function: a tensor type,
+        or with `data=B.data` a view of B's storage."""
+        try:
+            bound = inspect.signature(T.Tensor).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CompileError(f"T.Tensor: {exc}", loc) from None
+        bound.apply_defaults()
+        if bound.arguments["data"] is None:
+            return T.Tensor(*args, **kwargs)
+        return tile_ops.tensor_over(self, bound.arguments["shape"], bound.arguments["dtype"], bound.arguments["data"],
+                                    "T.Tensor(shape, dtype, data)", loc)
 
     def _tile_op(self, stub, args, kwargs, loc):
         impl = T.TILE_OPS[stub]
@@ -1073,7 +1091,7 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
                 defined.update(id(v) for v in node.vars)
             elif isinstance(node, ir.Let):
                 defined.add(id(node.var))
-        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces]):
+        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces + func.views]):
             for node in walk(root):
                 if isinstance(node, ir.Var) and id(node) not in defined:
                     raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it "

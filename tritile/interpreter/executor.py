@@ -87,6 +87,9 @@ class BlockRunner(Evaluator):
     def _alloc(self, s: ir.Alloc):
         if self.lane_ndim:
             raise self.error(f"{s.buffer.name} is allocated inside T.Parallel")
+        if s.buffer.view_of is not None:
+            self.memory.bind_view(s.buffer, s)
+            return
         self.memory.allocate(s.buffer, tuple(int(self.scalar(d)) for d in s.buffer.shape))
         if s.init is not None:
             self.memory.store(s.buffer, [0] * s.buffer.ndim, self.scalar(s.init), None, s)

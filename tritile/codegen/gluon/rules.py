@@ -218,6 +218,9 @@ def emit_shared_alloc(em: Emitter, buf: ir.Buffer):
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
     buf = s.buffer
+    if buf.view_of is not None:  # reinterpreted bits (lowering/buffer_views.py rewrote the reshapes)
+        raise unsupported(f"T.view of {buf.view_of.scope} buffer {buf.view_of.name} as {buf.dtype} (it holds "
+                          f"{buf.view_of.dtype}: its bits reinterpreted in registers)", s.loc)
     name = em.name(buf)
     dt = GL_DTYPES[buf.dtype.name]
     if buf.scope == "var" or (buf.scope == "local" and all(d == 1 for d in buf.shape)):
@@ -611,7 +614,7 @@ def lower_copy(em: Emitter, s):
     src, dst = s.src, s.dst
     ss, ds = src.buffer.scope, dst.buffer.scope
     if tuple(src.tile_shape) != tuple(dst.tile_shape):
-        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
+        return _reshaping_copy(em, s)
     # the register tensor's shape: a fragment's own shape (it may keep unit dims, e.g. a
     # keep-dim reduction's (1, N)), else the tile's
     frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
@@ -681,6 +684,37 @@ def lower_copy(em: Emitter, s):
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
         em.emit(f"{em.name(dst.buffer)} = {converted(value)}")
+
+
+def _reshaping_copy(em: Emitter, s):
+    """A T.copy between whole on-chip tiles of different shapes and as many elements (an
+    on-chip view's copy, lowering/buffer_views.py): the elements in row-major order - the
+    source in a blocked layout, `gl.reshape` (Triton infers the result's layout), converted
+    to the destination fragment's layout or stored into the destination's shared tile."""
+    src, dst = s.src, s.dst
+    what = f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}"
+    for region in (src, dst):
+        buf = region.buffer
+        if buf.scope not in ("shared", "fragment") or list(region.extents) != list(buf.shape):
+            raise unsupported(f"{what}: only whole shared / fragment buffers are reshaped (T.reshape / T.view)",
+                              s.loc)
+        if is_padded(buf.tile_shape):
+            raise unsupported(f"{what}: a tile whose extents are not powers of two is padded (ir/padding.py), and "
+                              f"its row-major order is not the padded tile's", s.loc)
+    have_shape, want_shape = list(src.buffer.tile_shape), list(dst.buffer.tile_shape)
+    blocked = lay.blocked_for(have_shape, src.buffer.dtype.bits, em.num_warps)
+    if src.buffer.scope == "fragment":
+        value = _convert(em, em.name(src.buffer), em.buffer_layout(src.buffer), blocked, em.layout_name(blocked))
+    else:
+        value = f"{em.shared_view(src, s.loc)}.load({em.layout_name(blocked)})"
+    value = f"gl.reshape({value}, {want_shape})"
+    if dst.buffer.scope == "fragment":
+        want = em.buffer_layout(dst.buffer)
+        em.emit(f"{em.name(dst.buffer)} = gl.convert_layout({value}, {em.layout_name(want, em.name(dst.buffer))})")
+        return
+    _wait_for_tma_stores(em, dst.buffer)
+    em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
+    _after_generic_shared_write(em)
 
 
 def _copy_fragment_part(em: Emitter, s):

@@ -153,6 +153,9 @@ def lower_seq(em: Emitter, s: ir.Seq):
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
     buf = s.buffer
+    if buf.view_of is not None:  # reinterpreted bits (lowering/buffer_views.py rewrote the reshapes)
+        raise unsupported(f"T.view of {buf.view_of.scope} buffer {buf.view_of.name} as {buf.dtype} (it holds "
+                          f"{buf.view_of.dtype}: its bits reinterpreted in registers)", s.loc)
     name, dtype = em.name(buf), dtype_text(buf.dtype, "tl")
     if is_scalar_buffer(buf):
         init = s.init if s.init is not None else ir.Const(0, buf.dtype)
@@ -430,11 +433,11 @@ def _register_shape(em: Emitter, region: ir.Region, loc) -> list:
 def lower_copy(em: Emitter, s: ir.Copy):
     src, dst = s.src, s.dst
     ss, ds = src.buffer.scope, dst.buffer.scope
-    if tuple(src.tile_shape) != tuple(dst.tile_shape):
-        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    if tuple(src.tile_shape) != tuple(dst.tile_shape):
+        return _reshaping_copy(em, s)
     if ss == "global":
         shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
         ptr, mask = em.global_tile(src, shape, s.loc)
@@ -452,6 +455,21 @@ def lower_copy(em: Emitter, s: ir.Copy):
         em.emit(f"tl.store({ptr}, {cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl')}, mask={mask})")
         return
     _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
+
+
+def _reshaping_copy(em: Emitter, s: ir.Copy):
+    """A T.copy between on-chip tiles of different shapes and as many elements (an on-chip
+    view's copy, lowering/buffer_views.py): the elements in row-major order, `tl.reshape`."""
+    src, dst = s.src, s.dst
+    what = f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}"
+    if "global" in (src.buffer.scope, dst.buffer.scope):
+        raise unsupported(f"{what} from or to a global tensor (reshape the tensor with T.reshape)", s.loc)
+    value, have = _tile(em, src, s.loc)
+    want = _register_shape(em, dst, s.loc)
+    if is_padded(have) or is_padded(want):
+        raise unsupported(f"{what}: a tile whose extents are not powers of two is padded (ir/padding.py), and "
+                          f"its row-major order is not the padded tile's", s.loc)
+    _assign_tile(em, dst, f"tl.reshape({value}, {list(want)})", src.buffer.dtype, list(want), s.loc)
 
 
 # ---------------------------------------------------------------- gemm
