@@ -88,6 +88,40 @@ def flat_weight_gemm(M, KH, C, F, block_M, block_N, block_K):
     return main
 
 
+@tritile.jit
+def reshape_dynamic(M, block_R):
+    """A `T.dynamic` size in the view's shape: checked against the storage when the call comes."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N // M, M), "float32")):
+        with T.Kernel(T.ceildiv(N // M, block_R)) as bx:
+            rows = T.reshape(A, [N // M, M])
+            T.copy(rows[bx * block_R:bx * block_R + block_R, :], B[bx * block_R:bx * block_R + block_R, :])
+
+    return main
+
+
+@tritile.jit
+def eager_flat_sum(W, X, block_M: int = 32, block_N: int = 32):
+    """The eager style of TileLang's convolution example: `.data` of a parameter and of the output."""
+    R, C, F = T.const("R, C, F")
+    W: T.Tensor((R, C, F), T.float32)
+    X: T.Tensor((R * C, F), T.float32)
+    out = T.empty((R, C, F), T.float32)
+    with T.Kernel(T.ceildiv(F, block_N), T.ceildiv(R * C, block_M), threads=128) as (bx, by):
+        w_flat = T.Tensor((R * C, F), T.float32, W.data)
+        out_flat = T.Tensor((R * C, F), T.float32, out.data)
+        tile = T.alloc_fragment((block_M, block_N), T.float32)
+        x = T.alloc_fragment((block_M, block_N), T.float32)
+        T.copy(w_flat[by * block_M, bx * block_N], tile)
+        T.copy(X[by * block_M, bx * block_N], x)
+        for i, j in T.Parallel(block_M, block_N):
+            tile[i, j] = tile[i, j] + x[i, j]
+        T.copy(tile, out_flat[by * block_M, bx * block_N])
+    return out
+
+
 @tritile.jit(out_idx=-1)
 def reshape_shared_1d_to_2d(N, M, dtype):
     @T.prim_func
@@ -227,6 +261,20 @@ def test_flat_weight_gemm_through_data(device, assert_close):
     assert_close(got, (x.float() @ w.reshape(-1, F).float()).half().reshape(M // 2, 2, F))
 
 
+def test_reshape_dynamic_size(device):
+    kernel = reshape_dynamic(32, 16)
+    a, b = torch.randn(32 * 40, device=device), torch.empty(40, 32, device=device)
+    kernel(a, b)
+    torch.testing.assert_close(b, a.reshape(40, 32), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"view 'rows' of 'A': shape \[40, 32\] of float32 is 40960 bits"):
+        kernel(torch.randn(32 * 40 + 3, device=device), b)
+
+
+def test_eager_data_views(device):
+    w, x = torch.randn(4, 16, 64, device=device), torch.randn(64, 64, device=device)
+    torch.testing.assert_close(eager_flat_sum(w, x), w + x.reshape(4, 16, 64))
+
+
 @pytest.mark.parametrize("kernel, shape_in, ref", [
     (reshape_shared_1d_to_2d, lambda N, M: (N,), lambda a, N, M: a.reshape(N // M, M)),
     (reshape_shared_2d_to_1d, lambda N, M: (N // M, M), lambda a, N, M: a.reshape(N)),
@@ -256,7 +304,7 @@ _COMPILED = [
     (write_through_view, (48, 32, 16)), (flat_weight_gemm, (128, 2, 16, 64, 64, 64, 32)),
     (reshape_shared_1d_to_2d, (1024, 32, "float16")), (reshape_shared_2d_to_1d, (1024, 32, "float32")),
     (reshape_fragment, (1024, 32, "float16")), (reduce_after_reshape, (1024, 32, "float32")),
-    (write_view_read_storage, (16, 32)),
+    (write_view_read_storage, (16, 32)), (reshape_dynamic, (32, 16)),
 ]
 
 
@@ -267,6 +315,12 @@ _COMPILED = [
 def test_views_compile(kernel, args, arch, backend):
     compiled = tritile.compile(kernel.fn(*args), target=Target("cuda", arch), backend=backend)
     assert ".entry" in compiled.get_source("ptx")
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_eager_data_views_compile(backend):
+    kernel = eager_flat_sum.compile(R=4, C=16, F=64, target="cuda:90", backend=backend)
+    assert ".entry" in kernel.get_source("ptx")
 
 
 def test_3d_reshape_reduce_compiles_through_auto():
@@ -294,6 +348,37 @@ def test_view_bits_mismatch_is_a_compile_error():
         def main2(A: T.Tensor((1024,), "float32"), B: T.Tensor((32, 32), "float16")):
             with T.Kernel(1) as _:
                 T.copy(T.view(A, [32, 32], dtype="float16"), B)
+
+
+def test_bad_views_are_compile_errors():
+    """Each a CompileError at the user's line naming the construct."""
+    n = T.dynamic("n")
+    with pytest.raises(tritile.CompileError, match=r"test_kernels_reshape.py:\d+: T.reshape: the source must be a buffer"):
+        @T.prim_func
+        def scalar(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                v = T.alloc_var("float32")
+                T.reshape(v, (1,))
+    with pytest.raises(tritile.CompileError, match=r"T.view: .*float17"):
+        @T.prim_func
+        def bad_dtype(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                T.view(A, (8, 8), dtype="float17")
+    with pytest.raises(tritile.CompileError, match=r"T.Tensor\(shape, dtype, data\): data must be a buffer's storage"):
+        @T.prim_func
+        def not_storage(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                T.Tensor((64,), "float32", A)
+    with pytest.raises(tritile.CompileError, match=r"T.reshape: a view of on-chip buffer .* compile-time shape"):
+        @T.prim_func
+        def runtime_shape(A: T.Tensor((n,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                T.reshape(T.alloc_shared((8, 8), "float32"), (n,))
+    with pytest.raises(tritile.CompileError, match=r"T.alloc_buffer\(strides=...\)"):
+        @T.prim_func
+        def strided(A: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=128) as _:
+                T.alloc_buffer((64,), "float32", data=A.data, strides=(1,))
 
 
 @T.prim_func

@@ -179,12 +179,12 @@ def alloc_buffer(p, a, loc):
     if scope not in _ALLOC_BY_SCOPE:
         raise CompileError(f"T.alloc_buffer: scope must be one of {', '.join(map(repr, _ALLOC_BY_SCOPE))}, got "
                            f"{scope!r}", loc)
-    if a["data"] is not None:
-        return tensor_over(p, a["shape"], a["dtype"], a["data"], "T.alloc_buffer(data=...)", loc)
     for name in ("strides", "elem_offset"):
         if a[name] is not None:
             raise CompileError(f"T.alloc_buffer({name}=...) (a view of another buffer's storage) is not supported "
                                f"by tritile", loc)
+    if a["data"] is not None:
+        return tensor_over(p, a["shape"], a["dtype"], a["data"], "T.alloc_buffer(data=...)", loc)
     alloc = _ALLOC_BY_SCOPE[scope]
     if alloc == "alloc_var":
         if _static_shape(a["shape"], "T.alloc_buffer", loc) != (1,):
@@ -692,15 +692,6 @@ def _float_predicate(fn):
         if not x.dtype.is_float:
             return ir.Const(fn == "isfinite", bool_)
         return ir.Call(fn, (x,), bool_)
-
-    return handler
-
-
-def _not_yet(construct, advice):
-    """A TileLang construct tritile does not implement yet: a CompileError at the call."""
-
-    def handler(p, a, loc):
-        raise CompileError(f"{construct} is not supported by tritile yet: {advice}", loc)
 
     return handler
 

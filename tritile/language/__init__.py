@@ -79,7 +79,8 @@ def _foldable(name, fn):
 
 
 class Tensor:
-    """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`."""
+    """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`; called in
+    a kernel with `data=B.data`, a view of B's storage (tritile/frontend/views.py)."""
 
     def __init__(self, shape, dtype="float32", data=None, scope=None):
         if isinstance(shape, (int, _ir.Expr)):
@@ -245,12 +246,12 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
 
 @_tile_op
 def reshape(src, shape):
-    """A view of `src` with another shape (not supported yet: a CompileError)."""
+    """A view of `src`'s storage with another shape of as many elements (tritile/frontend/views.py)."""
 
 
 @_tile_op
 def view(src, shape=None, dtype=None):
-    """A view of `src` with another shape / dtype (not supported yet: a CompileError)."""
+    """A view of `src`'s storage with another shape and / or dtype of as many bits."""
 
 
 @_tile_op
