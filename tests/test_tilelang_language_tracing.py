@@ -1,5 +1,7 @@
 """Python that runs while TileLang traces a kernel, in tritile: plain helper functions that
-call T operations (inlined like `@T.macro`), comprehensions and generator expressions over
+call T operations (inlined like `@T.macro`), lambdas and other Python callables calling T
+operations (lowered at the traced line: TileLang's test_tilelang_language_clamp.py keeps
+`T.max` / `T.min` / `T.clamp` lambdas in a dict), comprehensions and generator expressions over
 compile-time values, and Python arithmetic (`//`, `%`, ...) on symbolic sizes in helpers."""
 import pytest
 import torch
@@ -31,6 +33,36 @@ def test_plain_helper_calling_T_ops():
     a = torch.randn(64)
     torch.testing.assert_close(kernel(a), a * 3)
     assert "gl." in tritile.compile(main, out_idx=[1], target="cuda:90").get_source("gluon")
+
+
+ELEMENTWISE = {
+    "max": lambda a, b: T.max(a, b),
+    "min": lambda a, b: T.min(a, b),
+    "clamp": lambda a, b: T.clamp(a, T.cast(-1.0, T.float32), b),
+    "exp_sum": lambda a, b: T.exp(a) + b,
+}
+
+
+@pytest.mark.parametrize("op, ref", [
+    ("max", torch.maximum), ("min", torch.minimum), ("clamp", lambda a, b: torch.minimum(a.clamp_min(-1.0), b)),
+    ("exp_sum", lambda a, b: torch.exp(a) + b),
+])
+def test_lambda_calling_T_ops(op, ref, device):
+    @T.prim_func
+    def main(A: T.Tensor((256,), T.float32), B: T.Tensor((256,), T.float32), C: T.Tensor((256,), T.float32)):
+        with T.Kernel(4, threads=64) as bx:
+            for i in T.Parallel(64):
+                C[bx * 64 + i] = ELEMENTWISE[op](A[bx * 64 + i], B[bx * 64 + i])
+
+    a, b = torch.randn(256, device=device), torch.randn(256, device=device)
+    torch.testing.assert_close(tritile.compile(main, out_idx=[2])(a, b), ref(a, b))
+    for backend in ("gluon", "triton"):
+        assert ".entry" in tritile.compile(main, out_idx=[2], target="cuda:90", backend=backend).get_source("ptx")
+
+
+def test_T_op_called_from_python_outside_a_trace_is_an_error():
+    with pytest.raises(RuntimeError, match="T.max on runtime values can only be used inside a kernel"):
+        ELEMENTWISE["max"](T.dynamic("n"), 1)
 
 
 def test_floordiv_and_mod_of_a_symbolic_size_in_a_helper():

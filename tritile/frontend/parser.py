@@ -897,12 +897,16 @@ class Parser:
         if _is_user_function(callee) and (has_runtime or _calls_tile_ops(callee)):
             # TileLang traces plain helpers like macros: their T calls emit into the kernel
             return self._inline_macro(T.Macro(callee), args, kwargs, loc)
+        previous = T.TRACING.lower  # T operations the call makes (a lambda's) lower into the kernel here
+        T.TRACING.lower = lambda stub, call_args, call_kwargs: self._tile_op(stub, call_args, call_kwargs, loc)
         try:
             return callee(*args, **kwargs)
         except CompileError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported at the user's line
             raise CompileError(f"calling {_type_name(callee)} failed: {type(exc).__name__}: {exc}", loc) from None
+        finally:
+            T.TRACING.lower = previous
 
     def _tensor(self, args, kwargs, loc):
         """`T.Tensor(shape, dtype, data=None, scope=None)` called in the function: a tensor type,

@@ -74,6 +74,9 @@ class Expr:
     def _binary(self, op, lhs, rhs):
         from tritile.frontend.exprs import binary  # the frontend owns folding and promotion rules
 
+        other = rhs if lhs is self else lhs
+        if not isinstance(other, (Expr, int, float)):
+            return NotImplemented  # the other operand's reflected operator may know it (an element access)
         return binary(op, lhs, rhs)
 
     def __add__(self, other):

@@ -8,7 +8,9 @@ Contract
   declared here, so arity and keyword mistakes are reported exactly as TileLang spells them.
 * Tile operations (`T.copy`, `T.gemm`, `T.Kernel`, `T.alloc_*`, loops, ...) have no Python
   behaviour: calling one directly raises `RuntimeError` telling the user it only works
-  inside a kernel compiled by tritile.
+  inside a kernel compiled by tritile - except from Python code the frontend runs while it
+  traces a kernel (a lambda, a library function given runtime values): `TRACING` then lowers
+  the call into that kernel, at the traced line.
 * Pure helpers work anywhere: dtypes, `T.Tensor`/`T.Buffer` specs, `T.dynamic`,
   `T.GemmWarpPolicy`, `T.prim_func`, `T.macro`, and the arithmetic helpers (`T.ceildiv`,
   `T.max`, `T.exp`, ...) when all their arguments are Python numbers (they fold).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import builtins as _builtins
 import math
+import threading as _threading
 
 from tritile.ir import nodes as _ir
 from tritile.ir import dtypes as _dtypes
@@ -39,11 +42,23 @@ globals().update({d.name: d for d in _dtypes.VECTORS})  # T.float32x2, T.float16
 TILE_OPS = {}
 
 
+class _Tracing(_threading.local):
+    """While the frontend runs Python code of the user's during a trace (`lower` set): how a T
+    operation that code calls is lowered, ``lower(stub, args, kwargs)``, into the kernel."""
+
+    lower = None
+
+
+TRACING = _Tracing()
+
+
 def _tile_op(fn):
     """Mark `fn` as an operation the frontend lowers; calling it from Python is an error."""
     name = fn.__name__
 
     def outside_kernel(*args, **kwargs):
+        if TRACING.lower is not None:
+            return TRACING.lower(outside_kernel, args, kwargs)
         raise RuntimeError(f"T.{name} can only be used inside a kernel compiled by tritile "
                            f"(@T.prim_func or @tritile.jit); it was called directly from Python")
 
@@ -63,6 +78,8 @@ def _foldable(name, fn):
         values = list(args) + list(kwargs.values())
         if all(v is None or isinstance(v, (int, _builtins.float, str, DType)) for v in values):
             return fn(*args, **kwargs)
+        if TRACING.lower is not None:
+            return TRACING.lower(helper, args, kwargs)
         raise RuntimeError(f"T.{name} on runtime values can only be used inside a kernel compiled "
                            f"by tritile")
 
