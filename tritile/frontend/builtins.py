@@ -288,6 +288,33 @@ def copy(p, a, loc):
     return None
 
 
+def transpose(p, a, loc):
+    """TileLang's `T.transpose(src, dst)`: ``dst[j, i] = src[i, j]`` over src's 2-D tile (leading
+    unit dims allowed), as a `T.Parallel` over dst's tile reading src at the swapped indices."""
+    p.require_kernel("T.transpose", loc)
+    src, dst = acc.region(a["src"], loc, "T.transpose src"), acc.region(a["dst"], loc, "T.transpose dst")
+    if len(src.tile_shape) != 2 or tuple(dst.tile_shape) != tuple(reversed(src.tile_shape)):
+        raise CompileError(f"T.transpose: src {src.buffer.name} tile {list(src.tile_shape)} and dst {dst.buffer.name} "
+                           f"tile {list(dst.tile_shape)} must be 2-D, (M, N) and (N, M)", loc)
+    lanes = (ir.Var("i"), ir.Var("j"))
+
+    def indices(region, order):
+        """The region's element at tile point (lanes[order[0]], lanes[order[1]])."""
+        tile_dims = iter(lanes[k] for k in order)
+        out = []
+        for start, extent in zip(region.starts, region.extents):
+            if extent == 1:
+                out.append(start)
+                continue
+            lane = next(tile_dims)
+            out.append(lane if isinstance(start, ir.Const) and start.value == 0 else exprs.binary("+", start, lane, loc))
+        return tuple(out)
+
+    value = exprs.cast(ir.Load(src.buffer, indices(src, (1, 0)), src.buffer.dtype), dst.buffer.dtype, loc)
+    store = ir.Store(dst.buffer, indices(dst, (0, 1)), value, loc=loc)
+    p.emit(ir.Parallel(lanes, tuple(dst.tile_shape), ir.Seq([store], loc=loc), loc=loc))
+
+
 _POLICY_BY_INT = {0: "Square", 1: "FullRow", 2: "FullCol"}
 
 
@@ -704,7 +731,7 @@ HANDLERS = {
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
     "reshape": views.reshape, "view": views.view,
-    "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "copy": copy, "transpose": transpose, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),

@@ -278,6 +278,11 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 @_tile_op
+def transpose(src, dst, annotations=None):
+    """``dst[j, i] = src[i, j]`` of a 2-D tile: dst (N, M) from src (M, N)."""
+
+
+@_tile_op
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,
          clear_accum=False, k_pack=1, wg_wait=0, mbar=None, annotations=None):
     pass

@@ -61,6 +61,11 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
                 text, layout = _selected(em, buf, picks)
                 return _on_parallel(em, text, layout, axes) if axes else Val(text)
             return _on_parallel(em, em.name(buf), em.buffer_layout(buf), axes)
+        order = _permutation(e.indices, par)
+        if order is not None and tuple(buf.shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+            # x[j, i] in T.Parallel(i, j) (T.transpose): the tile permuted, in the loop's layout
+            return Val(f"gl.convert_layout(gl.permute({em.name(buf)}, {order}), {par.layout_name})",
+                       frozenset(range(len(order))))
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -74,7 +79,26 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
         return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
+    order = _permutation(e.indices[lead:], par) if buf.scope == "shared" else None
+    if order is not None and tuple(buf.tile_shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+        # x[j, i] in T.Parallel(i, j) (T.transpose): a permuted view of the shared tile
+        view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+        return Val(f"{view}.permute({order}).load({par.layout_name})", frozenset(range(len(order))))
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
+
+
+def _permutation(indices, par):
+    """For indices that are the current Parallel's loop variables in another order: the
+    permutation putting the buffer's dims into the loop's order (dim `order[k]` runs along
+    loop axis k), else None."""
+    if par is None or len(indices) != len(par.loop.vars) or {id(i) for i in indices} != {id(v) for v in par.loop.vars}:
+        return None
+    return [next(d for d, index in enumerate(indices) if index is var) for var in par.loop.vars]
+
+
+def _inverse(order) -> list:
+    """The loop axis along which each buffer dim runs."""
+    return [order.index(d) for d in range(len(order))]
 
 
 def _lane_dims(em: Emitter, buf: ir.Buffer, indices):

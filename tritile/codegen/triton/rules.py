@@ -79,12 +79,13 @@ def _selection_masks(buf: ir.Buffer, picks: list) -> list:
     return [f"({axis_index(f'tl.arange(0, {shape[d]})', d, len(shape))} == {k})" for d, k in picks]
 
 
-def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
+def _lane_dims(em: Emitter, buf: ir.Buffer, indices, ordered: bool = True) -> tuple:
     """How on-chip `buf` indexed by `indices` inside the current T.Parallel maps onto its lanes:
     (the Parallel axis of each dim the lanes run along, those dims, (dim, index text) of the dims
     taken at one lane-independent index).  The lanes' dims must be distinct loop variables of the
-    dim's extent, in the loop's order (the tile is then the buffer's, expanded along the loop's
-    other dims); a unit dim indexed 0 is neither."""
+    dim's extent, in the loop's order unless not `ordered` (a read: the tile is then permuted);
+    the tile is the buffer's, expanded along the loop's other dims; a unit dim indexed 0 is
+    neither."""
     par = em.par
     axes, dims, picks = [], [], []
     for d, (index, extent) in enumerate(zip(indices, buf.shape)):
@@ -92,7 +93,7 @@ def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
             continue
         if isinstance(index, ir.Var) and index in par.index:
             axis = par.loop.vars.index(index)
-            if par.loop.extents[axis] != extent or (axes and axis <= axes[-1]):
+            if par.loop.extents[axis] != extent or axis in axes or (ordered and axes and axis < axes[-1]):
                 raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
                                   f"partial view)")
             axes.append(axis)
@@ -109,14 +110,18 @@ def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
 
 def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     """On-chip `buf` read at `indices` inside the current T.Parallel, as a tile broadcastable
-    to the Parallel's shape (`_lane_dims`): the dims taken at one index selected away."""
-    axes, dims, picks = _lane_dims(em, buf, indices)
+    to the Parallel's shape (`_lane_dims`): the dims taken at one index selected away, the
+    others permuted into the loop's order (`x[j, i]` in `T.Parallel(i, j)`: `T.transpose`)."""
+    axes, dims, picks = _lane_dims(em, buf, indices, ordered=False)
     text = em.name(buf)
     if picks:
         text = semantics.selected_text("tl", text, _selection_masks(buf, picks), [d for d, _ in picks], buf.dtype)
     kept = [padded_shape(buf.shape)[d] for d in dims]
     if len(kept) != len(buf.shape) - len(picks):
         text = f"tl.reshape({text}, {kept})"
+    if axes != sorted(axes):
+        text = f"tl.permute({text}, {[axes.index(a) for a in sorted(axes)]})"
+        axes = sorted(axes)
     rank = len(em.par.loop.vars)
     if len(axes) == rank:
         return text
