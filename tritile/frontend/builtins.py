@@ -8,7 +8,9 @@ output shape) are checked here and reported as `CompileError` at the call.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
+from math import prod
 from typing import Optional
 
 from tritile.errors import CompileError
@@ -687,6 +689,35 @@ def ceildiv(p, a, loc):
     return exprs.binary("//", exprs.binary("-", exprs.binary("+", x, y, loc), 1, loc), y, loc)
 
 
+def align_up(p, a, loc):
+    """TVM's `align_up(x, y)`: ``ceildiv(x, y) * y``."""
+    return exprs.binary("*", ceildiv(p, {"a": a["x"], "b": a["y"]}, loc), p.scalar(a["y"], loc), loc)
+
+
+_LOGICAL_OF_ELEMENTS = 64  # the most elements T.any_of / T.all_of reads one by one
+
+
+def _logical_of(name, op):
+    """`T.any_of` / `T.all_of(buffer)`: the `or` / `and` of the truth of each element of a buffer
+    or region of static extents (TileLang's flags of a block mask), each read as an element."""
+
+    def handler(p, a, loc):
+        region = acc.region(a["buffer"], loc, f"T.{name}")
+        if prod(region.extents) > _LOGICAL_OF_ELEMENTS:
+            raise CompileError(f"T.{name} of {region.buffer.name}: {prod(region.extents)} elements, more than the "
+                               f"{_LOGICAL_OF_ELEMENTS} it reads one by one; reduce the region with T.reduce_* first",
+                               loc)
+        result = None
+        for point in itertools.product(*(range(e) for e in region.extents)):
+            index = tuple(exprs.binary("+", start, offset, loc) if offset else start
+                          for start, offset in zip(region.starts, point))
+            value = exprs.truth(ir.Load(region.buffer, index, region.buffer.dtype))
+            result = value if result is None else exprs.binary(op, result, value, loc)
+        return result
+
+    return handler
+
+
 def if_then_else(p, a, loc):
     cond = p.scalar(a["cond"], loc)
     return exprs.select(cond, p.scalar(a["true_value"], loc), p.scalar(a["false_value"], loc), loc)
@@ -741,7 +772,8 @@ HANDLERS = {
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,
-    "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
+    "ceildiv": ceildiv, "align_up": align_up, "any_of": _logical_of("any_of", "or"),
+    "all_of": _logical_of("all_of", "and"), "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
     "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},

@@ -968,7 +968,7 @@ class Parser:
 
 
 # T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)
-_FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
+_FOLDABLE_NAMES = frozenset(("ceildiv", "align_up", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
                              "log2", "sqrt", "rsqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "sigmoid",
                              "pow", "if_then_else",
                              "clamp", "Select", "isnan", "isinf", "isfinite", "shift_left", "shift_right",

@@ -278,6 +278,16 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 @_tile_op
+def any_of(buffer):
+    """Whether any element of `buffer` (a buffer or a region of one) is true: a bool."""
+
+
+@_tile_op
+def all_of(buffer):
+    """Whether every element of `buffer` (a buffer or a region of one) is true: a bool."""
+
+
+@_tile_op
 def transpose(src, dst, annotations=None):
     """``dst[j, i] = src[i, j]`` of a 2-D tile: dst (N, M) from src (M, N)."""
 
@@ -502,6 +512,7 @@ Cast = _foldable("Cast", lambda dtype, value: _cast(value, dtype))  # TileLang's
 infinity = _foldable("infinity", _infinity)
 
 # TileLang's tvm.tir spellings of expressions above (tilelang/language/customize.py, tir/ir.py)
+align_up = _foldable("align_up", lambda x, y: _ceildiv(x, y) * y)
 clamp = _foldable("clamp", lambda dst, min_val, max_val: _builtins.min(_builtins.max(dst, min_val), max_val))
 Select = _foldable("Select", lambda condition, true_value, false_value, span=None:
                    true_value if condition else false_value)
