@@ -4,7 +4,8 @@ write it, against torch:
 * expressions: `T.clamp` (the fp8 quantisation of examples/cast), `T.Select`, `T.isnan` /
   `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
 * loops and allocations: `T.vectorized`, `T.alloc_buffer(scope=...)`;
-* `T.any_of` / `T.all_of` of a block mask (TileLang's block-sparse GEMM), `T.align_up`;
+* `T.any_of` / `T.all_of` of a block mask (TileLang's block-sparse GEMM), `T.align_up`,
+  `T.annotate_safe_value` (what out-of-bounds element reads of a tensor give);
 * atomics: `T.atomic_max` / `T.atomic_min` (element and tile forms), `T.atomic_addx2` / `x4`;
 * reducers: `T.alloc_reducer` updated in `T.Parallel`, `T.reducer_init` / `T.reducer_update`,
   `T.finalize_reducer`;
@@ -622,3 +623,45 @@ def test_align_up():
     b = torch.zeros(1, dtype=torch.int32)
     tritile.compile(main)(torch.tensor([33, 1], dtype=torch.int32), b)
     assert b.item() == 48 + 8
+
+
+@tritile.jit(out_idx=[1])
+def shifted_rows(M, N, block_M, shift, pad_value):
+    """TileLang's test_tilelang_language_annotate_safe_value.py: B's row r is A's row r - shift,
+    the rows before `shift` read out of A's bounds, which T.annotate_safe_value makes pad_value."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), T.float16), B: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as by:
+            A_shared = T.alloc_shared((block_M, N), T.float16)
+            T.annotate_safe_value({A: pad_value})
+            for i, j in T.Parallel(block_M, N):
+                A_shared[i, j] = A[by * block_M + i - shift, j]
+            for i, j in T.Parallel(block_M, N):
+                B[by * block_M + i, j] = A_shared[i, j]
+
+    return main
+
+
+def test_annotate_safe_value(device):
+    a = torch.randn(64, 32, device=device).half()
+    want = torch.full_like(a, 10.0)
+    want[5:] = a[:-5]
+    torch.testing.assert_close(shifted_rows(64, 32, 16, 5, 10)(a), want, rtol=0, atol=0)
+    _compiles_for_hopper(shifted_rows.fn(64, 32, 16, 5, 10), [1])
+
+
+def test_annotate_safe_value_misuse_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match="T.annotate_safe_value annotates: tritile gives its safe value to "
+                                                   "element reads only"):
+        @T.prim_func
+        def main(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=128) as _:
+                T.annotate_safe_value({A: 1.0})
+                T.copy(A[0:64], B[0:64])
+    with pytest.raises(tritile.CompileError, match="keys must be global tensors"):
+        @T.prim_func
+        def main2(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=128) as _:
+                s = T.alloc_shared((64,), T.float32)
+                T.annotate_safe_value({s: 1.0})

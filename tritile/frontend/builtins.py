@@ -282,6 +282,10 @@ def copy(p, a, loc):
     else:
         src_region = acc.region(src, loc, "T.copy src")
         dst_region = acc.region(dst, loc, "T.copy dst")
+    if src_region.buffer in p.safe_values:
+        raise CompileError(f"T.copy from {src_region.buffer.name}, which T.annotate_safe_value annotates: tritile "
+                           f"gives its safe value to element reads only (a T.copy pads with 0); read the elements "
+                           f"in a T.Parallel loop", loc)
     if src_region.tile_shape != dst_region.tile_shape:
         raise CompileError(f"T.copy shape mismatch: source {src_region.buffer.name} tile "
                            f"{list(src_region.tile_shape)} vs destination {dst_region.buffer.name} tile "
@@ -526,6 +530,28 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def annotate_safe_value(p, a, loc):
+    """`T.annotate_safe_value({A: value})`: from here on an element read of global tensor A out of
+    its bounds gives `value` (TileLang's LegalizeSafeMemoryAccess) instead of 0."""
+    p.require_kernel("T.annotate_safe_value", loc)
+    values = a["safe_value_map"]
+    if not isinstance(values, dict):
+        raise CompileError("T.annotate_safe_value takes a dict {buffer: value}", loc)
+    for buf, value in values.items():
+        if not isinstance(buf, ir.Buffer) or buf.scope != "global":
+            raise CompileError(f"T.annotate_safe_value keys must be global tensors, got {buf!r}", loc)
+        p.safe_values[buf] = exprs.cast(p.scalar(value, loc), buf.dtype, loc)
+
+
+def safe_load(load: ir.Load, safe, loc) -> ir.Expr:
+    """`load`, or `safe` where its indices are out of the tensor's bounds."""
+    inside = None
+    for index, size in zip(load.indices, load.buffer.shape):
+        both = exprs.binary("and", exprs.binary(">=", index, 0, loc), exprs.binary("<", index, size, loc), loc)
+        inside = both if inside is None else exprs.binary("and", inside, both, loc)
+    return exprs.select(inside, load, safe, loc)
+
+
 def assume(p, a, loc):
     """`T.assume(cond)`: a hint TVM's simplifier may use; tritile checks it is an expression and
     drops it (no pass here reasons about value ranges)."""
@@ -768,7 +794,7 @@ HANDLERS = {
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
-    "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
+    "assume": assume, "annotate_safe_value": annotate_safe_value, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,

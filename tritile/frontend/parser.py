@@ -86,6 +86,7 @@ class Parser:
         self.kernels = []  # the `with T.Kernel` blocks, in launch order
         self.workspaces = []  # T.alloc_global buffers
         self.views = []  # global views (frontend/views.py)
+        self.safe_values = {}  # T.annotate_safe_value: global buffer -> what its out-of-bounds reads give
         self.in_kernel = False
         self.swizzle = None
         self.name_hint = None
@@ -149,7 +150,9 @@ class Parser:
     def scalar(self, value, loc):
         """A runtime Expr or a Python number (buffer reads become Loads)."""
         if isinstance(value, acc.BufferAccess):
-            return acc.load(value)
+            load = acc.load(value)
+            safe = self.safe_values.get(value.buffer)
+            return load if safe is None else tile_ops.safe_load(load, safe, loc)
         if isinstance(value, ir.Buffer):
             if value.scope == "var":
                 return ir.Load(value, (ir.Const(0),), value.dtype)

@@ -278,6 +278,11 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 @_tile_op
+def annotate_safe_value(safe_value_map):
+    """`{A: value}`: element reads of global tensor A out of its bounds give `value`."""
+
+
+@_tile_op
 def any_of(buffer):
     """Whether any element of `buffer` (a buffer or a region of one) is true: a bool."""
 
