@@ -2,7 +2,8 @@
 call T operations (inlined like `@T.macro`), lambdas and other Python callables calling T
 operations (lowered at the traced line: TileLang's test_tilelang_language_clamp.py keeps
 `T.max` / `T.min` / `T.clamp` lambdas in a dict), comprehensions and generator expressions over
-compile-time values, and Python arithmetic (`//`, `%`, ...) on symbolic sizes in helpers."""
+compile-time values, Python arithmetic (`//`, `%`, ...) on symbolic sizes in helpers, names
+bound to regions (`X_shared = A_shared[:M, :K]`) and TVM's `x = T.int32()` / `T.let`."""
 import pytest
 import torch
 
@@ -127,3 +128,56 @@ def test_plain_helper_gpu():
 
     a = torch.randn(64, device="cuda")
     torch.testing.assert_close(tritile.compile(main, out_idx=[1])(a), a * 3)
+
+
+@tritile.jit(out_idx=[2])
+def aliased_gemm(M, N, K, block_M, block_N, block_K):
+    """TileLang's test_tilelang_language_alias.py: names bound to regions (`X_shared =
+    A_shared[:block_M, :block_K]`) used as tile operands, and an offset declared `T.int32()` and
+    bound by `T.let`; C = A @ B^T."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((N, K), T.float16), C: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), T.float16)
+            B_shared = T.alloc_shared((block_N, block_K), T.float16)
+            C_local = T.alloc_fragment((block_M, block_N), T.float32)
+            X_shared = A_shared[:block_M, :block_K]
+            X_local = C_local[:block_M, :block_N]
+            T.clear(X_local)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=0):
+                aliased_offset = T.int32()
+                T.let(aliased_offset, ko * block_K)
+                T.copy(A[by * block_M, aliased_offset], X_shared)
+                T.copy(B[bx * block_N, ko * block_K], B_shared[:block_N, :block_K])
+                T.gemm(X_shared, B_shared, C_local, transpose_B=True)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def test_region_alias_and_let(device, assert_close):
+    a = torch.randn(64, 96, device=device).half()
+    b = torch.randn(32, 96, device=device).half()
+    assert_close(aliased_gemm(64, 32, 96, 32, 32, 32)(a, b), (a.float() @ b.float().T).half())
+    for backend in ("gluon", "triton"):
+        kernel = tritile.compile(aliased_gemm.fn(64, 32, 96, 32, 32, 32), out_idx=[2], target="cuda:90",
+                                 backend=backend)
+        assert ".entry" in kernel.get_source("ptx")
+
+
+def test_let_expression_and_misuse():
+    @T.prim_func
+    def main(A: T.Tensor((8,), T.int32)):
+        with T.Kernel(1, threads=32) as _:
+            x = T.int32()
+            A[0] = T.let(x, 5, x * x + 1)
+
+    a = torch.zeros(8, dtype=torch.int32)
+    tritile.compile(main)(a)
+    assert a[0].item() == 26
+    with pytest.raises(tritile.CompileError, match="T.let binds a variable made by"):
+        @T.prim_func
+        def bad(A: T.Tensor((8,), T.int32)):
+            with T.Kernel(1, threads=32) as _:
+                T.let(A, 5)

@@ -20,6 +20,7 @@ from tritile.frontend import reducers
 from tritile.frontend import views
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
+from tritile.ir.transform import substitute_vars
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 from tritile.layout import SwizzledLayout
@@ -530,6 +531,21 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def let(p, a, loc):
+    """TVM's `T.let(v, value)`: binds Var `v` (made by `v = T.int32()`) to `value` for the rest of
+    the block (a `Let`); `T.let(v, value, body)`: the expression `body` with `v` = `value`."""
+    var, value = a["v"], p.scalar(a["value"], loc)
+    if not isinstance(var, ir.Var):
+        raise CompileError(f"T.let binds a variable made by `v = T.int32()` (or another dtype), got {var!r}", loc)
+    value = exprs.cast(value, var.dtype, loc)
+    if a["body"] is not None:
+        return substitute_vars(p.scalar(a["body"], loc), {var: value})
+    p.require_kernel("T.let", loc)
+    p.emit(ir.Let(var, value, loc=loc))
+    p.let_values[id(var)] = value
+    return None
+
+
 def annotate_safe_value(p, a, loc):
     """`T.annotate_safe_value({A: value})`: from here on an element read of global tensor A out of
     its bounds gives `value` (TileLang's LegalizeSafeMemoryAccess) instead of 0."""
@@ -794,7 +810,7 @@ HANDLERS = {
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
-    "assume": assume, "annotate_safe_value": annotate_safe_value, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
+    "assume": assume, "let": let, "annotate_safe_value": annotate_safe_value, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,

@@ -306,8 +306,10 @@ class Parser:
         if frame is not None and frame is not self.frames[-1]:
             raise CompileError(f"{name!r} is bound outside this loop/if to {type(current).__name__}; it cannot be "
                                f"rebound inside runtime control flow", loc)
-        if isinstance(value, acc.BufferAccess) or (isinstance(value, ir.Buffer) and value.scope == "var"):
+        if (isinstance(value, acc.BufferAccess) and value.is_point) or (isinstance(value, ir.Buffer)
+                                                                        and value.scope == "var"):
             value = self.scalar(value, loc)  # a snapshot of the element
+        # (a sliced subscript stays one: `X = A_shared[:M, :K]` names that region, TileLang's alias)
         if dtype is not None:
             value = exprs.cast(self.scalar(value, loc), dtype, loc)
         if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
@@ -885,6 +887,8 @@ class Parser:
         if callee is T.Tensor:
             return self._tensor(args, kwargs, loc)
         if isinstance(callee, DType):
+            if not args and not kwargs and self.in_kernel:  # TVM's `x = T.int32()`: a name `T.let` binds
+                return ir.Var(hint or "v", callee)
             if len(args) != 1 or kwargs:
                 raise CompileError(f"{callee}(value) takes one argument", loc)
             return exprs.cast(self.scalar(args[0], loc), callee, loc)

@@ -278,6 +278,12 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
 
 
 @_tile_op
+def let(v, value, body=None):
+    """TVM's let: `v` (from `v = T.int32()`) bound to `value` for the rest of the block, or, with
+    `body`, the expression `body` with `v` = `value`."""
+
+
+@_tile_op
 def annotate_safe_value(safe_value_map):
     """`{A: value}`: element reads of global tensor A out of its bounds give `value`."""
 

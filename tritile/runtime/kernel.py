@@ -266,6 +266,10 @@ class JITKernel:
 
         return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
 
+    def run_once(self, func=None):
+        """TileLang's: `func` (default this kernel) once on inputs the profiler supplies."""
+        return self.get_profiler().run_once(func)
+
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated source of the chosen backend (TileLang's name for the device kernel's source)."""
         if self._parts:
