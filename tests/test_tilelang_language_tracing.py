@@ -181,3 +181,35 @@ def test_let_expression_and_misuse():
         def bad(A: T.Tensor((8,), T.int32)):
             with T.Kernel(1, threads=32) as _:
                 T.let(A, 5)
+
+
+@tritile.jit
+def affine_sizes(block):
+    """TileLang's test_tilelang_language_annot.py: symbols only in affine sizes (`n * 4`,
+    `n * 3 + 1`) are solved from the call's tensors; B = 2 * A over A's n * 4 elements, C[0] = m."""
+    n, m = T.symbolic("n"), T.symbolic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((n * 4,), T.float32), B: T.Tensor((n * 4,), T.float32), C: T.Tensor((m * 3 + 1,), T.int32)):
+        with T.Kernel(T.ceildiv(n * 4, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n * 4:
+                    B[bx * block + i] = A[bx * block + i] * 2.0
+            if bx == 0:
+                C[0] = m
+
+    return main
+
+
+def test_affine_symbolic_sizes(device):
+    kernel = affine_sizes(64)
+    for n in (25, 64):
+        a, b = torch.randn(n * 4, device=device), torch.zeros(n * 4, device=device)
+        c = torch.zeros(3 * 5 + 1, dtype=torch.int32, device=device)
+        kernel(a, b, c)
+        torch.testing.assert_close(b, a * 2.0)
+        assert c[0].item() == 5
+    with pytest.raises(ValueError, match=r"argument 'A'.*dimension 0: a dimension of size 99 is not n \* 4"):
+        kernel(torch.randn(99, device=device), torch.zeros(99, device=device), c)
+    for backend in ("gluon", "triton"):
+        assert ".entry" in tritile.compile(affine_sizes.fn(64), target="cuda:90", backend=backend).get_source("ptx")

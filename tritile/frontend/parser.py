@@ -1078,6 +1078,7 @@ _PY_SCALAR_BUILTINS = {
 def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
     """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
     `kernels`, the tensors' and the workspaces' shapes)."""
+    from tritile.ir.affine import solvable
     from tritile.ir.transform import walk
 
     for index, buf in enumerate(func.params):
@@ -1093,6 +1094,13 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
             if isinstance(size, ir.Var) and size not in func.dim_bindings:
                 func.dim_bindings[size] = (index, dim)
                 func.dynamic_vars.append(size)
+    # a symbol only in affine sizes (`T.Tensor((n * 4,), ...)`): solved from the first such one
+    for index, buf in enumerate(func.params):
+        for dim, size in enumerate(buf.shape):
+            for var in (v for v in walk(size) if isinstance(v, ir.Var) and v not in func.dim_bindings):
+                if solvable(size, var):
+                    func.dim_bindings[var] = (index, dim)
+                    func.dynamic_vars.append(var)
     for kernel in kernels:
         defined = {id(v) for v in func.runtime_vars} | {id(v) for v in kernel.block_vars}
         for node in walk(kernel.body):

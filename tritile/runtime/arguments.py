@@ -35,6 +35,7 @@ from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter import values as V
 from tritile.interpreter.values import round_scalar
 from tritile.ir import divisibility
+from tritile.ir.affine import solve_dim
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
@@ -119,6 +120,10 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
                 if bound != have:
                     raise ValueError(f"{label}: dimension {dim} is the dynamic size '{want.name}' = {bound} "
                                      f"from another argument, got {have}")
+            else:  # an affine size, `n * 4`, binding the symbol it was chosen to bind
+                for var, where in func.dim_bindings.items():
+                    if where == (index, dim) and var not in dim_values:
+                        dim_values[var] = solve_dim(want, var, have, f"{label}, dimension {dim}")
         if tensor.numel() > _MAX_ELEMENTS:
             raise ValueError(f"{label}: {tensor.numel()} elements (shape {list(tensor.shape)}) is more than the "
                              f"2**31 the kernel can address: it computes element offsets in int32")
