@@ -1,7 +1,8 @@
 """`T.transpose(src, dst)` (TileLang's test_tilelang_language_transpose.py: dst[j, i] = src[i, j]
 of a 2-D tile) and what it lowers to, a tile read at its loop variables in another order inside
 `T.Parallel` (`x[j, i]` in `T.Parallel(i, j)`: `tl.permute` / `gl.permute`, a permuted shared
-view on Gluon).
+view on Gluon), and a tile written that way (`Y_tile[j, i] = X_tile[i, j]`, TileLang's eager
+transpose), an `if` masking some lanes.
 
 On the `device` fixture's tensors (CPU: the reference interpreter, or Triton's interpreter with
 TRITILE_BACKEND=triton; CUDA: the compiled kernel), against torch; compiled for sm_90 and sm_80
@@ -67,6 +68,41 @@ def permuted_3d(P, Q, R):
             T.copy(b, B)
 
     return main
+
+
+@tritile.jit
+def transpose_by_writes(X, Y, block_M: int = 32, block_N: int = 64, dst_scope: str = "shared"):
+    """TileLang's test_tilelang_language_eager_jit.py transpose: `Y_tile[j, i] = X_tile[i, j]`
+    (a tile written at its loop variables in another order); the lanes with i == j are left 0
+    by an `if` (a masked permuted write)."""
+    M, N = T.const("M N")
+    X: T.Tensor[[M, N], T.float32]
+    Y: T.Tensor[[N, M], T.float32]
+    with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=128) as (bx, by):
+        X_tile = T.alloc_shared((block_M, block_N), T.float32)
+        if dst_scope == "shared":
+            Y_tile = T.alloc_shared((block_N, block_M), T.float32)
+        else:
+            Y_tile = T.alloc_fragment((block_N, block_M), T.float32)
+        T.copy(X[bx * block_M, by * block_N], X_tile)
+        T.clear(Y_tile)
+        for i, j in T.Parallel(block_M, block_N):
+            if bx * block_M + i != by * block_N + j:
+                Y_tile[j, i] = X_tile[i, j]
+        T.copy(Y_tile, Y[by * block_N, bx * block_M])
+
+
+@pytest.mark.parametrize("dst_scope", ["shared", "fragment"])
+def test_transpose_by_permuted_writes(dst_scope, device):
+    x = torch.randn(64, 128, device=device)
+    y = torch.empty(128, 64, device=device)
+    transpose_by_writes(x, y, dst_scope=dst_scope)
+    want = x.T.clone()
+    want.fill_diagonal_(0.0)
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+    for backend in ("gluon", "triton"):
+        kernel = transpose_by_writes.compile(M=64, N=128, dst_scope=dst_scope, target="cuda:90", backend=backend)
+        assert ".entry" in kernel.get_source("ptx")
 
 
 @pytest.mark.parametrize("src_scope", ["shared", "fragment"])

@@ -366,7 +366,32 @@ def lower_store(em: Emitter, s: ir.Store):
         em.emit(f"{view}.store({value})")
         _after_generic_shared_write(em)
         return
+    order = _permutation(s.indices[lead:], par)
+    if order is not None and tuple(buf.tile_shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+        return _write_permuted(em, s, v, order)
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
+
+
+def _write_permuted(em: Emitter, s: ir.Store, v: Val, order: list):
+    """`y[j, i] = value` in T.Parallel(i, j): the loop's tile permuted into the buffer's order -
+    stored through a permuted view of a shared tile, or `gl.permute`d and converted into a
+    fragment's layout; lanes the loop's `if`s leave out keep their values."""
+    buf, par = s.buffer, em.par
+    value = _full(v, s.value.dtype, buf.dtype, par)
+    if buf.scope == "shared":
+        lead = 1 if buf.num_versions > 1 else 0
+        view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "") + f".permute({order})"
+        if par.write_mask:
+            value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {view}.load({par.layout_name}))"
+        em.emit(f"{view}.store({value})")
+        _after_generic_shared_write(em)
+        return
+    if par.write_mask:
+        old = f"gl.convert_layout(gl.permute({em.name(buf)}, {order}), {par.layout_name})"
+        value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {old})"
+    want = em.buffer_layout(buf)
+    em.emit(f"{em.name(buf)} = gl.convert_layout(gl.permute({value}, {_inverse(order)}), "
+            f"{em.layout_name(want, em.name(buf))})")
 
 
 def _write_selected(em: Emitter, s: ir.Store, v: Val, axes: list, picks: list):

@@ -207,7 +207,10 @@ def lower_store(em: Emitter, s: ir.Store):
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
     # on-chip lanes written lane by lane: each lane of the Parallel one element
-    axes, dims, picks = _lane_dims(em, buf, s.indices)
+    axes, dims, picks = _lane_dims(em, buf, s.indices, ordered=False)
+    if axes != sorted(axes) and (picks or len(axes) != len(par.loop.vars)):
+        raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (its loop variables "
+                          f"in another order, with dims at one index or loop dims it does not take)", s.loc)
     # unit loop dims count for nothing: a [N] tile under T.Parallel(1, N)
     if len([a for a in axes if par.loop.extents[a] != 1]) != len([e for e in par.loop.extents if e != 1]):
         raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
@@ -229,7 +232,9 @@ def lower_store(em: Emitter, s: ir.Store):
         return
     if par.cond:
         value = f"tl.where({par.cond}, {value}, {_lanes_view(em, buf, s.indices)})"
-    if written != shape:
+    if axes != sorted(axes):  # `y[j, i] = ...` in T.Parallel(i, j): the tile permuted into the buffer's order
+        value = f"tl.permute({value}, {axes})"
+    elif written != shape:
         value = f"tl.reshape({value}, {written})"
     em.emit(f"{em.name(buf)} = {value}")
 
