@@ -209,6 +209,8 @@ def alloc_reducer(p, a, loc):
     if op not in reducers.OPS:
         raise CompileError(f"T.alloc_reducer: op must be one of {', '.join(map(repr, reducers.OPS))}, got {op!r}", loc)
     buf = _alloc("fragment")(p, {"shape": a["shape"], "dtype": a["dtype"]}, loc)
+    if op.startswith("bit") and not buf.dtype.is_int:
+        raise CompileError(f"T.alloc_reducer: op {op!r} needs an integer dtype, got {buf.dtype}", loc)
     p.reducers[buf] = op
     return buf
 
@@ -384,6 +386,9 @@ def _reduce(kind):
             raise CompileError(f"{name}: output {dst.buffer.name} has shape {list(dst.tile_shape)}, expected "
                                f"{list(expected)} (the input {list(extents)} without dim {dim})", loc)
         dim = sum(1 for s in extents[:dim] if s != 1)
+        if kind.startswith("bit") and not (src.buffer.dtype.is_int and dst.buffer.dtype.is_int):
+            raise CompileError(f"{name}: a bitwise reduction takes integer tiles, got {src.buffer.dtype} into "
+                               f"{dst.buffer.dtype}", loc)
         clear_flag = _bool(a.get("clear", True), "clear", loc)
         nan_propagate = _bool(a.get("nan_propagate", False), "nan_propagate", loc)
         p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc, nan_propagate=nan_propagate))
@@ -809,6 +814,7 @@ HANDLERS = {
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
+    **{f"reduce_{kind}": _reduce(kind) for kind in ("bitand", "bitor", "bitxor")},
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "print": print_,
     "assume": assume, "let": let, "annotate_safe_value": annotate_safe_value, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,

@@ -417,7 +417,7 @@ class Fill(Stmt):
     loc: Optional[SourceLoc] = None
 
 
-REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
+REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax", "bitand", "bitor", "bitxor")  # bit*: integers
 
 
 @dataclass

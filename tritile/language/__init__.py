@@ -382,6 +382,21 @@ def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
 
 
 @_tile_op
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise and of an integer tile along `dim`."""
+
+
+@_tile_op
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise or of an integer tile along `dim`."""
+
+
+@_tile_op
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise xor of an integer tile along `dim`."""
+
+
+@_tile_op
 def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
     pass
 
