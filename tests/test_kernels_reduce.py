@@ -1,4 +1,5 @@
-"""Tile reductions (`T.reduce_max/min/sum/abssum/absmax`) and scans (`T.cumsum`), TileLang style.
+"""Tile reductions (`T.reduce_max/min/sum/abssum/absmax`, the bitwise `T.reduce_bitand/bitor/bitxor`
+and reducers of those ops) and scans (`T.cumsum`), TileLang style.
 
 Reductions run over both dimensions, with `clear=True` (overwrite the output) and `clear=False`
 (combine with the output's old value, as FlashAttention's running max does), into an output of
@@ -363,3 +364,88 @@ COMPILE_CASES = {
     **{f"running_reduce-{kind}-{dtype}": (lambda kind=kind, dtype=dtype: running_reduce(64, 256, 64, kind, dtype))
        for kind in ("max", "sum") for dtype in ("float16", "bfloat16", "int8")},
 }
+
+
+BITWISE = {"bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor}
+
+
+def bitwise_reference(a, dim, kind):
+    out = None
+    for part in a.unbind(dim):
+        out = part.clone() if out is None else BITWISE[kind](out, part)
+    return out
+
+
+@tritile.jit(out_idx=[-1])
+def reduce_bitwise(M, N, kind, dim, clear, dtype):
+    """`T.reduce_bitand / bitor / bitxor` (TileLang's), with clear=False folding in B's old value."""
+    out_shape = (M,) if dim == 1 else (N,)
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), Init: T.Tensor(out_shape, dtype), B: T.Tensor(out_shape, dtype)):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_fragment((M, N), dtype)
+            b = T.alloc_fragment(out_shape, dtype)
+            T.copy(A, a)
+            T.copy(Init, b)
+            getattr(T, f"reduce_{kind}")(a, b, dim=dim, clear=clear)
+            T.copy(b, B)
+
+    return main
+
+
+@tritile.jit(out_idx=[-1])
+def bitwise_reducer(M, K, op):
+    """TileLang's test_tilelang_language_reducer_v2.py bitwise rows: a T.alloc_reducer of a bit op."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), T.int32), B: T.Tensor((M,), T.int32)):
+        with T.Kernel(1, threads=128):
+            src = T.alloc_fragment((M, K), T.int32)
+            T.copy(A, src)
+            acc = T.alloc_reducer((M,), T.int32, op=op)
+            T.reducer_init(acc)
+            for i, k in T.Parallel(M, K):
+                T.reducer_update(acc[i], src[i, k])
+            result = T.alloc_fragment((M,), T.int32)
+            T.finalize_reducer(acc, result)
+            T.copy(result, B)
+
+    return main
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint8", "int64", "int16"])
+@pytest.mark.parametrize("kind", ["bitand", "bitor", "bitxor"])
+@pytest.mark.parametrize("dim, clear, N", [(1, True, 64), (0, False, 64), (1, False, 24)])
+def test_reduce_bitwise(kind, dim, clear, N, dtype, device):
+    """Random bits (sign bits included) of each width; N = 24 is padded to 32 lanes, whose
+    pad lanes take the reduction's identity."""
+    td, M = getattr(torch, dtype), 16
+    info = torch.iinfo(td)
+    a = torch.randint(info.min, info.max, (M, N), dtype=td, device=device)
+    init = torch.randint(info.min, info.max, (M if dim == 1 else N,), dtype=td, device=device)
+    got = reduce_bitwise(M, N, kind, dim, clear, dtype)(a, init)
+    want = bitwise_reference(a, dim, kind)
+    assert torch.equal(got, want if clear else BITWISE[kind](want, init))
+
+
+@pytest.mark.parametrize("op", ["bitand", "bitor", "bitxor"])
+def test_bitwise_reducer(op, device):
+    a = torch.randint(0, 2 ** 31 - 1, (16, 64), dtype=torch.int32, device=device)
+    assert torch.equal(bitwise_reducer(16, 64, op)(a), bitwise_reference(a, 1, op))
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_bitwise_reductions_compile(backend):
+    for kernel in (reduce_bitwise.fn(16, 24, "bitand", 1, False, "uint8"), bitwise_reducer.fn(16, 64, "bitxor")):
+        assert ".entry" in tritile.compile(kernel, out_idx=[-1], target="cuda:90", backend=backend).get_source("ptx")
+
+
+def test_bitwise_reduction_of_floats_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match="a bitwise reduction takes integer tiles"):
+        reduce_bitwise.fn(16, 64, "bitor", 1, True, "float32")
+    with pytest.raises(tritile.CompileError, match="op 'bitand' needs an integer dtype"):
+        @T.prim_func
+        def main(A: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                acc = T.alloc_reducer((1,), T.float32, op="bitand")

@@ -44,7 +44,9 @@ def test_supply_types_and_do_bench():
     (x,) = profiler._inputs()
     # TileLang's meanings: Uniform in [-1, 1], Integer in {-2..2}, Auto uniform for half/float
     assert x.shape == (16, 64) and x.dtype == torch.float32 and -1 <= x.min() < 0 < x.max() <= 1
-    torch.testing.assert_close(profiler.run_once([x]), rms_reference(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(profiler.run_once(input_tensors=[x]), rms_reference(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(profiler.run_once(rms_reference, [x]), rms_reference(x))  # TileLang's func=
+    assert kernel.run_once().shape == (16, 64)  # TileLang's JITKernel.run_once: the kernel on supplied inputs
     assert profiler.do_bench(warmup=1, rep=1) > 0
     (auto,) = kernel.get_profiler()._inputs()
     assert -1 <= auto.min() < 0 < auto.max() <= 1 and auto.unique().numel() > 5

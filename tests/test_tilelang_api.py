@@ -29,6 +29,9 @@ def test_pass_config_keys_are_tilelangs_strings():
     key = tritile.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED
     assert key == "tl.disable_warp_specialized" and {key: True} == {"tl.disable_warp_specialized": True}
     assert tritile.PassConfigKey.TL_ENABLE_FAST_MATH.value == "tl.enable_fast_math"
+    # every key of TileLang's PassConfigKey (test_tilelang_language_reducer_v2.py passes this one)
+    assert tritile.PassConfigKey.TL_REDUCER_FORCE_BASELINE.value == "tl.reducer_force_baseline"
+    assert tritile.PassConfigKey.TL_PASS_PROFILE_THRESHOLD_MS.value == "tl.pass_profile_threshold_ms"
 
 
 def test_disable_warp_specialized_is_honoured():

@@ -4,6 +4,8 @@ write it, against torch:
 * expressions: `T.clamp` (the fp8 quantisation of examples/cast), `T.Select`, `T.isnan` /
   `T.isinf` / `T.isfinite`, `T.shift_left` / `T.shift_right`, `T.bitwise_*`;
 * loops and allocations: `T.vectorized`, `T.alloc_buffer(scope=...)`;
+* `T.any_of` / `T.all_of` of a block mask (TileLang's block-sparse GEMM), `T.align_up`,
+  `T.annotate_safe_value` (what out-of-bounds element reads of a tensor give);
 * atomics: `T.atomic_max` / `T.atomic_min` (element and tile forms), `T.atomic_addx2` / `x4`;
 * reducers: `T.alloc_reducer` updated in `T.Parallel`, `T.reducer_init` / `T.reducer_update`,
   `T.finalize_reducer`;
@@ -542,3 +544,108 @@ def test_reducer_misuse_is_a_compile_error():
 def test_reducers_compile_for_hopper():
     _compiles_for_hopper(finalize_reducer_kernel(32, 64, T.float32, "sum"), [1])
     _compiles_for_hopper(reducer_v2(32, 256, 64), [1])
+
+
+@tritile.jit(out_idx=[-1])
+def block_sparse_gemm(M, N, K, block_M, block_N, block_K, flags, source, reduce_op):
+    """TileLang's test_tilelang_language_any_of.py: C = A @ B over the K blocks whose mask flags
+    (`flags` of them per block) pass T.any_of / T.all_of, read from the global mask, a shared copy
+    or a local array."""
+    any_or_all = T.any_of if reduce_op == "any" else T.all_of
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+             BlockMask: T.Tensor((M // block_M, N // block_N, K // block_K, flags), "bool"),
+             C: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), T.float16)
+            B_shared = T.alloc_shared((block_K, block_N), T.float16)
+            C_local = T.alloc_fragment((block_M, block_N), T.float32)
+            mask_shared = T.alloc_shared((flags,), "bool")
+            mask_local = T.alloc_local((flags,), "bool")
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                if source == "global":
+                    take = any_or_all(BlockMask[by, bx, k, :])
+                elif source == "shared":
+                    for i in T.serial(flags):
+                        mask_shared[i] = BlockMask[by, bx, k, i]
+                    take = any_or_all(mask_shared)
+                else:
+                    for i in T.serial(flags):
+                        mask_local[i] = BlockMask[by, bx, k, i]
+                    take = any_or_all(mask_local[0:flags])
+                if take:
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+
+    return main
+
+
+@pytest.mark.parametrize("reduce_op", ["any", "all"])
+@pytest.mark.parametrize("source", ["global", "shared", "local"])
+def test_any_of_all_of_block_sparse_gemm(source, reduce_op, device, assert_close):
+    M = N = 64
+    K, block_K, flags = 128, 32, 2
+    a = torch.randn(M, K, device=device).half()
+    b = torch.randn(K, N, device=device).half()
+    mask = torch.rand(2, 2, K // block_K, flags, device=device) > 0.4
+    got = block_sparse_gemm(M, N, K, 32, 32, block_K, flags, source, reduce_op)(a, b, mask)
+    take = mask.any(dim=-1) if reduce_op == "any" else mask.all(dim=-1)
+    want = torch.zeros(M, N, device=device)
+    for by in range(2):
+        for bx in range(2):
+            for k in range(K // block_K):
+                if take[by, bx, k]:
+                    want[by * 32:(by + 1) * 32, bx * 32:(bx + 1) * 32] += (
+                        a[by * 32:(by + 1) * 32, k * block_K:(k + 1) * block_K].float()
+                        @ b[k * block_K:(k + 1) * block_K, bx * 32:(bx + 1) * 32].float())
+    assert_close(got, want.half())
+
+
+def test_any_of_compiles_for_hopper():
+    """Gluon writes no shared / local element outside T.Parallel yet: those masks are triton's."""
+    for source in ("global", "shared", "local"):
+        _compiles_for_hopper(block_sparse_gemm.fn(64, 64, 128, 32, 32, 32, 2, source, "any"), [-1],
+                             backends=("gluon", "triton") if source == "global" else ("triton",))
+
+
+def test_align_up():
+    assert T.align_up(10, 4) == 12 and T.align_up(12, 4) == 12
+
+    @T.prim_func
+    def main(A: T.Tensor((T.dynamic("n"),), T.int32), B: T.Tensor((1,), T.int32)):
+        with T.Kernel(1, threads=32) as _:
+            B[0] = T.align_up(A[0], 16) + T.align_up(5, 8)
+
+    b = torch.zeros(1, dtype=torch.int32)
+    tritile.compile(main)(torch.tensor([33, 1], dtype=torch.int32), b)
+    assert b.item() == 48 + 8
+
+
+@tritile.jit(out_idx=[1])
+def shifted_rows(M, N, block_M, shift, pad_value):
+    """TileLang's test_tilelang_language_annotate_safe_value.py: B's row r is A's row r - shift,
+    the rows before `shift` read out of A's bounds, which T.annotate_safe_value makes pad_value."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), T.float16), B: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=128) as by:
+            A_shared = T.alloc_shared((block_M, N), T.float16)
+            T.annotate_safe_value({A: pad_value})
+            for i, j in T.Parallel(block_M, N):
+                A_shared[i, j] = A[by * block_M + i - shift, j]
+            for i, j in T.Parallel(block_M, N):
+                B[by * block_M + i, j] = A_shared[i, j]
+
+    return main
+
+
+def test_annotate_safe_value(device):
+    a = torch.randn(64, 32, device=device).half()
+    want = torch.full_like(a, 10.0)
+    want[5:] = a[:-5]
+    torch.testing.assert_close(shifted_rows(64, 32, 16, 5, 10)(a), want, rtol=0, atol=0)
+    _compiles_for_hopper(shifted_rows.fn(64, 32, 16, 5, 10), [1])

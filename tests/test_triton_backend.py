@@ -458,7 +458,8 @@ def test_inspection_stages_on_cpu():
     with pytest.raises(ValueError, match="'ptx' does not exist"):
         kernel.get_source("ptx")
     # the pass list stops where the triton.language backend starts; later stages on demand
-    assert [name for name, _ in kernel.stages] == ["tile", "warp_group_serialization", "flat_reshapes", "accumulator_init"]
+    assert [name for name, _ in kernel.stages] == ["tile", "warp_group_serialization", "buffer_views", "flat_reshapes",
+                                                 "accumulator_init"]
     assert "T.alloc_shared([2, 64, 32]" in kernel.get_source("buffer_versioning")
     with pytest.raises(ValueError, match="unknown stage 'sass'"):
         kernel.get_source("sass")

@@ -52,8 +52,9 @@ POINTER_TYPES = {
 # IR dtype name -> Triton's type string of a scalar kernel argument
 SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
-HELPER_NAMES = ("_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float", "_any_lane",
-                "_atomic_update_16bit", "_max_propagate_nan", "_min_propagate_nan", "libdevice")
+HELPER_NAMES = ("_add_combine", "_and_combine", "_or_combine", "_xor_combine", "_floordiv", "_floormod",
+                "_floordiv_float", "_floormod_float", "_any_lane", "_atomic_update_16bit", "_max_propagate_nan",
+                "_min_propagate_nan", "libdevice")
 
 
 def dtype_text(dtype, lang: str) -> str:
@@ -64,6 +65,21 @@ _HELPERS = '''\
 @{jit}
 def _add_combine(a, b):
     return a + b
+
+
+@{jit}
+def _and_combine(a, b):
+    return a & b
+
+
+@{jit}
+def _or_combine(a, b):
+    return a | b
+
+
+@{jit}
+def _xor_combine(a, b):
+    return a ^ b
 
 
 # tritile's // and % are floor division / modulo (docs/semantics.md), Triton's truncate
@@ -175,7 +191,10 @@ _REDUCTIONS = {"max": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, 
                "min": ("{lang}.min({src}, axis={axis})", "{lang}.minimum({old}, {new})"),
                "sum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
                "abssum": ("{lang}.sum({src}, axis={axis})", "{old} + {new}"),
-               "absmax": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})")}
+               "absmax": ("{lang}.max({src}, axis={axis})", "{lang}.maximum({old}, {new})"),
+               "bitand": ("{lang}.reduce({src}, {axis}, _and_combine)", "{old} & {new}"),
+               "bitor": ("{lang}.reduce({src}, {axis}, _or_combine)", "{old} | {new}"),
+               "bitxor": ("{lang}.reduce({src}, {axis}, _xor_combine)", "{old} ^ {new}")}
 # with nan_propagate: maximumf / minimumf, a NaN wins
 _REDUCTIONS_PROPAGATING_NAN = {
     "max": ("{lang}.reduce({src}, {axis}, _max_propagate_nan)", "_max_propagate_nan({old}, {new})"),
@@ -430,8 +449,10 @@ def out_of_bounds_literal(buf) -> str:
 def reduction_identity(kind: str, dtype) -> str:
     """The value the pad lanes of a padded tile (ir/padding.py) take in a `T.reduce_<kind>`
     over `dtype` (for abssum / absmax: of the |x| tile), so that they change no result."""
-    if kind in ("sum", "abssum", "absmax"):
+    if kind in ("sum", "abssum", "absmax", "bitor", "bitxor"):
         return zero_literal(dtype)
+    if kind == "bitand":  # every bit set
+        return "-1" if dtype.kind == "int" else str((1 << dtype.bits) - 1)
     if dtype.is_float:
         return 'float("-inf")' if kind == "max" else 'float("inf")'
     info = torch.iinfo(dtype.torch)

@@ -27,6 +27,22 @@ class BufferAccess:
         return len(self.items) == self.buffer.ndim and not any(isinstance(i, slice) for i in self.items)
 
 
+def _element_operator(name: str):
+    """Python's operator `name` on an element access: that of its `Load` (Python code run while
+    a kernel is traced, a lambda given `A[i]`, computes with it as with any expression)."""
+
+    def operator(self, *other):
+        return getattr(load(self), name)(*other)
+
+    operator.__name__ = name
+    return operator
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__"):
+    setattr(BufferAccess, _name, _element_operator(_name))
+
+
 def _index(buffer: ir.Buffer, dim: int, value, loc):
     """One index as an int32 Expr; constant indices are range-checked."""
     if isinstance(value, ir.Const) and isinstance(value.value, int) and not isinstance(value.value, bool):

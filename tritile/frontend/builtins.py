@@ -8,15 +8,19 @@ output shape) are checked here and reported as `CompileError` at the call.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
+from math import prod
 from typing import Optional
 
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.frontend import reducers
+from tritile.frontend import views
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
+from tritile.ir.transform import substitute_vars
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
 from tritile.layout import SwizzledLayout
@@ -171,16 +175,19 @@ _ALLOC_BY_SCOPE = {"shared": "alloc_shared", "shared.dyn": "alloc_shared", "loca
 
 
 def alloc_buffer(p, a, loc):
-    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope.  TVM's aliasing
-    arguments (`data`, `strides`, `elem_offset`) make a view of another buffer: not supported."""
+    """`T.alloc_buffer(shape, dtype, scope=...)`: the `T.alloc_*` of its scope; with
+    `data=B.data`, a view of B's storage (frontend/views.py).  TVM's other aliasing arguments
+    (`strides`, `elem_offset`) are not supported."""
     scope = a["scope"]
     if scope not in _ALLOC_BY_SCOPE:
         raise CompileError(f"T.alloc_buffer: scope must be one of {', '.join(map(repr, _ALLOC_BY_SCOPE))}, got "
                            f"{scope!r}", loc)
-    for name in ("data", "strides", "elem_offset"):
+    for name in ("strides", "elem_offset"):
         if a[name] is not None:
             raise CompileError(f"T.alloc_buffer({name}=...) (a view of another buffer's storage) is not supported "
                                f"by tritile", loc)
+    if a["data"] is not None:
+        return tensor_over(p, a["shape"], a["dtype"], a["data"], "T.alloc_buffer(data=...)", loc)
     alloc = _ALLOC_BY_SCOPE[scope]
     if alloc == "alloc_var":
         if _static_shape(a["shape"], "T.alloc_buffer", loc) != (1,):
@@ -190,11 +197,20 @@ def alloc_buffer(p, a, loc):
     return HANDLERS[alloc](p, {"shape": a["shape"], "dtype": a["dtype"], "scope": scope}, loc)
 
 
+def tensor_over(p, shape, dtype, data, what, loc) -> ir.Buffer:
+    """`T.Tensor(shape, dtype, B.data)` (or `T.alloc_buffer(..., data=B.data)`): a view of B's storage."""
+    if not isinstance(data, views.Storage):
+        raise CompileError(f"{what}: data must be a buffer's storage (`B.data`), got {type(data).__name__}", loc)
+    return views.make_view(p, data, shape, dtype, what, loc)
+
+
 def alloc_reducer(p, a, loc):
     op = a["op"]
     if op not in reducers.OPS:
         raise CompileError(f"T.alloc_reducer: op must be one of {', '.join(map(repr, reducers.OPS))}, got {op!r}", loc)
     buf = _alloc("fragment")(p, {"shape": a["shape"], "dtype": a["dtype"]}, loc)
+    if op.startswith("bit") and not buf.dtype.is_int:
+        raise CompileError(f"T.alloc_reducer: op {op!r} needs an integer dtype, got {buf.dtype}", loc)
     p.reducers[buf] = op
     return buf
 
@@ -282,6 +298,33 @@ def copy(p, a, loc):
     return None
 
 
+def transpose(p, a, loc):
+    """TileLang's `T.transpose(src, dst)`: ``dst[j, i] = src[i, j]`` over src's 2-D tile (leading
+    unit dims allowed), as a `T.Parallel` over dst's tile reading src at the swapped indices."""
+    p.require_kernel("T.transpose", loc)
+    src, dst = acc.region(a["src"], loc, "T.transpose src"), acc.region(a["dst"], loc, "T.transpose dst")
+    if len(src.tile_shape) != 2 or tuple(dst.tile_shape) != tuple(reversed(src.tile_shape)):
+        raise CompileError(f"T.transpose: src {src.buffer.name} tile {list(src.tile_shape)} and dst {dst.buffer.name} "
+                           f"tile {list(dst.tile_shape)} must be 2-D, (M, N) and (N, M)", loc)
+    lanes = (ir.Var("i"), ir.Var("j"))
+
+    def indices(region, order):
+        """The region's element at tile point (lanes[order[0]], lanes[order[1]])."""
+        tile_dims = iter(lanes[k] for k in order)
+        out = []
+        for start, extent in zip(region.starts, region.extents):
+            if extent == 1:
+                out.append(start)
+                continue
+            lane = next(tile_dims)
+            out.append(lane if isinstance(start, ir.Const) and start.value == 0 else exprs.binary("+", start, lane, loc))
+        return tuple(out)
+
+    value = exprs.cast(ir.Load(src.buffer, indices(src, (1, 0)), src.buffer.dtype), dst.buffer.dtype, loc)
+    store = ir.Store(dst.buffer, indices(dst, (0, 1)), value, loc=loc)
+    p.emit(ir.Parallel(lanes, tuple(dst.tile_shape), ir.Seq([store], loc=loc), loc=loc))
+
+
 _POLICY_BY_INT = {0: "Square", 1: "FullRow", 2: "FullCol"}
 
 
@@ -353,6 +396,9 @@ def _reduce(kind):
             raise CompileError(f"{name}: output {dst.buffer.name} has shape {list(dst.tile_shape)}, expected "
                                f"{list(expected)} (the input {list(extents)} without dim {dim})", loc)
         dim = sum(1 for s in extents[:dim] if s != 1)
+        if kind.startswith("bit") and not (src.buffer.dtype.is_int and dst.buffer.dtype.is_int):
+            raise CompileError(f"{name}: a bitwise reduction takes integer tiles, got {src.buffer.dtype} into "
+                               f"{dst.buffer.dtype}", loc)
         clear_flag = _bool(a.get("clear", True), "clear", loc)
         nan_propagate = _bool(a.get("nan_propagate", False), "nan_propagate", loc)
         p.emit(ir.Reduce(kind, src, dst, dim, clear_flag, loc=loc, nan_propagate=nan_propagate))
@@ -570,6 +616,21 @@ def annotate_layout(p, a, loc):
     p.emit(ir.Evaluate("annotate_layout", tuple(b.name for b in layout_map), loc=loc))
 
 
+def let(p, a, loc):
+    """TVM's `T.let(v, value)`: binds Var `v` (made by `v = T.int32()`) to `value` for the rest of
+    the block (a `Let`); `T.let(v, value, body)`: the expression `body` with `v` = `value`."""
+    var, value = a["v"], p.scalar(a["value"], loc)
+    if not isinstance(var, ir.Var):
+        raise CompileError(f"T.let binds a variable made by `v = T.int32()` (or another dtype), got {var!r}", loc)
+    value = exprs.cast(value, var.dtype, loc)
+    if a["body"] is not None:
+        return substitute_vars(p.scalar(a["body"], loc), {var: value})
+    p.require_kernel("T.let", loc)
+    p.emit(ir.Let(var, value, loc=loc))
+    p.let_values[id(var)] = value
+    return None
+
+
 def annotate_safe_value(p, a, loc):
     """`T.annotate_safe_value({A: v})`: out-of-bounds reads of global tensor A give v (for the
     whole kernel; TileLang scopes it to the enclosing block)."""
@@ -752,6 +813,35 @@ def ceildiv(p, a, loc):
     return exprs.binary("//", exprs.binary("-", exprs.binary("+", x, y, loc), 1, loc), y, loc)
 
 
+def align_up(p, a, loc):
+    """TVM's `align_up(x, y)`: ``ceildiv(x, y) * y``."""
+    return exprs.binary("*", ceildiv(p, {"a": a["x"], "b": a["y"]}, loc), p.scalar(a["y"], loc), loc)
+
+
+_LOGICAL_OF_ELEMENTS = 64  # the most elements T.any_of / T.all_of reads one by one
+
+
+def _logical_of(name, op):
+    """`T.any_of` / `T.all_of(buffer)`: the `or` / `and` of the truth of each element of a buffer
+    or region of static extents (TileLang's flags of a block mask), each read as an element."""
+
+    def handler(p, a, loc):
+        region = acc.region(a["buffer"], loc, f"T.{name}")
+        if prod(region.extents) > _LOGICAL_OF_ELEMENTS:
+            raise CompileError(f"T.{name} of {region.buffer.name}: {prod(region.extents)} elements, more than the "
+                               f"{_LOGICAL_OF_ELEMENTS} it reads one by one; reduce the region with T.reduce_* first",
+                               loc)
+        result = None
+        for point in itertools.product(*(range(e) for e in region.extents)):
+            index = tuple(exprs.binary("+", start, offset, loc) if offset else start
+                          for start, offset in zip(region.starts, point))
+            value = exprs.truth(ir.Load(region.buffer, index, region.buffer.dtype))
+            result = value if result is None else exprs.binary(op, result, value, loc)
+        return result
+
+    return handler
+
+
 def if_then_else(p, a, loc):
     cond = p.scalar(a["cond"], loc)
     return exprs.select(cond, p.scalar(a["true_value"], loc), p.scalar(a["false_value"], loc), loc)
@@ -788,15 +878,6 @@ def _float_predicate(fn):
     return handler
 
 
-def _not_yet(construct, advice):
-    """A TileLang construct tritile does not implement yet: a CompileError at the call."""
-
-    def handler(p, a, loc):
-        raise CompileError(f"{construct} is not supported by tritile yet: {advice}", loc)
-
-    return handler
-
-
 HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
@@ -804,21 +885,22 @@ HANDLERS = {
     "alloc_global": alloc_global,
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
-    "reshape": _not_yet("T.reshape", "index the buffer with the reshaped indices"),
-    "view": _not_yet("T.view", "index the buffer with the viewed indices"),
-    "copy": copy, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "reshape": views.reshape, "view": views.view,
+    "copy": copy, "transpose": transpose, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "atomic_load": atomic_load, "atomic_store": atomic_store,
     "reduce_max": _reduce("max"), "reduce_min": _reduce("min"), "reduce_sum": _reduce("sum"),
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
+    **{f"reduce_{kind}": _reduce(kind) for kind in ("bitand", "bitor", "bitxor")},
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "annotate_safe_value": annotate_safe_value,
-    "print": print_,
+    "print": print_, "let": let,
     "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,
-    "ceildiv": ceildiv, "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
+    "ceildiv": ceildiv, "align_up": align_up, "any_of": _logical_of("any_of", "or"),
+    "all_of": _logical_of("all_of", "and"), "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
     "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},

@@ -37,7 +37,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, reducers, warp_groups
+from tritile.frontend import persistent, reducers, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -85,6 +85,7 @@ class Parser:
         self.returned = None
         self.kernels = []  # the `with T.Kernel` blocks, in launch order
         self.workspaces = []  # T.alloc_global buffers
+        self.views = []  # global views (frontend/views.py)
         self.in_kernel = False
         self.swizzle = None
         self.name_hint = None
@@ -255,19 +256,19 @@ class Parser:
         if host and self.kernels:  # they would be lost: the runtime launches kernels and nothing else
             raise CompileError("statements outside `with T.Kernel(...)` (TileLang's host code) are not supported; "
                                "move them into a kernel", host[0].loc)
-        if len(self.kernels) <= 1 and not self.workspaces:
+        if len(self.kernels) <= 1 and not self.workspaces and not self.views:
             # no kernel: TileLang builds such a function (host code only) too; compiling it is the error
             func = ir.PrimFunc(src.name, params, self.kernels[0] if self.kernels else None, out_idx=out_idx,
                                attrs=attrs, loc=loc, scalar_params=scalar_params)
             if self.kernels:
                 _bind_dynamic_dims(func, self.kernels)
             return func
-        # a program of several kernels and workspaces: each kernel its own one-kernel function
-        # taking the call's tensors, then the workspaces
+        # a program of several kernels, workspaces or global views: each kernel its own one-kernel
+        # function taking the call's tensors, then the workspaces, then the views
         func = ir.PrimFunc(src.name, params, None, out_idx=out_idx, attrs=attrs, loc=loc,
-                           scalar_params=scalar_params, workspaces=list(self.workspaces))
+                           scalar_params=scalar_params, workspaces=list(self.workspaces), views=list(self.views))
         _bind_dynamic_dims(func, self.kernels)
-        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces, kernel,
+        func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces + self.views, kernel,
                                   dynamic_vars=list(func.dynamic_vars), dim_bindings=dict(func.dim_bindings),
                                   attrs=dict(attrs), loc=kernel.loc, scalar_params=scalar_params)
                       for i, kernel in enumerate(self.kernels)]
@@ -302,8 +303,10 @@ class Parser:
         if frame is not None and frame is not self.frames[-1]:
             raise CompileError(f"{name!r} is bound outside this loop/if to {type(current).__name__}; it cannot be "
                                f"rebound inside runtime control flow", loc)
-        if isinstance(value, acc.BufferAccess) or (isinstance(value, ir.Buffer) and value.scope == "var"):
+        if (isinstance(value, acc.BufferAccess) and value.is_point) or (isinstance(value, ir.Buffer)
+                                                                        and value.scope == "var"):
             value = self.scalar(value, loc)  # a snapshot of the element
+        # (a sliced subscript stays one: `X = A_shared[:M, :K]` names that region, TileLang's alias)
         if dtype is not None:
             value = exprs.cast(self.scalar(value, loc), dtype, loc)
         if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
@@ -655,6 +658,8 @@ class Parser:
 
     def expr_Attribute(self, node):
         obj = self.eval(node.value)
+        if isinstance(obj, ir.Buffer) and node.attr == "data":
+            return views.Storage(obj)
         try:
             return getattr(obj, node.attr)
         except AttributeError:
@@ -876,7 +881,11 @@ class Parser:
             return self._tile_op(callee, args, kwargs, loc)
         if isinstance(callee, T.Macro):
             return self._inline_macro(callee, args, kwargs, loc)
+        if callee is T.Tensor:
+            return self._tensor(args, kwargs, loc)
         if isinstance(callee, DType):
+            if not args and not kwargs and self.in_kernel:  # TVM's `x = T.int32()`: a name `T.let` binds
+                return ir.Var(hint or "v", callee)
             if len(args) != 1 or kwargs:
                 raise CompileError(f"{callee}(value) takes one argument", loc)
             return exprs.cast(self.scalar(args[0], loc), callee, loc)
@@ -892,12 +901,29 @@ class Parser:
         if _is_user_function(callee) and (has_runtime or _calls_tile_ops(callee)):
             # TileLang traces plain helpers like macros: their T calls emit into the kernel
             return self._inline_macro(T.Macro(callee), args, kwargs, loc)
+        previous = T.TRACING.lower  # T operations the call makes (a lambda's) lower into the kernel here
+        T.TRACING.lower = lambda stub, call_args, call_kwargs: self._tile_op(stub, call_args, call_kwargs, loc)
         try:
             return callee(*args, **kwargs)
         except CompileError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported at the user's line
             raise CompileError(f"calling {_type_name(callee)} failed: {type(exc).__name__}: {exc}", loc) from None
+        finally:
+            T.TRACING.lower = previous
+
+    def _tensor(self, args, kwargs, loc):
+        """`T.Tensor(shape, dtype, data=None, scope=None)` called in the function: a tensor type,
+        or with `data=B.data` a view of B's storage."""
+        try:
+            bound = inspect.signature(T.Tensor).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise CompileError(f"T.Tensor: {exc}", loc) from None
+        bound.apply_defaults()
+        if bound.arguments["data"] is None:
+            return T.Tensor(*args, **kwargs)
+        return tile_ops.tensor_over(self, bound.arguments["shape"], bound.arguments["dtype"], bound.arguments["data"],
+                                    "T.Tensor(shape, dtype, data)", loc)
 
     def _tile_op(self, stub, args, kwargs, loc):
         impl = T.TILE_OPS[stub]
@@ -946,7 +972,7 @@ class Parser:
 
 
 # T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)
-_FOLDABLE_NAMES = frozenset(("ceildiv", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
+_FOLDABLE_NAMES = frozenset(("ceildiv", "align_up", "floordiv", "floormod", "truncdiv", "max", "min", "exp", "exp2", "log",
                              "log2", "sqrt", "rsqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "sigmoid",
                              "pow", "if_then_else",
                              "clamp", "Select", "isnan", "isinf", "isfinite", "shift_left", "shift_right",
@@ -1049,6 +1075,7 @@ _PY_SCALAR_BUILTINS = {
 def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
     """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
     `kernels`, the tensors' and the workspaces' shapes)."""
+    from tritile.ir.affine import solvable
     from tritile.ir.transform import bound_var, walk
 
     for index, buf in enumerate(func.params):
@@ -1064,6 +1091,13 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
             if isinstance(size, ir.Var) and size not in func.dim_bindings:
                 func.dim_bindings[size] = (index, dim)
                 func.dynamic_vars.append(size)
+    # a symbol only in affine sizes (`T.Tensor((n * 4,), ...)`): solved from the first such one
+    for index, buf in enumerate(func.params):
+        for dim, size in enumerate(buf.shape):
+            for var in (v for v in walk(size) if isinstance(v, ir.Var) and v not in func.dim_bindings):
+                if solvable(size, var):
+                    func.dim_bindings[var] = (index, dim)
+                    func.dynamic_vars.append(var)
     for kernel in kernels:
         defined = {id(v) for v in func.runtime_vars} | {id(v) for v in kernel.block_vars}
         for node in walk(kernel.body):
@@ -1073,7 +1107,7 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
                 defined.update(id(v) for v in node.vars)
             elif bound_var(node) is not None:
                 defined.add(id(bound_var(node)))
-        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces]):
+        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces + func.views]):
             for node in walk(root):
                 if isinstance(node, ir.Var) and id(node) not in defined:
                     raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it "

@@ -23,13 +23,16 @@ from tritile.frontend import exprs
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
-OPS = {"sum": "+", "max": "max", "min": "min"}  # reducer op -> the combine of its updates
+OPS = {"sum": "+", "max": "max", "min": "min", "bitand": "&", "bitor": "|", "bitxor": "^"}  # op -> its combine
 
 
 def identity(op: str, dtype) -> ir.Const:
-    """The value a reduction of `op` starts from (sum 0, max the lowest value, min the highest)."""
-    if op == "sum":
+    """The value a reduction of `op` starts from (sum, bitor, bitxor 0; bitand all bits set; max
+    the lowest value, min the highest)."""
+    if op in ("sum", "bitor", "bitxor"):
         return exprs.make_const(0, dtype)
+    if op == "bitand":
+        return exprs.make_const(-1 if dtype.kind == "int" else (1 << dtype.bits) - 1, dtype)
     if dtype.is_float and dtype.bits >= 16:
         return exprs.make_const(-math.inf if op == "max" else math.inf, dtype)
     return dtype.min if op == "max" else dtype.max

@@ -39,6 +39,7 @@ from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.hazards import AsyncTracker
 from tritile.interpreter.memory import Memory
 from tritile.ir import nodes as ir
+from tritile.ir.affine import solve_dim
 
 
 def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
@@ -88,6 +89,9 @@ class BlockRunner(Evaluator):
     def _alloc(self, s: ir.Alloc):
         if self.lane_ndim:
             raise self.error(f"{s.buffer.name} is allocated inside T.Parallel")
+        if s.buffer.view_of is not None:
+            self.memory.bind_view(s.buffer, s)
+            return
         self.memory.allocate(s.buffer, tuple(int(self.scalar(d)) for d in s.buffer.shape))
         if s.init is not None:
             self.memory.store(s.buffer, [0] * s.buffer.ndim, self.scalar(s.init), None, s)
@@ -312,7 +316,8 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
                              f"got shape {list(t.shape)}")
     for var, (index, dim) in func.dim_bindings.items():
         if var not in dims:
-            dims[var] = int(args[index].shape[dim])
+            dims[var] = solve_dim(func.params[index].shape[dim], var, int(args[index].shape[dim]),
+                                  f"argument {func.params[index].name}, dimension {dim}")
     for buf, t in zip(func.params, args):  # bare Vars in shapes bind themselves
         for d, size in zip(buf.shape, t.shape):
             if isinstance(d, ir.Var) and d not in dims:

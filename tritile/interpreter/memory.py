@@ -39,6 +39,11 @@ class Memory:
     def allocate(self, buffer: ir.Buffer, shape: tuple):
         self._tensors[buffer] = V.allocate(shape, buffer.dtype)
 
+    def bind_view(self, view: ir.Buffer, stmt):
+        """From here on `view` (an on-chip `T.reshape` / `T.view`) names its storage's bytes."""
+        storage = self.tensor(view.view_of, stmt)
+        self._tensors[view] = V.storage_view(V.reinterpret(storage, view.dtype, view.shape), view.dtype)
+
     def tensor(self, buffer: ir.Buffer, stmt) -> torch.Tensor:
         try:
             return self._tensors[buffer]

@@ -113,6 +113,16 @@ def _ignoring_nan(extreme, fill):
     return reducer
 
 
+def _bitwise(op):
+    """A bitwise reduction along `dim` (torch has none): `op` folded over the slices."""
+    def reducer(x, dim):
+        out = None
+        for part in x.unbind(dim):
+            out = part if out is None else op(out, part)
+        return out
+    return reducer
+
+
 _max_ignoring_nan = _ignoring_nan(torch.amax, float("-inf"))
 _REDUCERS = {
     "max": _max_ignoring_nan,
@@ -120,12 +130,14 @@ _REDUCERS = {
     "sum": lambda x, dim: x.sum(dim),
     "abssum": lambda x, dim: x.sum(dim),  # abs* reduce |x|, taken by `reduce`
     "absmax": _max_ignoring_nan,
+    "bitand": _bitwise(torch.bitwise_and), "bitor": _bitwise(torch.bitwise_or), "bitxor": _bitwise(torch.bitwise_xor),
 }
 # nan_propagate=True: torch's amax / amin propagate NaN
 _REDUCERS_PROPAGATING_NAN = {"max": lambda x, dim: x.amax(dim), "min": lambda x, dim: x.amin(dim),
                              "absmax": lambda x, dim: x.amax(dim)}
 # how a reduction result combines with the old destination when clear=False (fmax: NaN-ignoring)
-_COMBINE = {"max": torch.fmax, "min": torch.fmin, "sum": torch.add, "abssum": torch.add, "absmax": torch.fmax}
+_COMBINE = {"max": torch.fmax, "min": torch.fmin, "sum": torch.add, "abssum": torch.add, "absmax": torch.fmax,
+            "bitand": torch.bitwise_and, "bitor": torch.bitwise_or, "bitxor": torch.bitwise_xor}
 _COMBINE_PROPAGATING_NAN = {"max": torch.maximum, "min": torch.minimum, "absmax": torch.maximum}
 
 

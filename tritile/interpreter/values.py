@@ -40,6 +40,15 @@ def storage_view(tensor: torch.Tensor, dtype: DType) -> torch.Tensor:
     return tensor
 
 
+def reinterpret(tensor: torch.Tensor, dtype: DType, shape) -> torch.Tensor:
+    """The bytes of contiguous `tensor` as a tensor of `dtype` (its torch dtype) and `shape`,
+    sharing its storage (a view: `T.reshape` / `T.view`)."""
+    flat = tensor.reshape(-1)
+    if flat.dtype != dtype.torch:
+        flat = flat.view(dtype.torch)
+    return flat.view(tuple(shape))
+
+
 def from_storage(values: torch.Tensor, dtype: DType) -> torch.Tensor:
     """Elements read from a storage view, in the compute dtype of `dtype`."""
     out = values.to(compute_dtype(dtype))

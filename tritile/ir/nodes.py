@@ -74,6 +74,9 @@ class Expr:
     def _binary(self, op, lhs, rhs):
         from tritile.frontend.exprs import binary  # the frontend owns folding and promotion rules
 
+        other = rhs if lhs is self else lhs
+        if not isinstance(other, (Expr, int, float)):
+            return NotImplemented  # the other operand's reflected operator may know it (an element access)
         return binary(op, lhs, rhs)
 
     def __add__(self, other):
@@ -242,6 +245,14 @@ class Buffer:
     by layout inference (a codegen encoding object); `annotated_layout` is what the user
     pinned with `T.annotate_layout`.  `safe_value` (a global tensor's `T.annotate_safe_value`) is
     what an out-of-bounds read of it gives, converted to its dtype; None: 0.
+
+    `view_of` is set on a *view* (`T.reshape`, `T.view`, `T.Tensor(shape, dtype, A.data)`):
+    the buffer whose storage this one reinterprets - the same bytes from the first, in
+    row-major order, in this buffer's shape and dtype (same total bits).  It is always a
+    buffer with storage of its own (a view of a view is a view of that one's storage) and
+    of the same scope.  A global view is a `PrimFunc.views` entry; an on-chip view is
+    declared by an `Alloc` after its storage's, allocates nothing, and exists only until
+    `lowering/buffer_views.py`.
     """
 
     name: str
@@ -254,6 +265,7 @@ class Buffer:
     annotated_layout: object = None
     loc: Optional[SourceLoc] = None
     safe_value: object = None
+    view_of: Optional["Buffer"] = None
 
     @property
     def root(self) -> "Buffer":
@@ -307,7 +319,8 @@ class Seq(Stmt):
 
 @dataclass
 class Alloc(Stmt):
-    """Declares an on-chip buffer; for scope "var" `init` is its initial value."""
+    """Declares an on-chip buffer; for scope "var" `init` is its initial value.  Of a view
+    (`buffer.view_of` set) it allocates nothing: from here on `buffer` names that storage."""
 
     buffer: Buffer
     init: Optional[Expr] = None
@@ -406,7 +419,7 @@ class Fill(Stmt):
     loc: Optional[SourceLoc] = None
 
 
-REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax")
+REDUCE_KINDS = ("max", "min", "sum", "abssum", "absmax", "bitand", "bitor", "bitxor")  # bit*: integers
 
 
 @dataclass
@@ -694,6 +707,12 @@ class PrimFunc:
     The pass list, the backends and the interpreter see only such one-kernel functions; the
     runtime launches the parts one after another on the same tensors.
 
+    `views` are the function's global views (`T.reshape` / `T.view` of a tensor parameter or
+    workspace, `T.Tensor(shape, dtype, A.data)`: Buffers whose `view_of` is one of those): a
+    function with views is a function of `parts` too, and each part takes the views after the
+    workspaces, as ordinary tensor parameters the runtime derives from the call's tensors
+    (`tensor.view(dtype).view(shape)`), so every backend addresses a view as a tensor of its own.
+
     A `@T.prim_func` with no `with T.Kernel` block (TileLang's host code only) has `kernel`
     None and no `parts`: it can be built and printed, and compiling it is a CompileError."""
 
@@ -708,6 +727,7 @@ class PrimFunc:
     scalar_params: list = field(default_factory=list)
     workspaces: list = field(default_factory=list)
     parts: list = field(default_factory=list)
+    views: list = field(default_factory=list)
 
     @property
     def kernels(self) -> list:

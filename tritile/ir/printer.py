@@ -77,6 +77,8 @@ class _Printer:
     def stmt(self, s, d):  # noqa: C901 - one branch per node kind is the clearest form
         if isinstance(s, ir.Seq):
             self.seq(s, d)
+        elif isinstance(s, ir.Alloc) and s.buffer.view_of is not None:
+            self.emit(d, _view_str(s.buffer))
         elif isinstance(s, ir.Alloc):
             b = s.buffer
             fn = {"shared": "alloc_shared", "fragment": "alloc_fragment", "local": "alloc_local",
@@ -211,12 +213,18 @@ def format_func(func: ir.PrimFunc) -> str:
         p.emit(1, "# scalars: " + ", ".join(_divisor_note(v) for v in divisible_scalars))
     for b in func.workspaces:
         p.emit(1, f"{b.name} = T.alloc_global({_shape_str(b.shape)}, {b.dtype})")
+    for b in func.views:
+        p.emit(1, _view_str(b))
     for part in func.parts:
         p.emit(1, f"# kernel {part.name}")
         _kernel(p, part)
     if not func.parts:
         _kernel(p, func)
     return "\n".join(p.lines) + "\n"
+
+
+def _view_str(b: ir.Buffer) -> str:
+    return f"{b.name} = T.view({b.view_of.name}, {_shape_str(b.shape)}, {b.dtype})"
 
 
 def _divisor_note(v: ir.Var) -> str:

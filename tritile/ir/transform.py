@@ -86,17 +86,27 @@ class Transformer:
 
 def substitute_buffers(node, mapping: dict):
     """Replace every reference to a key of `mapping` (Region, Load, Store, Alloc, params)
-    by its value."""
+    by its value; a view (`Buffer.view_of`) of a replaced buffer becomes one view of its
+    replacement, so a view keeps naming its storage."""
+    swapped = {}
+
+    def swap(buf):
+        if buf not in swapped:
+            new = mapping.get(buf, buf)
+            if new.view_of is not None and swap(new.view_of) is not new.view_of:
+                new = dataclasses.replace(new, view_of=swap(new.view_of))
+            swapped[buf] = new
+        return swapped[buf]
 
     class _Sub(Transformer):
         def _swap(self, n):
-            new = mapping.get(n.buffer)
-            return dataclasses.replace(n, buffer=new) if new is not None else n
+            new = swap(n.buffer)
+            return dataclasses.replace(n, buffer=new) if new is not n.buffer else n
 
         visit_Region = visit_Load = visit_Store = visit_Alloc = _swap
 
         def visit_PrimFunc(self, f):
-            return dataclasses.replace(f, params=[mapping.get(p, p) for p in f.params])
+            return dataclasses.replace(f, params=[swap(p) for p in f.params])
 
     return _Sub().transform(node)
 
@@ -113,7 +123,7 @@ def substitute_vars(node, mapping: dict):
 
 # statement type -> the field holding the region (or buffer) it writes
 _WRITTEN_FIELD = {ir.Store: "buffer", ir.Copy: "dst", ir.AsyncCopy: "dst", ir.AtomicAdd: "dst", ir.Fill: "dst",
-                  ir.Reduce: "dst", ir.Cumsum: "dst", ir.Gemm: "c"}
+                  ir.Reduce: "dst", ir.Cumsum: "dst", ir.CumExtremum: "dst", ir.Gemm: "c"}
 
 
 def bound_var(node):

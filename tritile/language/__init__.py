@@ -8,7 +8,9 @@ Contract
   declared here, so arity and keyword mistakes are reported exactly as TileLang spells them.
 * Tile operations (`T.copy`, `T.gemm`, `T.Kernel`, `T.alloc_*`, loops, ...) have no Python
   behaviour: calling one directly raises `RuntimeError` telling the user it only works
-  inside a kernel compiled by tritile.
+  inside a kernel compiled by tritile - except from Python code the frontend runs while it
+  traces a kernel (a lambda, a library function given runtime values): `TRACING` then lowers
+  the call into that kernel, at the traced line.
 * Pure helpers work anywhere: dtypes, `T.Tensor`/`T.Buffer` specs, `T.dynamic`,
   `T.GemmWarpPolicy`, `T.prim_func`, `T.macro`, and the arithmetic helpers (`T.ceildiv`,
   `T.max`, `T.exp`, ...) when all their arguments are Python numbers (they fold).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import builtins as _builtins
 import math
+import threading as _threading
 
 from tritile.ir import nodes as _ir
 from tritile.ir import dtypes as _dtypes
@@ -39,11 +42,23 @@ globals().update({d.name: d for d in _dtypes.VECTORS})  # T.float32x2, T.float16
 TILE_OPS = {}
 
 
+class _Tracing(_threading.local):
+    """While the frontend runs Python code of the user's during a trace (`lower` set): how a T
+    operation that code calls is lowered, ``lower(stub, args, kwargs)``, into the kernel."""
+
+    lower = None
+
+
+TRACING = _Tracing()
+
+
 def _tile_op(fn):
     """Mark `fn` as an operation the frontend lowers; calling it from Python is an error."""
     name = fn.__name__
 
     def outside_kernel(*args, **kwargs):
+        if TRACING.lower is not None:
+            return TRACING.lower(outside_kernel, args, kwargs)
         raise RuntimeError(f"T.{name} can only be used inside a kernel compiled by tritile "
                            f"(@T.prim_func or @tritile.jit); it was called directly from Python")
 
@@ -63,6 +78,8 @@ def _foldable(name, fn):
         values = list(args) + list(kwargs.values())
         if all(v is None or isinstance(v, (int, _builtins.float, str, DType)) for v in values):
             return fn(*args, **kwargs)
+        if TRACING.lower is not None:
+            return TRACING.lower(helper, args, kwargs)
         raise RuntimeError(f"T.{name} on runtime values can only be used inside a kernel compiled "
                            f"by tritile")
 
@@ -79,7 +96,8 @@ def _foldable(name, fn):
 
 
 class Tensor:
-    """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`."""
+    """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`; called in
+    a kernel with `data=B.data`, a view of B's storage (tritile/frontend/views.py)."""
 
     def __init__(self, shape, dtype="float32", data=None, scope=None):
         if isinstance(shape, (int, _ir.Expr)):
@@ -245,18 +263,44 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
 
 @_tile_op
 def reshape(src, shape):
-    """A view of `src` with another shape (not supported yet: a CompileError)."""
+    """A view of `src`'s storage with another shape of as many elements (tritile/frontend/views.py)."""
 
 
 @_tile_op
 def view(src, shape=None, dtype=None):
-    """A view of `src` with another shape / dtype (not supported yet: a CompileError)."""
+    """A view of `src`'s storage with another shape and / or dtype of as many bits."""
 
 
 @_tile_op
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None,
          prefer_instruction=None, annotations=None, loop_layout=None):
     pass
+
+
+@_tile_op
+def let(v, value, body=None):
+    """TVM's let: `v` (from `v = T.int32()`) bound to `value` for the rest of the block, or, with
+    `body`, the expression `body` with `v` = `value`."""
+
+
+@_tile_op
+def annotate_safe_value(safe_value_map):
+    """`{A: value}`: element reads of global tensor A out of its bounds give `value`."""
+
+
+@_tile_op
+def any_of(buffer):
+    """Whether any element of `buffer` (a buffer or a region of one) is true: a bool."""
+
+
+@_tile_op
+def all_of(buffer):
+    """Whether every element of `buffer` (a buffer or a region of one) is true: a bool."""
+
+
+@_tile_op
+def transpose(src, dst, annotations=None):
+    """``dst[j, i] = src[i, j]`` of a 2-D tile: dst (N, M) from src (M, N)."""
 
 
 @_tile_op
@@ -335,6 +379,21 @@ def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, an
 @_tile_op
 def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
     pass
+
+
+@_tile_op
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise and of an integer tile along `dim`."""
+
+
+@_tile_op
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise or of an integer tile along `dim`."""
+
+
+@_tile_op
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise xor of an integer tile along `dim`."""
 
 
 @_tile_op
@@ -496,6 +555,7 @@ Cast = _foldable("Cast", lambda dtype, value: _cast(value, dtype))  # TileLang's
 infinity = _foldable("infinity", _infinity)
 
 # TileLang's tvm.tir spellings of expressions above (tilelang/language/customize.py, tir/ir.py)
+align_up = _foldable("align_up", lambda x, y: _ceildiv(x, y) * y)
 clamp = _foldable("clamp", lambda dst, min_val, max_val: _builtins.min(_builtins.max(dst, min_val), max_val))
 Select = _foldable("Select", lambda condition, true_value, false_value, span=None:
                    true_value if condition else false_value)

@@ -12,6 +12,7 @@ import importlib
 # (stage name, module under tritile.lowering); the module defines `run(func, target)`.
 PASSES = [
     ("warp_group_serialization", "warp_group_serialization"),
+    ("buffer_views", "buffer_views"),
     ("flat_reshapes", "flat_reshapes"),
     ("accumulator_init", "accumulator_init"),
     ("pipeline_planning", "pipeline_planning"),

@@ -29,6 +29,7 @@ import dataclasses
 from math import prod
 
 from tritile.ir import nodes as ir
+from tritile.ir.affine import affine
 from tritile.ir.transform import Transformer, substitute_vars, walk
 
 
@@ -38,30 +39,6 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
         return func
     body = _Rewrite(shapes).transform(func.kernel.body)
     return dataclasses.replace(func, kernel=dataclasses.replace(func.kernel, body=body))
-
-
-def _affine(e):
-    """{Var: coefficient} and the constant of an integer expression that is a sum of constant
-    multiples of Vars, or None."""
-    if isinstance(e, ir.Var):
-        return {e: 1}, 0
-    if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return {}, e.value
-    if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*"):
-        lhs, rhs = _affine(e.lhs), _affine(e.rhs)
-        if lhs is None or rhs is None:
-            return None
-        if e.op == "*":
-            if lhs[0] and rhs[0]:
-                return None
-            (terms, _), scale = (lhs, rhs[1]) if lhs[0] else (rhs, lhs[1])
-            return {v: c * scale for v, c in terms.items()}, lhs[1] * rhs[1]
-        sign = 1 if e.op == "+" else -1
-        terms = dict(lhs[0])
-        for v, c in rhs[0].items():
-            terms[v] = terms.get(v, 0) + sign * c
-        return {v: c for v, c in terms.items() if c}, lhs[1] + sign * rhs[1]
-    return None
 
 
 def _row_major(vars_, extents) -> dict:
@@ -74,7 +51,7 @@ def _row_major(vars_, extents) -> dict:
 
 
 def _is_linearisation(index, par: ir.Parallel) -> bool:
-    terms = _affine(index)
+    terms = affine(index)
     return terms is not None and terms[1] == 0 and terms[0] == _row_major(par.vars, par.extents)
 
 

@@ -26,13 +26,16 @@ kernel without inputs).
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 
 from tritile.interpreter.expressions import Evaluator
+from tritile.interpreter import values as V
 from tritile.interpreter.values import round_scalar
 from tritile.ir import divisibility
+from tritile.ir.affine import solve_dim
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import from_torch
 from tritile.ir.printer import expr_str
@@ -40,8 +43,9 @@ from tritile.ir.transform import walk, written_buffer
 
 
 def written_params(func: ir.PrimFunc) -> set:
-    """Indices of the parameters the kernels write."""
-    ids = {id(written_buffer(node)) for kernel in func.kernels for node in walk(kernel.body)}
+    """Indices of the parameters the kernels write (through a view too)."""
+    written = [written_buffer(node) for kernel in func.kernels for node in walk(kernel.body)]
+    ids = {id(b.view_of or b) for b in written if b is not None}
     return {i for i, p in enumerate(func.params) if id(p) in ids}
 
 
@@ -116,6 +120,10 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
                 if bound != have:
                     raise ValueError(f"{label}: dimension {dim} is the dynamic size '{want.name}' = {bound} "
                                      f"from another argument, got {have}")
+            else:  # an affine size, `n * 4`, binding the symbol it was chosen to bind
+                for var, where in func.dim_bindings.items():
+                    if where == (index, dim) and var not in dim_values:
+                        dim_values[var] = solve_dim(want, var, have, f"{label}, dimension {dim}")
         if tensor.numel() > _MAX_ELEMENTS:
             raise ValueError(f"{label}: {tensor.numel()} elements (shape {list(tensor.shape)}) is more than the "
                              f"2**31 the kernel can address: it computes element offsets in int32")
@@ -273,6 +281,25 @@ def allocate_workspaces(func: ir.PrimFunc, dim_values: dict, device) -> list:
     evaluator = Evaluator(dim_values, None)
     return [torch.empty([int(evaluator.scalar(s)) if isinstance(s, ir.Expr) else s for s in b.shape],
                         dtype=b.dtype.torch, device=device) for b in func.workspaces]
+
+
+def derive_views(func: ir.PrimFunc, tensors: list, dim_values: dict) -> list:
+    """The call's tensors of `func.views` (global `T.reshape` / `T.view`s), each the same
+    storage as its parameter's or workspace's tensor in `tensors` (params then workspaces,
+    contiguous): `tensor.view(dtype).view(shape)`.  A view whose bytes differ from its
+    storage's at this call's sizes is a ValueError naming it."""
+    owners = {id(b): t for b, t in zip(func.params + func.workspaces, tensors)}
+    evaluator = Evaluator(dim_values, None)
+    out = []
+    for view in func.views:
+        storage = owners[id(view.view_of)]
+        shape = [int(evaluator.scalar(s)) if isinstance(s, ir.Expr) else s for s in view.shape]
+        bytes_, have = math.prod(shape) * view.dtype.bits, storage.numel() * storage.element_size() * 8
+        if bytes_ != have:
+            raise ValueError(f"view '{view.name}' of '{view.view_of.name}': shape {shape} of {view.dtype} is "
+                             f"{bytes_} bits, but '{view.view_of.name}' {list(storage.shape)} holds {have}")
+        out.append(V.reinterpret(storage, view.dtype, shape))
+    return out
 
 
 def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:

@@ -46,7 +46,7 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, written_params
+from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, derive_views, written_params
 from tritile.runtime.target import Target, parse_target
 
 # generated source stages; "triton" and "ttir" always from the triton.language backend, the
@@ -171,6 +171,7 @@ class JITKernel:
         """Each part in order, at the call's divisibility key (the parts share the function's
         runtime Vars, so one key selects each part's variant)."""
         tensors = tensors + allocate_workspaces(self.func, dim_values, call_device(tensors))
+        tensors = tensors + derive_views(self.func, tensors, dim_values)
         for part in self._parts:
             if part._bind.grid_has_blocks(dim_values):
                 part._run(tensors, dim_values, divisible)
@@ -264,6 +265,10 @@ class JITKernel:
         from tritile.runtime.profiler import Profiler, TensorSupplyType
 
         return Profiler(self, tensor_supply_type or TensorSupplyType.Auto)
+
+    def run_once(self, func=None):
+        """TileLang's: `func` (default this kernel) once on inputs the profiler supplies."""
+        return self.get_profiler().run_once(func)
 
     def get_kernel_source(self, kernel_only: bool = True) -> str:
         """The generated source of the chosen backend (TileLang's name for the device kernel's source)."""

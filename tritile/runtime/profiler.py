@@ -70,8 +70,9 @@ class Profiler:
         return [_supply(p, self.supply_type, self.device)
                 for i, p in enumerate(self.kernel.params) if i not in outputs]
 
-    def run_once(self, input_tensors=None):
-        return self.kernel(*(input_tensors if input_tensors is not None else self._inputs()))
+    def run_once(self, func=None, input_tensors=None):
+        """TileLang's: `func` (default the kernel) once on the supplied inputs (or `input_tensors`)."""
+        return (func or self.kernel)(*(input_tensors if input_tensors is not None else self._inputs()))
 
     def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
                         max_mismatched_ratio: float = 0.01):

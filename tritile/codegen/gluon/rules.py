@@ -61,6 +61,11 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
                 text, layout = _selected(em, buf, picks)
                 return _on_parallel(em, text, layout, axes) if axes else Val(text)
             return _on_parallel(em, em.name(buf), em.buffer_layout(buf), axes)
+        order = _permutation(e.indices, par)
+        if order is not None and tuple(buf.shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+            # x[j, i] in T.Parallel(i, j) (T.transpose): the tile permuted, in the loop's layout
+            return Val(f"gl.convert_layout(gl.permute({em.name(buf)}, {order}), {par.layout_name})",
+                       frozenset(range(len(order))))
     if par is None:
         raise unsupported(f"an element read of {buf.scope} buffer {buf.name} outside T.Parallel", None)
     lead = 1 if buf.num_versions > 1 else 0
@@ -74,7 +79,26 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
         view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
         return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
+    order = _permutation(e.indices[lead:], par) if buf.scope == "shared" else None
+    if order is not None and tuple(buf.tile_shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+        # x[j, i] in T.Parallel(i, j) (T.transpose): a permuted view of the shared tile
+        view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+        return Val(f"{view}.permute({order}).load({par.layout_name})", frozenset(range(len(order))))
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", None)
+
+
+def _permutation(indices, par):
+    """For indices that are the current Parallel's loop variables in another order: the
+    permutation putting the buffer's dims into the loop's order (dim `order[k]` runs along
+    loop axis k), else None."""
+    if par is None or len(indices) != len(par.loop.vars) or {id(i) for i in indices} != {id(v) for v in par.loop.vars}:
+        return None
+    return [next(d for d, index in enumerate(indices) if index is var) for var in par.loop.vars]
+
+
+def _inverse(order) -> list:
+    """The loop axis along which each buffer dim runs."""
+    return [order.index(d) for d in range(len(order))]
 
 
 def _lane_dims(em: Emitter, buf: ir.Buffer, indices):
@@ -218,6 +242,9 @@ def emit_shared_alloc(em: Emitter, buf: ir.Buffer):
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
     buf = s.buffer
+    if buf.view_of is not None:  # reinterpreted bits (lowering/buffer_views.py rewrote the reshapes)
+        raise unsupported(f"T.view of {buf.view_of.scope} buffer {buf.view_of.name} as {buf.dtype} (it holds "
+                          f"{buf.view_of.dtype}: its bits reinterpreted in registers)", s.loc)
     name = em.name(buf)
     dt = GL_DTYPES[buf.dtype.name]
     if buf.scope == "var" or (buf.scope == "local" and all(d == 1 for d in buf.shape)):
@@ -339,7 +366,32 @@ def lower_store(em: Emitter, s: ir.Store):
         em.emit(f"{view}.store({value})")
         _after_generic_shared_write(em)
         return
+    order = _permutation(s.indices[lead:], par)
+    if order is not None and tuple(buf.tile_shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
+        return _write_permuted(em, s, v, order)
     raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
+
+
+def _write_permuted(em: Emitter, s: ir.Store, v: Val, order: list):
+    """`y[j, i] = value` in T.Parallel(i, j): the loop's tile permuted into the buffer's order -
+    stored through a permuted view of a shared tile, or `gl.permute`d and converted into a
+    fragment's layout; lanes the loop's `if`s leave out keep their values."""
+    buf, par = s.buffer, em.par
+    value = _full(v, s.value.dtype, buf.dtype, par)
+    if buf.scope == "shared":
+        lead = 1 if buf.num_versions > 1 else 0
+        view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "") + f".permute({order})"
+        if par.write_mask:
+            value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {view}.load({par.layout_name}))"
+        em.emit(f"{view}.store({value})")
+        _after_generic_shared_write(em)
+        return
+    if par.write_mask:
+        old = f"gl.convert_layout(gl.permute({em.name(buf)}, {order}), {par.layout_name})"
+        value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {old})"
+    want = em.buffer_layout(buf)
+    em.emit(f"{em.name(buf)} = gl.convert_layout(gl.permute({value}, {_inverse(order)}), "
+            f"{em.layout_name(want, em.name(buf))})")
 
 
 def _write_selected(em: Emitter, s: ir.Store, v: Val, axes: list, picks: list):
@@ -616,7 +668,7 @@ def lower_copy(em: Emitter, s):
     src, dst = s.src, s.dst
     ss, ds = src.buffer.scope, dst.buffer.scope
     if tuple(src.tile_shape) != tuple(dst.tile_shape):
-        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
+        return _reshaping_copy(em, s)
     # the register tensor's shape: a fragment's own shape (it may keep unit dims, e.g. a
     # keep-dim reduction's (1, N)), else the tile's
     frag = next((r.buffer for r in (src, dst) if r.buffer.scope == "fragment"), None)
@@ -686,6 +738,37 @@ def lower_copy(em: Emitter, s):
         want = em.buffer_layout(dst.buffer)
         value = _convert(em, value, have, want, em.layout_name(want, em.name(dst.buffer)))
         em.emit(f"{em.name(dst.buffer)} = {converted(value)}")
+
+
+def _reshaping_copy(em: Emitter, s):
+    """A T.copy between whole on-chip tiles of different shapes and as many elements (an
+    on-chip view's copy, lowering/buffer_views.py): the elements in row-major order - the
+    source in a blocked layout, `gl.reshape` (Triton infers the result's layout), converted
+    to the destination fragment's layout or stored into the destination's shared tile."""
+    src, dst = s.src, s.dst
+    what = f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}"
+    for region in (src, dst):
+        buf = region.buffer
+        if buf.scope not in ("shared", "fragment") or list(region.extents) != list(buf.shape):
+            raise unsupported(f"{what}: only whole shared / fragment buffers are reshaped (T.reshape / T.view)",
+                              s.loc)
+        if is_padded(buf.tile_shape):
+            raise unsupported(f"{what}: a tile whose extents are not powers of two is padded (ir/padding.py), and "
+                              f"its row-major order is not the padded tile's", s.loc)
+    have_shape, want_shape = list(src.buffer.tile_shape), list(dst.buffer.tile_shape)
+    blocked = lay.blocked_for(have_shape, src.buffer.dtype.bits, em.num_warps)
+    if src.buffer.scope == "fragment":
+        value = _convert(em, em.name(src.buffer), em.buffer_layout(src.buffer), blocked, em.layout_name(blocked))
+    else:
+        value = f"{em.shared_view(src, s.loc)}.load({em.layout_name(blocked)})"
+    value = f"gl.reshape({value}, {want_shape})"
+    if dst.buffer.scope == "fragment":
+        want = em.buffer_layout(dst.buffer)
+        em.emit(f"{em.name(dst.buffer)} = gl.convert_layout({value}, {em.layout_name(want, em.name(dst.buffer))})")
+        return
+    _wait_for_tma_stores(em, dst.buffer)
+    em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
+    _after_generic_shared_write(em)
 
 
 def _copy_fragment_part(em: Emitter, s):

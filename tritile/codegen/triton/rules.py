@@ -79,12 +79,13 @@ def _selection_masks(buf: ir.Buffer, picks: list) -> list:
     return [f"({axis_index(f'tl.arange(0, {shape[d]})', d, len(shape))} == {k})" for d, k in picks]
 
 
-def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
+def _lane_dims(em: Emitter, buf: ir.Buffer, indices, ordered: bool = True) -> tuple:
     """How on-chip `buf` indexed by `indices` inside the current T.Parallel maps onto its lanes:
     (the Parallel axis of each dim the lanes run along, those dims, (dim, index text) of the dims
     taken at one lane-independent index).  The lanes' dims must be distinct loop variables of the
-    dim's extent, in the loop's order (the tile is then the buffer's, expanded along the loop's
-    other dims); a unit dim indexed 0 is neither."""
+    dim's extent, in the loop's order unless not `ordered` (a read: the tile is then permuted);
+    the tile is the buffer's, expanded along the loop's other dims; a unit dim indexed 0 is
+    neither."""
     par = em.par
     axes, dims, picks = [], [], []
     for d, (index, extent) in enumerate(zip(indices, buf.shape)):
@@ -92,7 +93,7 @@ def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
             continue
         if isinstance(index, ir.Var) and index in par.index:
             axis = par.loop.vars.index(index)
-            if par.loop.extents[axis] != extent or (axes and axis <= axes[-1]):
+            if par.loop.extents[axis] != extent or axis in axes or (ordered and axes and axis < axes[-1]):
                 raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (a transposed or "
                                   f"partial view)")
             axes.append(axis)
@@ -109,14 +110,18 @@ def _lane_dims(em: Emitter, buf: ir.Buffer, indices) -> tuple:
 
 def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     """On-chip `buf` read at `indices` inside the current T.Parallel, as a tile broadcastable
-    to the Parallel's shape (`_lane_dims`): the dims taken at one index selected away."""
-    axes, dims, picks = _lane_dims(em, buf, indices)
+    to the Parallel's shape (`_lane_dims`): the dims taken at one index selected away, the
+    others permuted into the loop's order (`x[j, i]` in `T.Parallel(i, j)`: `T.transpose`)."""
+    axes, dims, picks = _lane_dims(em, buf, indices, ordered=False)
     text = em.name(buf)
     if picks:
         text = semantics.selected_text("tl", text, _selection_masks(buf, picks), [d for d, _ in picks], buf.dtype)
     kept = [padded_shape(buf.shape)[d] for d in dims]
     if len(kept) != len(buf.shape) - len(picks):
         text = f"tl.reshape({text}, {kept})"
+    if axes != sorted(axes):
+        text = f"tl.permute({text}, {[axes.index(a) for a in sorted(axes)]})"
+        axes = sorted(axes)
     rank = len(em.par.loop.vars)
     if len(axes) == rank:
         return text
@@ -153,6 +158,9 @@ def lower_seq(em: Emitter, s: ir.Seq):
 
 def lower_alloc(em: Emitter, s: ir.Alloc):
     buf = s.buffer
+    if buf.view_of is not None:  # reinterpreted bits (lowering/buffer_views.py rewrote the reshapes)
+        raise unsupported(f"T.view of {buf.view_of.scope} buffer {buf.view_of.name} as {buf.dtype} (it holds "
+                          f"{buf.view_of.dtype}: its bits reinterpreted in registers)", s.loc)
     name, dtype = em.name(buf), dtype_text(buf.dtype, "tl")
     if is_scalar_buffer(buf):
         init = s.init if s.init is not None else ir.Const(0, buf.dtype)
@@ -199,7 +207,10 @@ def lower_store(em: Emitter, s: ir.Store):
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
     # on-chip lanes written lane by lane: each lane of the Parallel one element
-    axes, dims, picks = _lane_dims(em, buf, s.indices)
+    axes, dims, picks = _lane_dims(em, buf, s.indices, ordered=False)
+    if axes != sorted(axes) and (picks or len(axes) != len(par.loop.vars)):
+        raise unsupported(f"this indexing of {buf.scope} buffer {buf.name} inside T.Parallel (its loop variables "
+                          f"in another order, with dims at one index or loop dims it does not take)", s.loc)
     # unit loop dims count for nothing: a [N] tile under T.Parallel(1, N)
     if len([a for a in axes if par.loop.extents[a] != 1]) != len([e for e in par.loop.extents if e != 1]):
         raise unsupported(f"a write to {buf.scope} buffer {buf.name} that does not cover it once per T.Parallel "
@@ -221,7 +232,9 @@ def lower_store(em: Emitter, s: ir.Store):
         return
     if par.cond:
         value = f"tl.where({par.cond}, {value}, {_lanes_view(em, buf, s.indices)})"
-    if written != shape:
+    if axes != sorted(axes):  # `y[j, i] = ...` in T.Parallel(i, j): the tile permuted into the buffer's order
+        value = f"tl.permute({value}, {axes})"
+    elif written != shape:
         value = f"tl.reshape({value}, {written})"
     em.emit(f"{em.name(buf)} = {value}")
 
@@ -430,11 +443,11 @@ def _register_shape(em: Emitter, region: ir.Region, loc) -> list:
 def lower_copy(em: Emitter, s: ir.Copy):
     src, dst = s.src, s.dst
     ss, ds = src.buffer.scope, dst.buffer.scope
-    if tuple(src.tile_shape) != tuple(dst.tile_shape):
-        raise unsupported(f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}", s.loc)
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+    if tuple(src.tile_shape) != tuple(dst.tile_shape):
+        return _reshaping_copy(em, s)
     if ss == "global":
         shape = _register_shape(em, dst, s.loc) if ds != "global" else list(dst.tile_shape)
         value = em.load_tile(src, shape, s.loc)
@@ -449,6 +462,21 @@ def lower_copy(em: Emitter, s: ir.Copy):
         em.store_tile(dst, cast_text(value, src.buffer.dtype, dst.buffer.dtype, 'tl'), shape, s.loc)
         return
     _assign_tile(em, dst, value, src.buffer.dtype, shape, s.loc)
+
+
+def _reshaping_copy(em: Emitter, s: ir.Copy):
+    """A T.copy between on-chip tiles of different shapes and as many elements (an on-chip
+    view's copy, lowering/buffer_views.py): the elements in row-major order, `tl.reshape`."""
+    src, dst = s.src, s.dst
+    what = f"a T.copy that reshapes {list(src.tile_shape)} into {list(dst.tile_shape)}"
+    if "global" in (src.buffer.scope, dst.buffer.scope):
+        raise unsupported(f"{what} from or to a global tensor (reshape the tensor with T.reshape)", s.loc)
+    value, have = _tile(em, src, s.loc)
+    want = _register_shape(em, dst, s.loc)
+    if is_padded(have) or is_padded(want):
+        raise unsupported(f"{what}: a tile whose extents are not powers of two is padded (ir/padding.py), and "
+                          f"its row-major order is not the padded tile's", s.loc)
+    _assign_tile(em, dst, f"tl.reshape({value}, {list(want)})", src.buffer.dtype, list(want), s.loc)
 
 
 # ---------------------------------------------------------------- gemm
