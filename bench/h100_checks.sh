@@ -15,8 +15,9 @@ list=${2:-programs.txt}
 out=${OUT:-bench/results}
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+machine=$(python -c "import torch, triton; print(torch.cuda.get_device_name(), '(torch', torch.__version__ + ', triton', triton.__version__ + ')')")
 header() {
-    python -c "import torch, triton; print('# %s on', torch.cuda.get_device_name(), '(torch', torch.__version__ + ', triton', triton.__version__ + '), tree ${TREE:-unknown}, $(date -u +%F)')" "$1"
+    echo "# $1 on $machine, tree ${TREE:-unknown}, $(date -u +%F)"
 }
 header "python -m pytest -q -m gpu tests -n 15" > "$out/h100_gpu_tests.txt"
 python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests.txt"
