@@ -31,6 +31,7 @@ class LoopSpec:
     num_stages: int
     trips: int
     guarded: bool = False  # body is `if mask[k] != 0: copy; copy; gemm`
+    guard_let: bool = False  # the guard's condition bound first: `take = mask[k] != 0; if take:`
     dynamic: bool = False  # trip count is a runtime `T.dynamic` value
     order: Optional[list] = None
     stage: Optional[list] = None
@@ -176,7 +177,11 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
             stmts.append(_promotion(spec, k, kt, mask, total_l, C_l))
         if spec.guarded:
             cond = ir.BinOp("!=", ir.Load(mask, (kt,), int32), ir.Const(0), bool_)
-            stmts = [ir.If(cond, ir.Seq(stmts), loc=LOC)]
+            if spec.guard_let:
+                take = ir.Var(f"take{len(inner)}", bool_)
+                stmts = [ir.Let(take, cond, loc=LOC), ir.If(take, ir.Seq(stmts), loc=LOC)]
+            else:
+                stmts = [ir.If(cond, ir.Seq(stmts), loc=LOC)]
         inner.append(ir.For(k, ir.Const(0), stop, ir.Seq(stmts), kind="pipelined", num_stages=spec.num_stages,
                             order=spec.order, stage=spec.stage, loc=LOC))
         base += spec.trips

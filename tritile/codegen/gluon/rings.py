@@ -137,7 +137,9 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
         em.rings[id(m)] = ring
     em.ring_owner[id(loop)] = ring
     one_group_per_step = sum(isinstance(m, ir.CommitGroup) for m in sections[1]) == 1
-    unguarded = all(not isinstance(s, ir.If) for s in loop.body.stmts if _members([s]))
+    # a guard anywhere around a step's copies (also under the Lets that bind its condition:
+    # `take = mask[k]; if take:`) may skip a TMA load its barrier waits for: cp.async instead
+    unguarded = not any(isinstance(n, ir.If) for s in loop.body.stmts if _members([s]) for n in walk(s))
     ring.has_tma = one_group_per_step and unguarded and any(
         isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
     span = _group_span(loop, sections[1])
