@@ -169,7 +169,22 @@ FALLBACKS = {
     "float64": (lambda: tile_copy(64, 64, 16, 16, "float64"), False, False),
     "int64": (lambda: tile_copy(64, 64, 16, 16, "int64"), False, False),
     "column tile": (lambda: column_copy(64, 32, 32), False, False),
+    "unit dim between wider ones": (lambda: head_rows_copy(2, 64, 4, 32, 16), False, False),
 }
+
+
+@tritile.jit
+def head_rows_copy(batch, seq, heads, dim, block):
+    """A [batch, seq, heads, dim] tensor's rows of one head, `A[b, rows, h, :]` (a box of
+    [1, block, 1, dim]: a unit dim between two wider ones), copied through shared memory."""
+    @T.prim_func
+    def main(A: T.Tensor((batch, seq, heads, dim), "float16"), B: T.Tensor((batch, seq, heads, dim), "float16")):
+        with T.Kernel(seq // block, heads, batch, threads=128) as (bx, h, b):
+            tile = T.alloc_shared((block, dim), "float16")
+            T.copy(A[b, bx * block:(bx + 1) * block, h, :], tile)
+            T.copy(tile, B[b, bx * block:(bx + 1) * block, h, :])
+
+    return main
 
 
 @pytest.mark.parametrize("case", sorted(FALLBACKS))
