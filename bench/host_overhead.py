@@ -11,12 +11,14 @@ the launcher) and the launcher alone (`tritile.runtime.launcher.DirectLaunch` wi
 descriptors remembered).
 
 Then the torch operators the torch.compile backend calls (issue #18), each a warm call of
-`torch.ops.tritile.*` on the decode step's shapes (bench/torch_compile_h100.py: batch 64, one
-token; the attention's key cache shortened to 256, which the host path does not read):
-`tritile.mm` 64x1024 @ 1024x1024, `tritile.bmm` 16 x (64x64 @ 64x64), `tritile.linear` with bias
-and GELU (x [64, 1, 1024], weight (4096, 1024)), `tritile.attention` forward (q [64, 16, 1, 64],
-k, v [64, 16, 256, 64]).  The operators pick their tiles by the tensors' device type, which
-stays "cpu" here: the CPU tile configs, compiled for sm_90 (the host path is the same code).
+`torch.ops.tritile.<op>.default` as eager code makes it, and of its twin without the autograd
+formula, `torch.ops.tritile.<op>_compiled.default`, as a compiled graph makes it, on the decode
+step's shapes (bench/torch_compile_h100.py: batch 64, one token; the attention's key cache
+shortened to 256, which the host path does not read): `mm` 64x1024 @ 1024x1024, `bmm` 16 x
+(64x64 @ 64x64), `linear` with bias and GELU (x [64, 1, 1024], weight (4096, 1024)), the
+`attention` forward (q [64, 16, 1, 64], k, v [64, 16, 256, 64]).  The operators pick their
+tiles by the tensors' device type, which stays "cpu" here: the CPU tile configs, compiled for
+sm_90 (the host path is the same code).
 
 Only Triton's C launch (which needs a GPU) is a no-op, and descriptors are "encoded" without
 the driver; CPU tensors stand in for CUDA ones (`Tensor.is_cuda` is patched to True, the
@@ -129,14 +131,16 @@ def _operator_rows() -> list:
     x, weight, bias = randn(64, 1, 1024), randn(4096, 1024), randn(4096)
     q, k, v = randn(64, 16, 1, 64), randn(64, 16, 256, 64), randn(64, 16, 256, 64)
     ops = torch.ops.tritile
-    return [
-        ("torch.ops.tritile.mm  64x1024 @ 1024x1024", lambda: ops.mm(a, b)),
-        ("torch.ops.tritile.bmm  16 x 64x64 @ 64x64", lambda: ops.bmm(batch_a, batch_b)),
-        ("torch.ops.tritile.linear  [64, 1, 1024] x (4096, 1024) + bias, gelu",
-         lambda: ops.linear(x, weight, bias, None, "gelu", False)),
-        ("torch.ops.tritile.attention  q [64, 16, 1, 64], k, v [64, 16, 256, 64]",
-         lambda: ops.attention(q, k, v, False, None)),
+    calls = [
+        ("mm", "64x1024 @ 1024x1024", (a, b)),
+        ("bmm", "16 x 64x64 @ 64x64", (batch_a, batch_b)),
+        ("linear", "[64, 1, 1024] x (4096, 1024) + bias, gelu", (x, weight, bias, None, "gelu", False)),
+        ("attention", "q [64, 16, 1, 64], k, v [64, 16, 256, 64]", (q, k, v, False, None)),
     ]
+    # each operator as eager code calls it, and its twin without the autograd formula, which a
+    # compiled graph calls (inductor's generated code: `torch.ops.tritile.mm_compiled.default`)
+    return [(f"torch.ops.tritile.{name}{suffix}  {what}", lambda op=getattr(ops, name + suffix).default, args=args: op(*args))
+            for suffix in ("", "_compiled") for name, what, args in calls]
 
 
 def main():

@@ -11,14 +11,19 @@ Contract: `define(schema, impl, fake, backward=None, setup_context=None)` define
 * `fake` is its fake implementation (`torch.library.register_fake`: Dynamo and AOTAutograd trace
   the operator with it, dynamic shapes included);
 * `backward` / `setup_context`, when given, are its autograd formula
-  (`torch.library.register_autograd`, the formula `custom_op`'s `register_autograd` takes).
+  (`torch.library.register_autograd`, the formula `custom_op`'s `register_autograd` takes); the
+  operator then has a twin, `tritile::<name>_compiled` (`COMPILED_TWINS[op]`): the same schema,
+  implementation and fake, without the autograd formula.  Graphs past AOTAutograd (what inductor
+  lowers: autograd is already in them, and they run with grad mode off) call the twin, which
+  skips the formula's Python layer (tritile/contrib/torch_backend.py retargets them).
 What `custom_op` checked on every call is the callers' contract here: `impl` returns new
 tensors, never an input or a view of one (the aliasing `torch.library` assumes of an operator
 without alias annotations).
 
 Why not `custom_op`: its per-call Python besides the autograd formula's (a wrapper that checks
-the outputs' aliasing, `torch._disable_dynamo`'s lazy wrapper) is ~12 us of a warm call on the
-CPU machine, where the whole host path of a small GEMM was ~90 us (bench/host_overhead.py,
+the outputs' aliasing, `torch._disable_dynamo`'s lazy wrapper) costs ~2-3 us a call on the CPU
+machine; the formula's layer (a Python autograd kernel that redispatches to the Python
+implementation) another ~5 us, which the twins save compiled graphs (bench/host_overhead.py,
 bench/NOTES.md session 18).  Only public `torch.library` / `torch.compiler` APIs are used
 (torch 2.4 and later).
 """
@@ -31,13 +36,23 @@ NAMESPACE = "tritile"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
+# each operator with an autograd formula -> its twin without one, for graphs past autograd
+COMPILED_TWINS: dict = {}
+
+
 def define(schema: str, impl, fake, backward=None, setup_context=None) -> torch._ops.OpOverload:
     """Define `tritile::<name>` (see the module docstring); its `.default` overload."""
+    op = _define(schema, impl, fake)
+    if backward is not None:
+        torch.library.register_autograd(op._name, backward, setup_context=setup_context, lib=_LIBRARY)
+        name, rest = schema.split("(", 1)
+        COMPILED_TWINS[op] = _define(f"{name}_compiled({rest}", impl, fake)
+    return op
+
+
+def _define(schema: str, impl, fake) -> torch._ops.OpOverload:
     name = schema.split("(", 1)[0]
     _LIBRARY.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
     _LIBRARY.impl(name, torch.compiler.disable(impl), "CompositeExplicitAutograd")
-    qualname = f"{NAMESPACE}::{name}"
-    torch.library.register_fake(qualname, fake, lib=_LIBRARY)
-    if backward is not None:
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=_LIBRARY)
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     return getattr(torch.ops.tritile, name).default
