@@ -139,7 +139,8 @@ def _operator_rows() -> list:
     ]
     # each operator as eager code calls it, and its twin without the autograd formula, which a
     # compiled graph calls (inductor's generated code: `torch.ops.tritile.mm_compiled.default`)
-    return [(f"torch.ops.tritile.{name}{suffix}  {what}", lambda op=getattr(ops, name + suffix).default, args=args: op(*args))
+    return [(f"torch.ops.tritile.{name}{suffix}  {what}",
+             lambda op=getattr(ops, name + suffix).default, args=args: op(*args))
             for suffix in ("", "_compiled") for name, what, args in calls]
 
 

@@ -17,7 +17,8 @@ def first_calls(monkeypatch) -> list:
     """The operator calls that took the first-call path (checks, kernel choice), one entry each;
     every remembered call forgotten first."""
     calls = []
-    for module, memo, first in ((tritile_matmul, "_gemms", "_first_gemm"), (tritile_linear, "_linears", "_first_linear"),
+    for module, memo, first in ((tritile_matmul, "_gemms", "_first_gemm"),
+                                (tritile_linear, "_linears", "_first_linear"),
                                 (tritile_attention, "_forwards", "_first_attention")):
         monkeypatch.setattr(module, memo, Remembered())
         original = getattr(module, first)

@@ -9,15 +9,15 @@ Contract:
   inputs' dtype.  With `keep_pre` it also stores the pre-activation tile (`x @ W^T + bias`),
   which the backward of the activation needs.  W is nn.Linear's (N, K) weight, read in place.
 * `linear` is the operator `torch.ops.tritile.linear(x, weight, bias, residual, activation,
-  keep_preactivation)` (its `.default` overload; tritile/ops/registration.py); it takes x of shape [..., K], weight (N, K), bias (N,) or None,
-  residual [..., N] or None; it returns (out, pre): `pre` is the pre-activation when
-  `keep_preactivation`, else an empty tensor.  Its autograd formula is torch ops (the
-  activation's derivative, `torch.mm` for dX and dW, a sum for dbias), so a compiled backward
-  is inductor's, whose matmuls the tritile backend hands to tritile.mm like any other; a
-  backward through an activation needs `keep_preactivation=True` (RuntimeError otherwise).
-  Arguments are checked (TypeError / ValueError naming the argument) before anything runs; it
-  has a fake implementation for tracing.  A repeated call of a signature (the tensors' types,
-  dtypes, shapes, strides, devices, with `activation` and `keep_preactivation`:
+  keep_preactivation)` (its `.default` overload; tritile/ops/registration.py); it takes x of shape
+  [..., K], weight (N, K), bias (N,) or None, residual [..., N] or None; it returns (out, pre):
+  `pre` is the pre-activation when `keep_preactivation`, else an empty tensor. Its autograd
+  formula is torch ops (the activation's derivative, `torch.mm` for dX and dW, a sum for dbias),
+  so a compiled backward is inductor's, whose matmuls the tritile backend hands to tritile.mm like
+  any other; a backward through an activation needs `keep_preactivation=True` (RuntimeError
+  otherwise). Arguments are checked (TypeError / ValueError naming the argument) before anything
+  runs; it has a fake implementation for tracing. A repeated call of a signature (the tensors'
+  types, dtypes, shapes, strides, devices, with `activation` and `keep_preactivation`:
   tritile/ops/signatures.py) runs the kernel chosen the first time.
 """
 from __future__ import annotations

@@ -9,11 +9,12 @@ Contract:
 * `mm` is the operator `torch.ops.tritile.mm(a, b)` (its `.default` overload; defined through
   tritile/ops/registration.py): it checks its arguments (TypeError for type / dtype / device,
   ValueError for rank / shape, before anything runs), runs the kernel and returns a new
-  contiguous (M, N) tensor.  A repeated call of a signature (tritile/ops/signatures.py: the
-  operands' types, dtypes, shapes, strides, devices) runs the kernel chosen the first time.  An operand that is the transpose of a
-  contiguous matrix (`w.t()`, as every backward has) is read in place through the kernel's
-  `trans_A` / `trans_B` flags; other layouts are copied contiguous first.  It has a fake
-  implementation (for Dynamo / AOTAutograd tracing) and a backward made of `tritile.mm` calls.
+  contiguous (M, N) tensor.  An operand that is the transpose of a contiguous matrix (`w.t()`,
+  as every backward has) is read in place through the kernel's `trans_A` / `trans_B` flags;
+  other layouts are copied contiguous first.  It has a fake implementation (for Dynamo /
+  AOTAutograd tracing) and a backward made of `tritile.mm` calls.  A repeated call of a
+  signature (tritile/ops/signatures.py: the operands' types, dtypes, shapes, strides, devices)
+  runs the kernel chosen the first time.
 * `batched_matmul` is the same GEMM over a batch ([batch, M, K] @ [batch, K, N], the batch on
   the grid's third axis); `bmm` (`torch.ops.tritile.bmm(a, b)`) is its operator, with the same
   checks, in-place transposed operands (`x.transpose(1, 2)` of a contiguous batch), fake
