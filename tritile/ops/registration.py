@@ -53,6 +53,20 @@ def define(schema: str, impl, fake, backward=None, setup_context=None) -> torch.
 def _define(schema: str, impl, fake) -> torch._ops.OpOverload:
     name = schema.split("(", 1)[0]
     _LIBRARY.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    _LIBRARY.impl(name, torch.compiler.disable(impl), "CompositeExplicitAutograd")
+    _LIBRARY.impl(name, _not_traced(impl), "CompositeExplicitAutograd")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
     return getattr(torch.ops.tritile, name).default
+
+
+def _not_traced(impl):
+    """`impl` behind `torch.compiler.disable`, made on the first call: importing Dynamo takes
+    ~1.3 s, which importing tritile's operators should not cost (`custom_op` defers it too)."""
+    disabled = None
+
+    def call(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            disabled = torch.compiler.disable(impl)
+        return disabled(*args, **kwargs)
+
+    return call
