@@ -81,9 +81,10 @@ def gemm_kernel_requests(monkeypatch) -> list:
     """What `tritile.mm` / `tritile.bmm` ask their GEMM kernels for, one entry per kernel compiled:
     (A contiguous, B contiguous, trans_A, trans_B); the ops' remembered kernels forgotten first."""
     from tritile.ops import matmul as tritile_matmul
+    from tritile.ops.signatures import Remembered
 
     requests = []
-    monkeypatch.setattr(tritile_matmul, "_gemm_kernels", {})
+    monkeypatch.setattr(tritile_matmul, "_gemms", Remembered())
     for kernel_fn in (tritile_matmul.matmul, tritile_matmul.batched_matmul):
         def spy(x, y, kernel_for=kernel_fn.kernel_for, **kwargs):
             requests.append((x.is_contiguous(), y.is_contiguous(), kwargs["trans_A"], kwargs["trans_B"]))

@@ -5,10 +5,12 @@ slower: on a CUDA device, `choose(...)` times `torch.ops.tritile.mm` against `to
 cuBLAS call inductor would make) on random operands of the node's shape, dtype and layout
 (transposed-in-place operands included), once per device name and problem, and picks the
 faster, each side timed as calls made back to back (what a step's stream sees: a call's host path
-hidden behind the kernels queued before it unless it is the longer); `choose_bmm` does the same for `tritile.bmm` against `torch.bmm`, `choose_linear` for
-the fused `tritile.linear` (GEMM + bias / activation / residual epilogue) against the unfused
-torch ops, and `choose_attention` for `tritile.attention` against
-`F.scaled_dot_product_attention` (forward, plus backward when the model's graph needs one).
+hidden behind the kernels queued before it unless it is the longer), tritile's side through the
+operators a compiled graph calls (`tritile.mm_compiled`, ...: no autograd formula); `choose_bmm`
+does the same for `tritile.bmm` against `torch.bmm`, `choose_linear` for the fused
+`tritile.linear` (GEMM + bias / activation / residual epilogue) against the unfused torch ops,
+and `choose_attention` for `tritile.attention` against `F.scaled_dot_product_attention`
+(forward, plus backward when the model's graph needs one).
 The choice is kept in memory and in ``$TRITILE_CACHE_DIR/torch_backend/gemm_choice.json`` (an
 unusable file or directory only costs the measurement again).  CPU tensors always take tritile
 (the interpreter path the tests exercise: there is no speed to win there).
@@ -29,7 +31,9 @@ _lock = threading.Lock()
 _memory: dict = {}
 _REPEATS = 20
 _CALLS_PER_SAMPLE = 10
-_METHOD = f"{_CALLS_PER_SAMPLE}-back-to-back"
+# "graph-ops": tritile's side times the operators a compiled graph calls (`tritile.mm_compiled`, ...,
+# without the autograd formula's host time); choices timed before are measured again
+_METHOD = f"{_CALLS_PER_SAMPLE}-back-to-back-graph-ops"
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def measure(m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: 
     """Time both GEMMs on random operands of this problem (the uncached part of `choose`)."""
     a = _operand(m, k, trans_a, dtype, device)
     b = _operand(k, n, trans_b, dtype, device)
-    return _timed(lambda: torch.ops.tritile.mm(a, b), lambda: torch.mm(a, b), "cuBLAS")
+    return _timed(lambda: torch.ops.tritile.mm_compiled(a, b), lambda: torch.mm(a, b), "cuBLAS")
 
 
 def _cached(device, make_key, measure_fn) -> Choice:
@@ -121,7 +125,7 @@ def measure_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a:
                 device) -> Choice:
     a = _operand(m, k, trans_a, dtype, device, batch)
     b = _operand(k, n, trans_b, dtype, device, batch)
-    return _timed(lambda: torch.ops.tritile.bmm(a, b), lambda: torch.bmm(a, b), "cuBLAS")
+    return _timed(lambda: torch.ops.tritile.bmm_compiled(a, b), lambda: torch.bmm(a, b), "cuBLAS")
 
 
 def choose_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
@@ -145,7 +149,7 @@ def measure_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activ
         y = activation_fn(activation)(torch.nn.functional.linear(x, weight, b))
         return y + res if residual else y
 
-    return _timed(lambda: torch.ops.tritile.linear(x, weight, b, res, activation, keep_preactivation),
+    return _timed(lambda: torch.ops.tritile.linear_compiled(x, weight, b, res, activation, keep_preactivation),
                   unfused, "cuBLAS + torch epilogue")
 
 
@@ -174,7 +178,9 @@ def measure_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv:
                     out.backward(grad)
         return step
 
-    ours = run(lambda: torch.ops.tritile.attention(q, k, v, is_causal, scale)[0])
+    # a graph's forward calls the twin without the autograd formula; the backward needs the formula
+    attention_op = torch.ops.tritile.attention if backward else torch.ops.tritile.attention_compiled
+    ours = run(lambda: attention_op(q, k, v, is_causal, scale)[0])
     sdpa = run(lambda: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=is_causal, scale=scale, enable_gqa=heads != heads_kv))
     return _timed(ours, sdpa, "SDPA")

@@ -25,7 +25,10 @@ Contract:
     - `aten.baddbmm.default(c, a, b)`    → `aten.add(c, tritile.bmm(a, b))` (beta = alpha = 1 only)
   when `a` and `b` are 2-D (3-D for bmm) tensors of one supported dtype (fp16 / bf16 / fp32) on
   one device (read from the nodes' fake-tensor metadata).  Inductor then fuses everything around
-  them (LayerNorm, softmax, residuals, casts) and calls tritile's kernels as extern kernels.  The
+  them (LayerNorm, softmax, residuals, casts) and calls tritile's kernels as extern kernels.
+  Every tritile operator in these graphs (these and the ones the Dynamo-graph rewrite made)
+  then calls its twin without the autograd formula (`tritile.mm_compiled`, ...:
+  tritile/ops/registration.py), the graph being past autograd.  The
   pass's `uuid` covers this file and tritile's version, so inductor's FX graph cache never serves
   a graph rewritten by another one.
 * On a GPU every rewrite of either stage happens only where tritile's kernel is not slower than
@@ -60,6 +63,7 @@ from tritile.contrib import gemm_choice
 from tritile.ops import attention as tritile_attention  # registers torch.ops.tritile.attention
 from tritile.ops import linear as tritile_linear  # registers torch.ops.tritile.linear
 from tritile.ops.matmul import SUPPORTED_DTYPES, is_transposed_contiguous  # registers tritile.mm, tritile.bmm
+from tritile.ops.registration import COMPILED_TWINS
 
 BACKEND_NAME = "tritile"
 FALLBACKS = ("inductor", "eager")
@@ -201,10 +205,22 @@ def rewrite_graph(graph: torch.fx.Graph, measured: bool = True) -> list:
         op = str(node.target)
         reason = rule(graph, node, measured)
         decisions.append(Decision(op, shapes, dtypes, None if reason else kernel, reason))
+    _call_compiled_twins(graph)
     if any(d.kernel for d in decisions):
         graph.lint()
     _record(decisions)
     return decisions
+
+
+def _call_compiled_twins(graph: torch.fx.Graph) -> None:
+    """Every tritile operator of the graph (this pass's and the Dynamo-graph rewrite's) -> its twin
+    without the autograd formula (`registration.COMPILED_TWINS`): past AOTAutograd the graph
+    holds its own backward and runs with grad mode off, so the formula's Python layer (~5 us a
+    call on the CPU machine) would only redispatch."""
+    for node in graph.nodes:
+        twin = COMPILED_TWINS.get(node.target) if node.op == "call_function" else None
+        if twin is not None:
+            node.target = twin
 
 
 # ------------------------------------------------------------------------ before AOTAutograd

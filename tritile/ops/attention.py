@@ -34,6 +34,8 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile.ops import registration
+from tritile.ops.signatures import MISSES, Remembered, signature
 
 LOG2E = 1.44269504
 # torch dtype -> T dtype name; float32 is the CPU interpreter's (the tests' models)
@@ -300,27 +302,38 @@ def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
                 groups=heads // k.shape[1], sm_scale=scale, dtype=DTYPES[q.dtype])
 
 
-@torch.library.custom_op("tritile::attention", mutates_args=())
-def attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
-                       scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+_forwards = Remembered()  # (signature(q, k, v), is_causal, scale) -> the forward's JITKernel
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+               scale: Optional[float] = None) -> tuple:
     """softmax(q k^T * scale) v (scale 1/sqrt(dim) unless given; K/V heads may divide the query
-    heads), and the base-2 log-sum-exp of each query row (float32 [batch, heads, seq])."""
+    heads), and the base-2 log-sum-exp of each query row (float32 [batch, heads, seq]).  A
+    repeated signature runs the kernel its first call chose."""
+    try:
+        kernel = _forwards[signature(q, k, v), is_causal, scale]
+    except MISSES:
+        kernel = _first_attention(q, k, v, is_causal, scale)
+    out, lse = kernel(q.contiguous(), k.contiguous(), v.contiguous())
+    return out, lse
+
+
+def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
+    """The checks (TypeError / ValueError naming the argument) and the forward kernel of a call
+    `_attention` has not seen, remembered."""
     check_attention_arguments(q, k, v, is_causal)
     args = _kernel_args(q, k, is_causal, scale)
-    config = tile_config(q.device.type, args["dim"])["fwd"]
-    return flashattn_fwd(**args, **config)(q.contiguous(), k.contiguous(), v.contiguous())
+    kernel = flashattn_fwd(**args, **tile_config(q.device.type, args["dim"])["fwd"])
+    return _forwards.remember((signature(q, k, v), is_causal, scale), kernel)
 
 
-@attention_with_lse.register_fake
 def _attention_fake(q, k, v, is_causal=False, scale=None):
     check_attention_arguments(q, k, v, is_causal)
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
-@torch.library.custom_op("tritile::attention_backward", mutates_args=())
-def attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       out: torch.Tensor, lse: torch.Tensor, is_causal: bool,
-                       scale: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: Optional[float]) -> tuple:
     """dq, dk, dv of `tritile.attention` from its output, log-sum-exp and the output's gradient."""
     args = _kernel_args(q, k, is_causal, scale)
     batch, heads, seq, dim = q.shape
@@ -337,7 +350,6 @@ def attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     return dq.to(q.dtype), dk, dv
 
 
-@attention_backward.register_fake
 def _attention_backward_fake(grad_out, q, k, v, out, lse, is_causal, scale):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
@@ -356,7 +368,12 @@ def _attention_autograd(ctx, grad_out, grad_lse):
     return dq, dk, dv, None, None
 
 
-attention_with_lse.register_autograd(_attention_autograd, setup_context=_attention_setup_context)
+attention_backward = registration.define(
+    "attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool is_causal, "
+    "float? scale) -> (Tensor, Tensor, Tensor)", _attention_backward, _attention_backward_fake)
+attention_with_lse = registration.define(
+    "attention(Tensor q, Tensor k, Tensor v, bool is_causal=False, float? scale=None) -> (Tensor, Tensor)",
+    _attention, _attention_fake, _attention_autograd, _attention_setup_context)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,

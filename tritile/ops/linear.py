@@ -8,25 +8,33 @@ Contract:
   |error| < 1.5e-7), "gelu_tanh"), `+ residual[i, j]`, before the tile is stored once in the
   inputs' dtype.  With `keep_pre` it also stores the pre-activation tile (`x @ W^T + bias`),
   which the backward of the activation needs.  W is nn.Linear's (N, K) weight, read in place.
-* `linear(x, weight, bias, residual, activation, keep_preactivation)` (registered as
-  `torch.ops.tritile.linear`) takes x of shape [..., K], weight (N, K), bias (N,) or None,
-  residual [..., N] or None; it returns (out, pre): `pre` is the pre-activation when
-  `keep_preactivation`, else an empty tensor.  Its autograd formula is torch ops (the
-  activation's derivative, `torch.mm` for dX and dW, a sum for dbias), so a compiled backward
-  is inductor's, whose matmuls the tritile backend hands to tritile.mm like any other; a
-  backward through an activation needs `keep_preactivation=True` (RuntimeError otherwise).
-  Arguments are checked (TypeError / ValueError naming the argument) before anything runs; it
-  has a fake implementation for tracing.
+* `linear` is the operator `torch.ops.tritile.linear(x, weight, bias, residual, activation,
+  keep_preactivation)` (its `.default` overload; tritile/ops/registration.py); it takes x of shape
+  [..., K], weight (N, K), bias (N,) or None, residual [..., N] or None; it returns (out, pre):
+  `pre` is the pre-activation when `keep_preactivation`, else an empty tensor. Its autograd
+  formula is torch ops (the activation's derivative, `torch.mm` for dX and dW, a sum for dbias),
+  so a compiled backward is inductor's, whose matmuls the tritile backend hands to tritile.mm like
+  any other; a backward through an activation needs `keep_preactivation=True` (RuntimeError
+  otherwise). Arguments are checked (TypeError / ValueError naming the argument) before anything
+  runs; it has a fake implementation for tracing. A repeated call of a signature (the tensors'
+  types, dtypes, shapes, strides, devices, with `activation` and `keep_preactivation`:
+  tritile/ops/signatures.py) runs the kernel chosen the first time.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 import tritile
 import tritile.language as T
+from tritile.ops import registration
 from tritile.ops.matmul import SUPPORTED_DTYPES, accumulate_tiles, tile_config
+from tritile.ops.signatures import MISSES, Remembered, signature
+from tritile.runtime.kernel import JITKernel
 
 ACTIVATIONS = ("none", "relu", "silu", "gelu", "gelu_tanh")
 SQRT_2_OVER_PI, SQRT_HALF = 0.7978845608028654, 0.7071067811865476
@@ -122,31 +130,72 @@ def check_linear_arguments(x, weight, bias, residual, activation) -> None:
                          f"output's {list(out_shape)}")
 
 
-@torch.library.custom_op("tritile::linear", mutates_args=())
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
-           activation: str, keep_preactivation: bool) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class _LinearCall:
+    """What the first call of a signature worked out: the fused kernel (None: no tiles), the
+    GEMM's rows, the output's shape, the unused operands' placeholders (one element on the
+    call's device, never read or written: the kernel takes a tensor for every parameter)."""
+
+    kernel: Optional[JITKernel]
+    rows: int
+    out_shape: tuple
+    keep_pre: bool
+    bias_placeholder: torch.Tensor
+    matrix_placeholder: torch.Tensor
+
+    def operands(self, x, weight, bias, residual) -> list:
+        """The kernel's (A, B, Bias, Residual, Pre) for a call: (M, K) / (M, N) matrices (views of
+        contiguous tensors), Pre new when kept, placeholders for what is absent."""
+        M, N = self.rows, self.out_shape[-1]
+        flat = len(self.out_shape) == 2  # x is (M, K) already: no reshaping views
+        return [x.contiguous() if flat else x.reshape(M, -1).contiguous(), weight.contiguous(),
+                self.bias_placeholder if bias is None else bias.contiguous(),
+                self.matrix_placeholder if residual is None else
+                (residual.contiguous() if flat else residual.reshape(M, N).contiguous()),
+                x.new_empty((M, N)) if self.keep_pre else self.matrix_placeholder]
+
+    def run(self, x, weight, bias, residual, activation) -> tuple:
+        if self.kernel is None:  # no tiles: the epilogue of an empty sum, by torch
+            pre = torch.zeros(self.out_shape, dtype=x.dtype, device=x.device) + (0 if bias is None else bias)
+            out = activation_fn(activation)(pre) + (0 if residual is None else residual)
+            return out, pre if self.keep_pre else x.new_empty(0)
+        operands = self.operands(x, weight, bias, residual)
+        out, pre = self.kernel(*operands), operands[4]
+        if len(self.out_shape) == 2:
+            return out, pre if self.keep_pre else x.new_empty(0)
+        return out.view(self.out_shape), pre.view(self.out_shape) if self.keep_pre else x.new_empty(0)
+
+
+_linears = Remembered()  # (signature(x, weight, bias, residual), activation, keep_preactivation) -> _LinearCall
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], residual: Optional[torch.Tensor],
+            activation: str, keep_preactivation: bool) -> tuple:
     """(act(x @ weight^T + bias) + residual, the pre-activation or an empty tensor) by one
-    tritile GEMM with that epilogue."""
+    tritile GEMM with that epilogue; a repeated signature runs the kernel its first call chose."""
+    try:
+        call = _linears[signature(x, weight, bias, residual), activation, keep_preactivation]
+    except MISSES:
+        call = _first_linear(x, weight, bias, residual, activation, keep_preactivation)
+    return call.run(x, weight, bias, residual, activation)
+
+
+def _first_linear(x, weight, bias, residual, activation, keep_preactivation) -> _LinearCall:
+    """The checks (TypeError / ValueError naming the argument) and the kernel of a call
+    `_linear` has not seen, remembered."""
     check_linear_arguments(x, weight, bias, residual, activation)
     K, N = x.shape[-1], weight.shape[0]
-    out_shape = (*x.shape[:-1], N)
-    a = x.reshape(-1, K).contiguous()
-    M = a.shape[0]
-    if M == 0 or N == 0 or K == 0:  # no tiles: the epilogue of an empty sum, by torch
-        pre = torch.zeros(out_shape, dtype=x.dtype, device=x.device) + (0 if bias is None else bias)
-        out = activation_fn(activation)(pre) + (0 if residual is None else residual)
-        return out, pre if keep_preactivation else x.new_empty(0)
-    placeholder = x.new_empty((1, 1))
-    pre = x.new_empty((M, N)) if keep_preactivation else placeholder
-    out = matmul_epilogue(
-        a, weight.contiguous(), x.new_empty(1) if bias is None else bias.contiguous(),
-        placeholder if residual is None else residual.reshape(M, N).contiguous(), pre,
-        dtype=SUPPORTED_DTYPES[x.dtype], has_bias=bias is not None, activation=activation,
-        has_residual=residual is not None, keep_pre=keep_preactivation, **tile_config(x.device.type, M, N, K, x.dtype))
-    return out.view(out_shape), pre.view(out_shape) if keep_preactivation else x.new_empty(0)
+    M = math.prod(x.shape[:-1])
+    call = _LinearCall(None, M, (*x.shape[:-1], N), keep_preactivation, x.new_empty(1), x.new_empty((1, 1)))
+    if M and N and K:
+        kernel = matmul_epilogue.kernel_for(
+            *call.operands(x, weight, bias, residual), dtype=SUPPORTED_DTYPES[x.dtype], has_bias=bias is not None,
+            activation=activation, has_residual=residual is not None, keep_pre=keep_preactivation,
+            **tile_config(x.device.type, M, N, K, x.dtype))
+        call = dataclasses.replace(call, kernel=kernel)
+    return _linears.remember((signature(x, weight, bias, residual), activation, keep_preactivation), call)
 
 
-@linear.register_fake
 def _linear_fake(x, weight, bias, residual, activation, keep_preactivation):
     check_linear_arguments(x, weight, bias, residual, activation)
     out_shape = (*x.shape[:-1], weight.shape[0])
@@ -183,4 +232,6 @@ def _linear_backward(ctx, grad_out, grad_pre):
     return grad_x, grad_w, grad_b, grad_res, None, None
 
 
-linear.register_autograd(_linear_backward, setup_context=_linear_setup_context)
+linear = registration.define(
+    "linear(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, str activation, bool keep_preactivation) "
+    "-> (Tensor, Tensor)", _linear, _linear_fake, _linear_backward, _linear_setup_context)

@@ -6,14 +6,17 @@ Contract:
   ragged shapes are fine (tile copies clip at the matrix edges).
 * `tile_config(device_type, M, N, K, dtype)` picks its tile sizes: small tiles on the CPU (the
   reference interpreter), shape-dependent ones on CUDA.
-* `mm(a, b)` (registered as `torch.ops.tritile.mm`) checks its arguments (TypeError for
-  type / dtype / device, ValueError for rank / shape, before anything runs), runs the kernel
-  and returns a new contiguous (M, N) tensor.  An operand that is the transpose of a
-  contiguous matrix (`w.t()`, as every backward has) is read in place through the kernel's
-  `trans_A` / `trans_B` flags; other layouts are copied contiguous first.  It has a fake
-  implementation (for Dynamo / AOTAutograd tracing) and a backward made of `tritile.mm` calls.
+* `mm` is the operator `torch.ops.tritile.mm(a, b)` (its `.default` overload; defined through
+  tritile/ops/registration.py): it checks its arguments (TypeError for type / dtype / device,
+  ValueError for rank / shape, before anything runs), runs the kernel and returns a new
+  contiguous (M, N) tensor.  An operand that is the transpose of a contiguous matrix (`w.t()`,
+  as every backward has) is read in place through the kernel's `trans_A` / `trans_B` flags;
+  other layouts are copied contiguous first.  It has a fake implementation (for Dynamo /
+  AOTAutograd tracing) and a backward made of `tritile.mm` calls.  A repeated call of a
+  signature (tritile/ops/signatures.py: the operands' types, dtypes, shapes, strides, devices)
+  runs the kernel chosen the first time.
 * `batched_matmul` is the same GEMM over a batch ([batch, M, K] @ [batch, K, N], the batch on
-  the grid's third axis); `bmm(a, b)` (`torch.ops.tritile.bmm`) is its operator, with the same
+  the grid's third axis); `bmm` (`torch.ops.tritile.bmm(a, b)`) is its operator, with the same
   checks, in-place transposed operands (`x.transpose(1, 2)` of a contiguous batch), fake
   implementation and a backward of `tritile.bmm` calls.
 """
@@ -23,6 +26,8 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile.ops import registration
+from tritile.ops.signatures import MISSES, Remembered, signature
 
 SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.float32: T.float32}
 
@@ -167,40 +172,42 @@ def check_mm_arguments(a, b, rank: int = 2) -> None:
                          f"'a' of shape {list(a.shape)}")
 
 
-_GEMMS_REMEMBERED = 256
-_gemm_kernels: dict = {}  # (kernel function, shapes, dtype, transposes, device kind) -> JITKernel
+_gemms = Remembered()  # (kernel function, signature(a, b)) -> (kernel, or None: no tiles; trans_a, trans_b)
 
 
-def _gemm(kernel_fn, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """`kernel_fn` (`matmul` / `batched_matmul`) on checked operands, transposed views read in
-    place.  The compiled kernel is remembered per shape, dtype, layout and device kind: a repeated
-    call (every step of a model) skips the tile choice and the eager JIT's specialisation, which
-    cost more host time than a small GEMM's launch."""
-    (a, trans_a), (b, trans_b) = _as_operand(a), _as_operand(b)
-    key = (kernel_fn, a.shape, b.shape, a.dtype, trans_a, trans_b, a.device.type)
-    kernel = _gemm_kernels.get(key)
-    if kernel is None:
-        M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
-        N = b.shape[-2] if trans_b else b.shape[-1]
+def _gemm(kernel_fn, a, b) -> torch.Tensor:
+    """`kernel_fn` (`matmul` / `batched_matmul`) on `a` and `b`, transposed views read in place.
+    What the first call of each signature works out (the checks, the layouts, the tile choice
+    and the eager JIT's specialisation, which cost more host time than a small GEMM's launch) is
+    remembered: a repeated call (every step of a model) only runs the kernel."""
+    try:
+        kernel, trans_a, trans_b = _gemms[kernel_fn, signature(a, b)]
+    except MISSES:
+        kernel, trans_a, trans_b = _first_gemm(kernel_fn, a, b)
+    if kernel is None:  # no tiles to launch; an empty sum is zero
+        return a.new_zeros((*a.shape[:-1], b.shape[-1]))
+    return kernel(a.mT if trans_a else a.contiguous(), b.mT if trans_b else b.contiguous())
+
+
+def _first_gemm(kernel_fn, a, b) -> tuple:
+    """The checks (TypeError / ValueError naming the argument) and the kernel of a call `_gemm`
+    has not seen, remembered."""
+    check_mm_arguments(a, b, rank=2 if kernel_fn is matmul else 3)
+    kernel = trans_a = trans_b = None
+    if a.numel() and b.numel():
+        (a_operand, trans_a), (b_operand, trans_b) = _as_operand(a), _as_operand(b)
+        M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
         config = tile_config(a.device.type, M, N, K, a.dtype)
-        if len(_gemm_kernels) >= _GEMMS_REMEMBERED:
-            _gemm_kernels.clear()
-        kernel = _gemm_kernels[key] = kernel_fn.kernel_for(a, b, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a,
-                                                           trans_B=trans_b, **config)
-    return kernel(a, b)
+        kernel = kernel_fn.kernel_for(a_operand, b_operand, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a,
+                                      trans_B=trans_b, **config)
+    return _gemms.remember((kernel_fn, signature(a, b)), (kernel, trans_a, trans_b))
 
 
-@torch.library.custom_op("tritile::mm", mutates_args=())
-def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` by the tritile GEMM kernel."""
-    check_mm_arguments(a, b)
-    (M, K), N = a.shape, b.shape[1]
-    if M == 0 or N == 0 or K == 0:  # no tiles to launch; an empty sum is zero
-        return a.new_zeros((M, N))
     return _gemm(matmul, a, b)
 
 
-@mm.register_fake
 def _mm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     check_mm_arguments(a, b)
     return a.new_empty((a.shape[0], b.shape[1]))
@@ -217,20 +224,14 @@ def _mm_backward(ctx, grad):
     return grad_a, grad_b
 
 
-mm.register_autograd(_mm_backward, setup_context=_mm_setup_context)
+mm = registration.define("mm(Tensor a, Tensor b) -> Tensor", _mm, _mm_fake, _mm_backward, _mm_setup_context)
 
 
-@torch.library.custom_op("tritile::bmm", mutates_args=())
-def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`torch.bmm(a, b)` by the tritile batched GEMM kernel (one grid axis over the batch)."""
-    check_mm_arguments(a, b, rank=3)
-    (batch, M, K), N = a.shape, b.shape[2]
-    if batch == 0 or M == 0 or N == 0 or K == 0:
-        return a.new_zeros((batch, M, N))
     return _gemm(batched_matmul, a, b)
 
 
-@bmm.register_fake
 def _bmm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     check_mm_arguments(a, b, rank=3)
     return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
@@ -243,4 +244,4 @@ def _bmm_backward(ctx, grad):
     return grad_a, grad_b
 
 
-bmm.register_autograd(_bmm_backward, setup_context=_mm_setup_context)
+bmm = registration.define("bmm(Tensor a, Tensor b) -> Tensor", _bmm, _bmm_fake, _bmm_backward, _mm_setup_context)

@@ -186,13 +186,12 @@ class ArgumentBinder:
         scalars = {}
         if self.scalar_positions:
             args, scalars = self._split_scalars(args)
-        try:
-            key = tuple([(type(t), t.dtype, t.shape, t.device) for t in args])
-            contiguous = all([t.is_contiguous() for t in args])
+        try:  # only calls of contiguous tensors are remembered: a key with a False is never found
+            key = tuple([(type(t), t.dtype, t.shape, t.device, t.is_contiguous()) for t in args])
         except AttributeError:  # a non-tensor: the full path names it
-            key, contiguous = None, False
+            key = None
         known = self._memo.get(key)
-        if known is not None and contiguous:
+        if known is not None:
             dim_values, out_shapes, runs, divisible = known
             if scalars:
                 dim_values = {**dim_values, **scalars}
@@ -205,7 +204,8 @@ class ArgumentBinder:
         dims = dict(dim_values)
         dim_values.update(scalars)
         runs = self.grid_has_blocks(dim_values)
-        if contiguous:  # checked without copies: the outcome holds for every call of this kind
+        if key is not None and all([contiguous for *_, contiguous in key]):  # checked without copies: the
+            # outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
             self._memo[key] = (dims, [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)

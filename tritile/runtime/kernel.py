@@ -137,8 +137,9 @@ class JITKernel:
     def _run(self, tensors: list, dim_values: dict, divisible: tuple) -> None:
         variant = self._variants.get(divisible) or self._variant(divisible)
         self._launched = variant
-        # the binder checked that every tensor is on one device kind
-        if self._interprets(tensors[0].device.type if tensors else "cpu"):
+        # the binder checked that every tensor is on one device kind, CUDA or CPU (`is_cuda` is
+        # cheaper than `device.type`)
+        if self._interprets("cuda" if tensors and tensors[0].is_cuda else "cpu"):
             if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
                 # the generated triton.language kernel in Triton's interpreter: a second oracle
                 return self._triton_kernel(variant, self.plan_target).interpret(tensors, variant.dims(dim_values))

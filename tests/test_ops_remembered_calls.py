@@ -1,0 +1,137 @@
+"""The torch operators' remembered call signatures (tritile/ops/signatures.py): a repeated call
+skips the checks and kernel choice, gives what a fresh call gives, and every bad argument still
+raises TypeError / ValueError naming it (CPU: the reference interpreter)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tritile.ops import attention as tritile_attention
+from tritile.ops import linear as tritile_linear
+from tritile.ops import matmul as tritile_matmul
+from tritile.ops.linear import activation_fn
+from tritile.ops.signatures import Remembered, signature
+
+
+@pytest.fixture
+def first_calls(monkeypatch) -> list:
+    """The operator calls that took the first-call path (checks, kernel choice), one entry each;
+    every remembered call forgotten first."""
+    calls = []
+    for module, memo, first in ((tritile_matmul, "_gemms", "_first_gemm"),
+                                (tritile_linear, "_linears", "_first_linear"),
+                                (tritile_attention, "_forwards", "_first_attention")):
+        monkeypatch.setattr(module, memo, Remembered())
+        original = getattr(module, first)
+        monkeypatch.setattr(module, first, lambda *args, _f=original, _n=first: calls.append(_n) or _f(*args))
+    return calls
+
+
+def forget_remembered_calls():
+    for memo in (tritile_matmul._gemms, tritile_linear._linears, tritile_attention._forwards):
+        memo.clear()
+
+
+def test_a_repeated_gemm_runs_the_remembered_kernel_and_matches_a_fresh_call(first_calls):
+    a, b = torch.randn(40, 48), torch.randn(48, 24)
+    w = torch.randn(24, 48)  # w.t(): the transposed layout, another signature of the same shape
+    strided = torch.randn(40, 96)[:, ::2]  # neither contiguous nor transposed: copied, every call
+    batch_a, batch_b = torch.randn(3, 40, 48), torch.randn(3, 24, 48).transpose(1, 2)
+    for _ in range(3):
+        results = [torch.ops.tritile.mm(a, b), torch.ops.tritile.mm(a, w.t()), torch.ops.tritile.mm(strided, b),
+                   torch.ops.tritile.bmm(batch_a, batch_b)]
+        for got, want in zip(results, (a @ b, a @ w.t(), strided @ b, torch.bmm(batch_a, batch_b))):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert first_calls == ["_first_gemm"] * 4
+    forget_remembered_calls()
+    fresh = torch.ops.tritile.mm(a, w.t())
+    assert first_calls == ["_first_gemm"] * 5
+    torch.testing.assert_close(fresh, results[1], rtol=0, atol=0)
+
+
+def test_an_empty_product_is_remembered_too(first_calls):
+    a, b = torch.randn(5, 0), torch.randn(0, 7)
+    for _ in range(2):
+        out = torch.ops.tritile.mm(a, b)
+        assert out.shape == (5, 7) and torch.count_nonzero(out) == 0
+    assert first_calls == ["_first_gemm"]
+
+
+def test_a_repeated_linear_runs_the_remembered_kernel_and_matches_a_fresh_call(first_calls):
+    x, weight, bias = torch.randn(2, 20, 48), torch.randn(40, 48), torch.randn(40)
+    residual = torch.randn(2, 20, 40)
+    flat = torch.randn(20, 48)
+    outs = []
+    for _ in range(3):
+        out, pre = torch.ops.tritile.linear(x, weight, bias, residual, "gelu", True)
+        flat_out, empty = torch.ops.tritile.linear(flat, weight, None, None, "silu", False)
+        expected_pre = F.linear(x, weight, bias)
+        torch.testing.assert_close(pre, expected_pre, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out, activation_fn("gelu")(expected_pre) + residual, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(flat_out, F.silu(F.linear(flat, weight)), rtol=1e-4, atol=1e-4)
+        assert empty.shape == (0,)
+        outs.append(out)
+    assert outs[0] is not outs[1] and outs[0].data_ptr() != outs[1].data_ptr()  # new outputs every call
+    assert first_calls == ["_first_linear"] * 2
+    forget_remembered_calls()
+    torch.testing.assert_close(torch.ops.tritile.linear(x, weight, bias, residual, "gelu", True)[0], outs[-1],
+                               rtol=0, atol=0)
+
+
+def test_a_repeated_attention_runs_the_remembered_kernel_and_matches_a_fresh_call(first_calls):
+    q = torch.randn(2, 4, 32, 16)
+    k, v = torch.randn(2, 2, 48, 16), torch.randn(2, 2, 48, 16)
+    for _ in range(3):
+        out, lse = torch.ops.tritile.attention(q, k, v, False, 0.3)
+        want = F.scaled_dot_product_attention(q, k, v, scale=0.3, enable_gqa=True)
+        torch.testing.assert_close(out, want, rtol=2e-4, atol=2e-4)
+    causal = torch.ops.tritile.attention(q, q, q, True, None)[0]  # another signature and is_causal
+    torch.testing.assert_close(causal, F.scaled_dot_product_attention(q, q, q, is_causal=True), rtol=2e-4, atol=2e-4)
+    assert first_calls == ["_first_attention"] * 2
+    forget_remembered_calls()
+    fresh_out, fresh_lse = torch.ops.tritile.attention(q, k, v, False, 0.3)
+    torch.testing.assert_close((fresh_out, fresh_lse), (out, lse), rtol=0, atol=0)
+
+
+def test_remembered_signatures_still_refuse_bad_arguments(first_calls):
+    a, b = torch.randn(8, 4), torch.randn(4, 8)
+    torch.ops.tritile.mm(a, b)
+    with pytest.raises(TypeError, match="'b' has dtype torch.float16"):
+        torch.ops.tritile.mm(a, b.half())
+    with pytest.raises(ValueError, match="'b' has shape"):
+        torch.ops.tritile.mm(a, torch.randn(5, 8))
+    with pytest.raises(TypeError, match="'a' has dtype torch.int64"):
+        torch.ops.tritile.mm(torch.randint(0, 4, (8, 4)), torch.randint(0, 4, (4, 8)))
+    torch.ops.tritile.bmm(a[None], b[None])
+    with pytest.raises(ValueError, match="'a' must be 3-D"):
+        torch.ops.tritile.bmm(a, b[None])
+
+    x, weight, bias = torch.randn(6, 16), torch.randn(8, 16), torch.randn(8)
+    torch.ops.tritile.linear(x, weight, bias, None, "relu", False)
+    with pytest.raises(ValueError, match="'bias' has shape"):
+        torch.ops.tritile.linear(x, weight, torch.randn(9), None, "relu", False)
+    with pytest.raises(ValueError, match="'activation' must be one of"):
+        torch.ops.tritile.linear(x, weight, bias, None, "tanh", False)
+    with pytest.raises(TypeError, match="'weight' has dtype"):
+        torch.ops.tritile.linear(x, weight.double(), bias, None, "relu", False)
+    with pytest.raises(ValueError, match="'residual' has shape"):
+        torch.ops.tritile.linear(x, weight, bias, torch.randn(6, 9), "relu", False)
+
+    q = torch.randn(1, 4, 32, 16)
+    torch.ops.tritile.attention(q, q, q, False, None)
+    with pytest.raises(TypeError, match="'k'"):
+        torch.ops.tritile.attention(q, q.half(), q, False, None)
+    with pytest.raises(ValueError, match="causal attention with 32 queries and 16 keys"):
+        torch.ops.tritile.attention(q, q[:, :, :16], q[:, :, :16], True, None)
+
+
+def test_a_signature_is_what_the_checks_read():
+    a = torch.randn(4, 6)
+    assert signature(a, None) == ((torch.Tensor, torch.float32, torch.Size([4, 6]), (6, 1), a.device), None)
+    assert signature(a) != signature(a.t().contiguous().t())  # same shape, transposed layout
+    assert signature(a) != signature(torch.nn.Parameter(a))  # a subclass is another signature
+    with pytest.raises(AttributeError):
+        signature(a, 3)
+    memo = Remembered(limit=2)
+    for i in range(3):
+        memo.remember(i, str(i))
+    assert memo == {2: "2"}  # full: starts over
