@@ -23,6 +23,7 @@ A rule returns a `Val`: the text and the `T.Parallel` dims it varies along.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -153,11 +154,20 @@ def _min_propagate_nan(a, b):
 '''
 
 
-def helpers_text(jit: str, lang: str) -> str:
-    """The helper functions of a generated module, decorated with `jit` ("gluon.jit" or
-    "triton.jit"), in language `lang`; the module imports `tl` (triton.language) and
-    `libdevice` itself."""
-    return _HELPERS.format(jit=jit, lang=lang)
+def helpers_text(jit: str, lang: str, code: str) -> str:
+    """The helper functions the generated `code` calls (and the helpers those call), decorated
+    with `jit` ("gluon.jit" or "triton.jit"), in language `lang`; the module imports `tl`
+    (triton.language) and `libdevice` itself."""
+    chunks = {re.search(r"def (\w+)\(", chunk).group(1): chunk
+              for chunk in _HELPERS.format(jit=jit, lang=lang).split("\n\n\n")}
+    used, text = [], code
+    while True:
+        more = [name for name in chunks if name not in used and re.search(rf"\b{name}\b", text)]
+        if not more:
+            break
+        used += more
+        text = "\n".join(chunks[name] for name in more)
+    return "\n\n\n".join(chunks[name] for name in chunks if name in used) + ("\n" if used else "")
 
 
 def cast_text(text: str, src, dst, lang: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tritile.ir import instructions as isel
-from tritile.codegen.semantics import TRITON_DTYPES, Val, cast_text, helpers_text
+from tritile.codegen.semantics import HELPER_NAMES, TRITON_DTYPES, Val, cast_text
 from tritile.codegen.source_writer import SourceWriter, paren, static_int
 from tritile.codegen.tma_descriptors import DescriptorArg
 from tritile.errors import CompileError
@@ -34,8 +34,7 @@ from tritile.ir.transform import walk
 
 GL_DTYPES = {name: f"gl.{triton_name}" for name, triton_name in TRITON_DTYPES.items()}
 
-_RESERVED = {"gl", "gluon", "_add_combine", "_floordiv", "_floormod", "_floordiv_float", "_floormod_float",
-             "_max_propagate_nan", "_min_propagate_nan", "tl", "tma", "mbarrier", "cp", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait",
+_RESERVED = {"gl", "gluon", *HELPER_NAMES, "tl", "tma", "mbarrier", "cp", "mma_v2", "warpgroup_mma", "warpgroup_mma_wait",
              "warpgroup_mma_init", "fence_async_shared", "TensorDescriptor", "triton", "range", "float",
              "int", "min", "max", "abs", "compiled", "tritile_launch", "grid", "libdevice"}
 
@@ -57,8 +56,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-
-''' + helpers_text("gluon.jit", "gl") + "\n"
+'''
 
 
 def broadcast_text(text: str, src, dst, shape: list, layout: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tritile.codegen import block_order
 from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
-from tritile.codegen.semantics import POINTER_TYPES
+from tritile.codegen.semantics import POINTER_TYPES, helpers_text
 from tritile.codegen.tma_descriptors import descriptor_table_text, launcher_text
 from tritile.codegen.source_writer import host_expr, runtime_arg_types
 from tritile.errors import CompileError
@@ -56,7 +56,9 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     signature.update({d.name: None for d in descs})  # mangled by the runtime from a host descriptor
     signature.update(zip(dims, runtime_arg_types(func)))
 
-    out = [HEADER.format(name=func.name, target=target)]
+    kernel_lines = [line for _, _, lines in partitions for line in lines] + em.lines
+    out = [HEADER.format(name=func.name, target=target), helpers_text("gluon.jit", "gl", "\n".join(kernel_lines)),
+           "\n"]
     for d in descs:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
     out.append(descriptor_table_text(descs, [_host_layout(d) for d in descs]))

@@ -72,7 +72,7 @@ def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKern
     signature.update({d.name: descriptor_type(d) for d in descs})
     signature.update(zip(dims, runtime_arg_types(func)))
     out = [HEADER.format(name=func.name, target=target), descriptor_table_text(descs), "\n\n",
-           helpers_text("triton.jit", "tl"), "\n\n@triton.jit\n", f"def {kernel_name}({', '.join(arg_names)}):\n"]
+           helpers_text("triton.jit", "tl", "\n".join(em.lines)), "\n\n@triton.jit\n", f"def {kernel_name}({', '.join(arg_names)}):\n"]
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
     grid = [host_expr(g, em) for g in k.grid]
