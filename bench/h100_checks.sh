@@ -2,7 +2,8 @@
 # A session's correctness checks on the GPU machine, in one call: the GPU test suite under each
 # backend (Gluon, the default on Hopper; then TRITILE_BACKEND=triton) and TileLang's own programs
 # through their runner (import tilelang -> tritile).  Results go to $OUT (default bench/results):
-# h100_gpu_tests.txt, h100_gpu_tests_triton.txt, tilelang_examples_h100.txt.
+# h100_gpu_tests.txt, h100_gpu_tests_triton.txt, tilelang_examples_h100.txt.  Each suite is cut
+# off after 5 minutes (a hung kernel must not take the call's whole device time).
 #
 # usage: TREE=<commit> bench/h100_checks.sh EXAMPLES_DIR [PROGRAM_LIST]
 #   EXAMPLES_DIR: TileLang's programs and run.py (../shared/tilelang-examples, copied where the
@@ -20,9 +21,9 @@ header() {
     echo "# $1 on $machine, tree ${TREE:-unknown}, $(date -u +%F)"
 }
 header "python -m pytest -q -m gpu tests -n 15" > "$out/h100_gpu_tests.txt"
-python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests.txt"
+timeout 300 python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests.txt"
 header "TRITILE_BACKEND=triton python -m pytest -q -m gpu tests -n 15" > "$out/h100_gpu_tests_triton.txt"
-TRITILE_BACKEND=triton python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests_triton.txt"
+TRITILE_BACKEND=triton timeout 300 python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests_triton.txt"
 header "run.py . EXAMPLES --list $list --jobs 8" > "$out/tilelang_examples_h100.txt"
 python "$examples/run.py" . "$examples" --list "$list" --jobs 8 >> "$out/tilelang_examples_h100.txt" 2>&1
 tail -3 "$out/h100_gpu_tests.txt" "$out/h100_gpu_tests_triton.txt" "$out/tilelang_examples_h100.txt"
