@@ -1,15 +1,15 @@
 """TileLang's `T.cummax` / `T.cummin` (running extrema along a dimension, forward or reversed,
-in place or into another buffer) and `T.Cast(dtype, value)` in tritile, checked against torch
-on the interpreter; the Gluon backend rejects the scans with a CompileError at the call."""
+in place or into another buffer) and `T.Cast(dtype, value)` in tritile, checked against torch:
+on CPU tensors through tritile's interpreter (backend "gluon") and through Triton's interpreter
+running the triton.language backend's code (backend "triton"); compiled for sm_90 by both; on
+the GPU by both (NaN propagates, as in torch.cummax)."""
 import pytest
 import torch
 
 import tritile
 import tritile.language as T
 
-# constructs only the tile-IR interpreter runs (the backends refuse them): CPU tensors take it,
-# whatever TRITILE_BACKEND says
-pytestmark = pytest.mark.usefixtures("gluon_backend")
+BACKENDS = ["gluon", "triton"]
 
 
 def _scan_kernel(op, M, N, dim, reverse, in_place):
@@ -29,14 +29,24 @@ def _scan_kernel(op, M, N, dim, reverse, in_place):
     return main
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["cummax", "cummin"])
 @pytest.mark.parametrize("dim,reverse,in_place", [(0, False, False), (1, False, True), (1, True, False), (-1, True, True)])
-def test_cum_extremum(name, dim, reverse, in_place):
-    kernel = tritile.compile(_scan_kernel(getattr(T, name), 8, 16, dim, reverse, in_place), out_idx=[1])
-    a = torch.randn(8, 16)
+def test_cum_extremum(name, dim, reverse, in_place, backend, device):
+    kernel = tritile.compile(_scan_kernel(getattr(T, name), 8, 16, dim, reverse, in_place), out_idx=[1],
+                             backend=backend)
+    a = torch.randn(8, 16, device=device)
+    a[3, 5] = float("nan")  # propagates along the scan, as in torch
     scan = getattr(torch, name)
     ref = scan(a.flip(dim), dim).values.flip(dim) if reverse else scan(a, dim).values
-    torch.testing.assert_close(kernel(a), ref)
+    torch.testing.assert_close(kernel(a), ref, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cum_extremum_compiles_for_hopper(backend):
+    kernel = tritile.compile(_scan_kernel(T.cummax, 8, 16, 1, True, False), out_idx=[1], target="cuda:90",
+                             backend=backend)
+    assert "associative_scan(" in kernel.get_source(backend) and ".entry" in kernel.get_source("ptx")
 
 
 def test_cum_extremum_shape_mismatch_is_an_error():
@@ -49,9 +59,10 @@ def test_cum_extremum_shape_mismatch_is_an_error():
                 T.cummax(src, dst)
 
 
-def test_gluon_rejects_cummax_at_the_call():
-    with pytest.raises(tritile.CompileError, match="T.cummax is not supported") as err:
-        tritile.compile(_scan_kernel(T.cummax, 8, 16, 1, False, False), target="cuda:90").get_source("gluon")
+def test_cummax_of_a_padded_tile_is_refused_by_the_backends_at_the_call():
+    with pytest.raises(tritile.CompileError, match="T.cummax of a tile whose extents are not powers of two") as err:
+        tritile.compile(_scan_kernel(T.cummax, 8, 12, 1, True, False), target="cuda:90",
+                        backend="triton").get_source("triton")
     assert "test_tilelang_language_scan_cast.py" in str(err.value)
 
 

@@ -1319,8 +1319,16 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
-    """`T.cummax` / `T.cummin`: not lowered yet (a max/min combine for gl.associative_scan)."""
-    raise unsupported(f"T.cum{s.kind}", s.loc)
+    """`T.cummax` / `T.cummin`: an associative scan with the NaN-propagating max / min combine."""
+    src, layout = _register_tile(em, s.src, s.loc)
+    if tuple(s.src.tile_shape) != tuple(s.dst.tile_shape):
+        raise unsupported(f"T.cum{s.kind} with different source and destination shapes", s.loc)
+    if is_padded(s.src.tile_shape):  # a reversed scan would start from the pad lanes
+        raise unsupported(f"T.cum{s.kind} of a tile whose extents are not powers of two", s.loc)
+    tmp = em.tmp("scan")
+    em.emit(f"{tmp} = gl.associative_scan({src}, {s.dim % len(s.src.tile_shape)}, _{s.kind}_propagate_nan, "
+            f"reverse={s.reverse})")
+    _write_tile(em, s.dst, tmp, layout, s.src.buffer.dtype, s.loc)
 
 
 RULES = {

@@ -591,6 +591,19 @@ def lower_cumsum(em: Emitter, s: ir.Cumsum):
     _assign_tile(em, s.dst, tmp, s.src.buffer.dtype, shape, s.loc)
 
 
+def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):
+    """`T.cummax` / `T.cummin`: an associative scan with the NaN-propagating max / min combine."""
+    if tuple(s.src.tile_shape) != tuple(s.dst.tile_shape):
+        raise unsupported(f"T.cum{s.kind} with different source and destination shapes", s.loc)
+    src, shape = _tile(em, s.src, s.loc)
+    if is_padded(shape):  # a reversed scan would start from the pad lanes
+        raise unsupported(f"T.cum{s.kind} of a tile whose extents are not powers of two", s.loc)
+    tmp = em.tmp("scan")
+    em.emit(f"{tmp} = tl.associative_scan({src}, {s.dim % len(shape)}, _{s.kind}_propagate_nan, "
+            f"reverse={s.reverse})")
+    _assign_tile(em, s.dst, tmp, s.src.buffer.dtype, shape, s.loc)
+
+
 def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dst = s.dst
     buf = dst.buffer
@@ -632,6 +645,7 @@ RULES = {
     ir.Fill: lower_fill,
     ir.Reduce: lower_reduce,
     ir.Cumsum: lower_cumsum,
+    ir.CumExtremum: lower_cum_extremum,
     ir.AtomicAdd: lower_atomic_add,
     ir.Parallel: lower_parallel,
     ir.If: lower_if,
