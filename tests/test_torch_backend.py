@@ -235,21 +235,27 @@ class Block(torch.nn.Module):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
-def test_transformer_block_compiles_to_tritile_kernels_and_matches_eager():
-    """Inductor with tritile's attention, bmm and fused-epilogue GEMMs: output and every
-    parameter's gradient equal eager's (fp32: the CPU interpreter)."""
-    torch.manual_seed(0)
-    model = Block()
-    x = torch.randn(2, 16, 32, requires_grad=True)
-    grad_out = torch.randn(2, 16, 32)
+def compiled_and_eager(model, x, grad_out, options=None):
+    """(output, gradients of x and every parameter) of `model` compiled with the tritile backend,
+    then eager's output, its gradients left in x.grad / the parameters' .grad."""
     torch._dynamo.reset()
-    actual = torch.compile(model, backend="tritile")(x)
+    actual = torch.compile(model, backend="tritile", options=options)(x)
     actual.backward(grad_out)
     grads = [x.grad] + [p.grad for p in model.parameters()]
     x.grad = None
     model.zero_grad()
     expected = model(x)
     expected.backward(grad_out)
+    return actual, grads, expected
+
+
+def test_transformer_block_compiles_to_tritile_kernels_and_matches_eager():
+    """Inductor with tritile's attention, bmm and fused-epilogue GEMMs: output and every
+    parameter's gradient equal eager's (fp32: the CPU interpreter)."""
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    actual, grads, expected = compiled_and_eager(model, x, torch.randn(2, 16, 32))
     assert_close(actual, expected)
     for got, (name, param) in zip(grads, [("x", x), *model.named_parameters()]):
         assert got is not None, name
@@ -389,15 +395,7 @@ def test_transformer_block_on_the_gpu():
     torch.manual_seed(0)
     model = Block(d_model=1024, heads=16).cuda().to(torch.bfloat16)
     x = torch.randn(4, 1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    grad_out = torch.randn_like(x)
-    torch._dynamo.reset()
-    actual = torch.compile(model, backend="tritile", options={"gemms": "tritile"})(x)
-    actual.backward(grad_out)
-    grads = [x.grad] + [p.grad for p in model.parameters()]
-    x.grad = None
-    model.zero_grad()
-    expected = model(x)
-    expected.backward(grad_out)
+    actual, grads, expected = compiled_and_eager(model, x, torch.randn_like(x), {"gemms": "tritile"})
     torch.testing.assert_close(actual.float(), expected.float(), rtol=5e-2, atol=5e-2)
     for got, param in zip(grads, [x, *model.parameters()]):
         scale = param.grad.float().abs().max().item()
