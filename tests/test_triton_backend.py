@@ -561,9 +561,10 @@ def test_program_no_backend_takes_names_each_refusal():
         def odd(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
             with T.Kernel(1, threads=128) as _:
                 tile = T.alloc_fragment((32,), "float32")
+                bits = T.view(tile, dtype="int32")  # reinterpreting register bits: the interpreter's only
                 T.copy(A, tile)
-                T.cummax(tile)
-                T.copy(tile, B)
+                for i in T.Parallel(32):
+                    B[i] = T.Cast("float32", bits[i])
 
         return codegen.compile_kernel(tritile.compile(odd, target="cuda:90").stages, Target("cuda", 90),
                                       codegen.candidates("auto", Target("cuda", 90)))
@@ -571,9 +572,9 @@ def test_program_no_backend_takes_names_each_refusal():
     message = K.compile_error(build)
     assert "no backend compiles kernel 'odd' for cuda:90" in message
     assert "gluon:" in message and "triton:" in message
-    # both refuse the running max, each at its line
-    assert "T.cummax is not supported by the Gluon backend" in message
-    assert "is not supported by the triton.language backend" in message
+    # both refuse the on-chip view of another dtype, each at its line
+    assert "T.view of fragment buffer tile as int32" in message and "by the Gluon backend" in message
+    assert "by the triton.language backend" in message
 
 
 def test_partial_register_tile_is_a_compile_error_at_the_users_line():
