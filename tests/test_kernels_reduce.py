@@ -36,16 +36,11 @@ def reduce_rows_or_cols(M, N, kind, dim, clear, keep_dim=False, dtype="float32")
             B_local = T.alloc_fragment(out_shape, dtype)
             T.copy(A, A_local)
             T.copy(Init, B_local)
-            if kind == "max":
-                T.reduce_max(A_local, B_local, dim=dim, clear=clear)
-            elif kind == "min":
-                T.reduce_min(A_local, B_local, dim=dim, clear=clear)
-            elif kind == "sum":
-                T.reduce_sum(A_local, B_local, dim=dim, clear=clear)
-            elif kind == "abssum":
-                T.reduce_abssum(A_local, B_local, dim=dim)
+            reduce = getattr(T, f"reduce_{kind}")  # max, min, sum, abssum, absmax, bitand, bitor, bitxor
+            if kind in ("abssum", "absmax"):  # TileLang's take no `clear`
+                reduce(A_local, B_local, dim=dim)
             else:
-                T.reduce_absmax(A_local, B_local, dim=dim)
+                reduce(A_local, B_local, dim=dim, clear=clear)
             T.copy(B_local, B)
 
     return main
@@ -377,24 +372,6 @@ def bitwise_reference(a, dim, kind):
 
 
 @tritile.jit(out_idx=[-1])
-def reduce_bitwise(M, N, kind, dim, clear, dtype):
-    """`T.reduce_bitand / bitor / bitxor` (TileLang's), with clear=False folding in B's old value."""
-    out_shape = (M,) if dim == 1 else (N,)
-
-    @T.prim_func
-    def main(A: T.Tensor((M, N), dtype), Init: T.Tensor(out_shape, dtype), B: T.Tensor(out_shape, dtype)):
-        with T.Kernel(1, threads=128) as _:
-            a = T.alloc_fragment((M, N), dtype)
-            b = T.alloc_fragment(out_shape, dtype)
-            T.copy(A, a)
-            T.copy(Init, b)
-            getattr(T, f"reduce_{kind}")(a, b, dim=dim, clear=clear)
-            T.copy(b, B)
-
-    return main
-
-
-@tritile.jit(out_idx=[-1])
 def bitwise_reducer(M, K, op):
     """TileLang's test_tilelang_language_reducer_v2.py bitwise rows: a T.alloc_reducer of a bit op."""
 
@@ -424,7 +401,7 @@ def test_reduce_bitwise(kind, dim, clear, N, dtype, device):
     info = torch.iinfo(td)
     a = torch.randint(info.min, info.max, (M, N), dtype=td, device=device)
     init = torch.randint(info.min, info.max, (M if dim == 1 else N,), dtype=td, device=device)
-    got = reduce_bitwise(M, N, kind, dim, clear, dtype)(a, init)
+    got = reduce_rows_or_cols(M, N, kind, dim, clear, dtype=dtype)(a, init)
     want = bitwise_reference(a, dim, kind)
     assert torch.equal(got, want if clear else BITWISE[kind](want, init))
 
@@ -437,13 +414,13 @@ def test_bitwise_reducer(op, device):
 
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
 def test_bitwise_reductions_compile(backend):
-    for kernel in (reduce_bitwise.fn(16, 24, "bitand", 1, False, "uint8"), bitwise_reducer.fn(16, 64, "bitxor")):
+    for kernel in (reduce_rows_or_cols.fn(16, 24, "bitand", 1, False, dtype="uint8"), bitwise_reducer.fn(16, 64, "bitxor")):
         assert ".entry" in tritile.compile(kernel, out_idx=[-1], target="cuda:90", backend=backend).get_source("ptx")
 
 
 def test_bitwise_reduction_of_floats_is_a_compile_error():
     with pytest.raises(tritile.CompileError, match="a bitwise reduction takes integer tiles"):
-        reduce_bitwise.fn(16, 64, "bitor", 1, True, "float32")
+        reduce_rows_or_cols.fn(16, 64, "bitor", 1, True, dtype="float32")
     with pytest.raises(tritile.CompileError, match="op 'bitand' needs an integer dtype"):
         @T.prim_func
         def main(A: T.Tensor((8,), T.float32)):
