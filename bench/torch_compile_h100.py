@@ -90,7 +90,7 @@ def measure(workload: str, backend: str, model, inputs, repeats: int) -> dict:
     return {"first_call_s": round(first, 2), "step_ms": round(median_ms(step, repeats), 3)}
 
 
-def profile_step(model, inputs, backend: str, top: int = 12) -> list:
+def profile_step(model, inputs, backend: str, top: int = 30) -> list:
     fn = _compiled(model, backend)
     for _ in range(3):
         model.zero_grad(set_to_none=True)

@@ -18,7 +18,7 @@ import torch
 
 import tritile
 import tritile.language as T
-from tritile.ops.matmul import load_operand_tiles  # noqa: F401  (the GEMM bodies here and in pipeline_kernels)
+from tritile.ops.gemm_loop import load_operand_tiles  # noqa: F401  (the GEMM bodies here and in pipeline_kernels)
 
 
 def gemm(M, N, K, block_M, block_N, block_K, trans_A=False, trans_B=False, in_dtype="float16",

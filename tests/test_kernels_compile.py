@@ -20,7 +20,7 @@ from tritile.runtime.target import Target
 SUITES = ["test_kernels_gemm", "test_kernels_reduce", "test_kernels_atomic", "test_kernels_elementwise",
           "test_kernels_attention", "test_kernels_pipeline", "test_kernels_examples", "test_pipeline_seeds",
           "test_kernels_padded_tiles", "test_kernels_gqa_bwd", "test_kernels_fragment_rows",
-          "test_kernels_fragment_ranges", "test_ops_attention", "test_ops_gemm_epilogue"]
+          "test_kernels_fragment_ranges", "test_ops_attention", "test_ops_gemm_epilogue", "test_ops_split_k"]
 TARGETS = {"sm90": Target("cuda", 90), "sm80": Target("cuda", 80)}
 
 # {case id: the backend's error} for the kernels the Gluon backend cannot compile yet (none today).

@@ -6,7 +6,7 @@ import torch
 import tritile
 import tritile.language as T
 from tritile.ir.dtypes import truncate_to_tf32
-from tritile.ops.matmul import load_operand_tiles
+from tritile.ops.gemm_loop import load_operand_tiles
 
 
 def matmul(M, N, K, block_M, block_N, block_K, trans_A, trans_B, in_dtype, num_stages=2):

@@ -177,6 +177,27 @@ def test_a_gemm_cublas_does_faster_stays_with_the_fallback(monkeypatch):
     assert len(forced.tritile_ops) == 1
 
 
+def test_an_addmm_is_chosen_by_timing_the_sum_not_the_product_alone(monkeypatch):
+    """addmm -> bias + tritile.mm moves the bias out of cuBLAS's epilogue into a pass of its own:
+    the choice times that sum against torch.addmm, so a product faster alone does not decide."""
+    from tritile.contrib import gemm_choice
+
+    monkeypatch.setattr(gemm_choice, "choose_linear", lambda *args: gemm_choice.Choice(False, 0.3, 0.2, "cuBLAS"))
+    monkeypatch.setattr(gemm_choice, "choose", lambda *args: gemm_choice.Choice(True, 0.19, 0.2))
+    problems = []
+
+    def choose_product_sum(*problem):
+        problems.append(problem)
+        return gemm_choice.Choice(False, 0.25, 0.2, "cuBLAS addmm")
+
+    monkeypatch.setattr(gemm_choice, "choose_product_sum", choose_product_sum)
+    model = torch.nn.Linear(48, 32)
+    report = torch_backend.explain(model, torch.randn(16, 48), backward=False)
+    (addmm,) = [d for d in report.fallback_ops if d.op == "aten.addmm.default"]
+    assert addmm.reason == "cuBLAS addmm is faster on this shape (0.200 ms against tritile's 0.250 ms)"
+    assert problems == [(None, 16, 32, 48, torch.float32, False, True, (32,), torch.device("cpu"))]
+
+
 def test_gemm_choices_are_measured_once_and_kept_on_disk(monkeypatch, tmp_path):
     from tritile.contrib import gemm_choice
 
@@ -406,8 +427,10 @@ def test_transformer_block_on_the_gpu():
 @pytest.mark.parametrize("measure, problem, rival", [
     ("measure_bmm", (2, 24, 16, 40, torch.float32, True, True), "cuBLAS"),
     ("measure_linear", (24, 16, 40, torch.float32, True, "gelu", True, True), "cuBLAS + torch epilogue"),
+    ("measure_product_sum", (None, 24, 16, 40, torch.float32, False, True, (16,)), "cuBLAS addmm"),
+    ("measure_product_sum", (3, 24, 16, 40, torch.float32, True, False, (3, 24, 16)), "cuBLAS baddbmm"),
     ("measure_attention", (1, 4, 2, 32, 32, 16, torch.float32, True, None, True), "SDPA"),
-], ids=["bmm", "linear", "attention"])
+], ids=["bmm", "linear", "addmm", "baddbmm", "attention"])
 def test_measurements_run_both_sides(measure, problem, rival, monkeypatch):
     """The GPU measurements' own code, run on the CPU with a stand-in clock (each side runs; the
     backend measures under no_grad, the attention's backward included)."""

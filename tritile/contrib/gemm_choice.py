@@ -7,7 +7,9 @@ cuBLAS call inductor would make) on random operands of the node's shape, dtype a
 faster, each side timed as calls made back to back (what a step's stream sees: a call's host path
 hidden behind the kernels queued before it unless it is the longer), tritile's side through the
 operators a compiled graph calls (`tritile.mm_compiled`, ...: no autograd formula); `choose_bmm`
-does the same for `tritile.bmm` against `torch.bmm`, `choose_linear` for the fused
+does the same for `tritile.bmm` against `torch.bmm`, `choose_product_sum` for the rewrite of
+`addmm` / `baddbmm` (`bias + tritile.mm(a, b)`, the sum a separate elementwise pass) against
+`torch.addmm` / `torch.baddbmm` (cuBLAS adds the bias in its epilogue), `choose_linear` for the fused
 `tritile.linear` (GEMM + bias / activation / residual epilogue) against the unfused torch ops,
 and `choose_attention` for `tritile.attention` against `F.scaled_dot_product_attention`
 (forward, plus backward when the model's graph needs one).
@@ -133,6 +135,30 @@ def choose_bmm(batch: int, m: int, n: int, k: int, dtype: torch.dtype, trans_a: 
     """The faster batched GEMM (`tritile.bmm` or `torch.bmm`) for this problem on `device`."""
     return _cached(device, lambda: f"bmm|{batch}x" + _key(torch.device(device), m, n, k, dtype, trans_a, trans_b),
                    lambda: measure_bmm(batch, m, n, k, dtype, trans_a, trans_b, device))
+
+
+def measure_product_sum(batch, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
+                        bias_shape: tuple, device) -> Choice:
+    """`bias + tritile.mm(a, b)` (`tritile.bmm` when `batch` is not None) against torch.addmm /
+    torch.baddbmm: timing the product alone would miss the separate pass the sum costs, which
+    cuBLAS folds into its epilogue."""
+    a = _operand(m, k, trans_a, dtype, device, batch)
+    b = _operand(k, n, trans_b, dtype, device, batch)
+    bias = torch.randn(bias_shape, device=device).to(dtype)
+    if batch is None:
+        return _timed(lambda: bias + torch.ops.tritile.mm_compiled(a, b), lambda: torch.addmm(bias, a, b),
+                      "cuBLAS addmm")
+    return _timed(lambda: bias + torch.ops.tritile.bmm_compiled(a, b), lambda: torch.baddbmm(bias, a, b),
+                  "cuBLAS baddbmm")
+
+
+def choose_product_sum(batch, m: int, n: int, k: int, dtype: torch.dtype, trans_a: bool, trans_b: bool,
+                       bias_shape: tuple, device) -> Choice:
+    """tritile's rewrite of addmm (`batch` None) / baddbmm or the op itself, on `device`."""
+    problem = (batch, m, n, k, dtype, trans_a, trans_b, tuple(bias_shape), device)
+    return _cached(device, lambda: (f"{'addmm' if batch is None else f'baddbmm|{batch}x'}|{tuple(bias_shape)}|"
+                                    + _key(torch.device(device), m, n, k, dtype, trans_a, trans_b)),
+                   lambda: measure_product_sum(*problem))
 
 
 def measure_linear(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, activation: str, residual: bool,

@@ -109,11 +109,12 @@ def _measured_refusal(device: torch.device, tensors, choose) -> str:
         return f"tritile's kernel failed when measured on this shape ({type(err).__name__}: {first_line})"
 
 
-def _gemm_refusal(a, b, measured: bool, rank: int = 2) -> str:
+def _gemm_refusal(a, b, measured: bool, rank: int = 2, bias=None) -> str:
     """'' when both operands are `rank`-D tensors (2: tritile.mm, 3: tritile.bmm) of one supported
     dtype on one device and (when `measured`) tritile's GEMM is not slower there than the one it
-    replaces (`gemm_choice`), else why not."""
-    a, b = _tensor_meta(a), _tensor_meta(b)
+    replaces (`gemm_choice`; with `bias`, the node of an addmm / baddbmm: `bias + ` tritile's GEMM
+    against that op), else why not."""
+    a, b, bias = _tensor_meta(a), _tensor_meta(b), _tensor_meta(bias)
     op = "tritile.mm" if rank == 2 else "tritile.bmm"
     if a is None or b is None:
         return "an operand without tensor metadata"
@@ -128,6 +129,10 @@ def _gemm_refusal(a, b, measured: bool, rank: int = 2) -> str:
     if not measured:
         return ""
     trans_a, trans_b = is_transposed_contiguous(a), is_transposed_contiguous(b)
+    if bias is not None:
+        batch = None if rank == 2 else a.shape[0]
+        return _measured_refusal(a.device, (a, b, bias), lambda: gemm_choice.choose_product_sum(
+            batch, a.shape[-2], b.shape[-1], a.shape[-1], a.dtype, trans_a, trans_b, tuple(bias.shape), a.device))
     if rank == 2:
         return _measured_refusal(a.device, (a, b), lambda: gemm_choice.choose(
             a.shape[0], b.shape[1], a.shape[1], a.dtype, trans_a, trans_b, a.device))
@@ -163,7 +168,7 @@ def _rewrite_product_sum(rank: int, op):
         bias, a, b = node.args
         if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
             return f"{node.target.__name__.split('.')[0]} with beta or alpha other than 1"
-        refusal = _gemm_refusal(a, b, measured, rank)
+        refusal = _gemm_refusal(a, b, measured, rank, bias)
         if not refusal:
             _replace_with_product_sum(graph, node, op, bias, a, b)
         return refusal

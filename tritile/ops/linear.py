@@ -2,12 +2,13 @@
 operator `torch.ops.tritile.linear`.
 
 Contract:
-* `matmul_epilogue` is tritile/ops/matmul.py's GEMM (its `accumulate_tiles` K loop) with an
-  epilogue of `T.Parallel` loops over the float32 accumulator: `+ bias[j]`, the activation
-  (ACTIVATIONS: "none", "relu", "silu", "gelu" (exact, erf by Abramowitz-Stegun 7.1.26,
-  |error| < 1.5e-7), "gelu_tanh"), `+ residual[i, j]`, before the tile is stored once in the
-  inputs' dtype.  With `keep_pre` it also stores the pre-activation tile (`x @ W^T + bias`),
-  which the backward of the activation needs.  W is nn.Linear's (N, K) weight, read in place.
+* `matmul_epilogue` is tritile/ops/matmul.py's GEMM (its `accumulate_tiles` K loop) followed by
+  tritile/ops/epilogues.py's `apply_epilogue` on the float32 accumulator: `+ bias[j]`, the
+  activation (`ACTIVATIONS`), `+ residual[i, j]`, before the tile is stored once in the inputs'
+  dtype.  With `keep_pre` it also stores the pre-activation tile (`x @ W^T + bias`), which the
+  backward of the activation needs.  W is nn.Linear's (N, K) weight, read in place.  Where
+  tritile/ops/split_k.py plans a split of K (few output tiles, a long K: decoding's linears),
+  the call runs its partial sums and a reduction with the same epilogue instead.
 * `linear` is the operator `torch.ops.tritile.linear(x, weight, bias, residual, activation,
   keep_preactivation)` (its `.default` overload; tritile/ops/registration.py); it takes x of shape
   [..., K], weight (N, K), bias (N,) or None, residual [..., N] or None; it returns (out, pre):
@@ -25,21 +26,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
 import tritile
 import tritile.language as T
 from tritile.ops import registration
-from tritile.ops.matmul import SUPPORTED_DTYPES, accumulate_tiles, tile_config
+from tritile.ops.epilogues import ACTIVATIONS, activation_fn, apply_epilogue
+from tritile.ops.gemm_loop import accumulate_tiles, tile_config
+from tritile.ops.matmul import SUPPORTED_DTYPES
 from tritile.ops.signatures import MISSES, Remembered, signature
+from tritile.ops.split_k import SplitKGemm, sm_count, split_k_config
 from tritile.runtime.kernel import JITKernel
-
-ACTIVATIONS = ("none", "relu", "silu", "gelu", "gelu_tanh")
-SQRT_2_OVER_PI, SQRT_HALF = 0.7978845608028654, 0.7071067811865476
-# erf(z) ~= 1 - t * (a1 + t * (a2 + ...)) * exp(-z^2), t = 1 / (1 + p z), for z >= 0 (A&S 7.1.26)
-ERF_P, ERF_A = 0.3275911, (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 @tritile.jit
@@ -65,43 +64,9 @@ def matmul_epilogue(A, B, Bias, Residual, Pre, block_M: int = 64, block_N: int =
         T.use_swizzle(panel_size=panel_size)
         accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
                          False, True)
-        if has_bias:
-            bias = T.alloc_fragment((block_N,), dtype)
-            T.copy(Bias[bx * block_N:(bx + 1) * block_N], bias)
-            for i, j in T.Parallel(block_M, block_N):
-                C_local[i, j] += bias[j]
-        if keep_pre:
-            T.copy(C_local, Pre[by * block_M, bx * block_N])
-        if activation == "relu":
-            for i, j in T.Parallel(block_M, block_N):
-                C_local[i, j] = T.max(C_local[i, j], 0)
-        elif activation == "silu":
-            for i, j in T.Parallel(block_M, block_N):
-                C_local[i, j] = C_local[i, j] * T.sigmoid(C_local[i, j])
-        elif activation == "gelu_tanh":
-            for i, j in T.Parallel(block_M, block_N):
-                x = C_local[i, j]
-                C_local[i, j] = 0.5 * x * (1 + T.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
-        elif activation == "gelu":  # 0.5 x (1 + erf(x / sqrt 2)) = 0.5 (x + |x| erf(|x| / sqrt 2))
-            for i, j in T.Parallel(block_M, block_N):
-                x = C_local[i, j]
-                t = 1.0 / (1.0 + ERF_P * SQRT_HALF * T.abs(x))
-                poly = t * (ERF_A[0] + t * (ERF_A[1] + t * (ERF_A[2] + t * (ERF_A[3] + t * ERF_A[4]))))
-                C_local[i, j] = 0.5 * (x + T.abs(x) * (1.0 - poly * T.exp(-0.5 * x * x)))
-        if has_residual:
-            residual = T.alloc_fragment((block_M, block_N), dtype)
-            T.copy(Residual[by * block_M, bx * block_N], residual)
-            for i, j in T.Parallel(block_M, block_N):
-                C_local[i, j] += residual[i, j]
-        T.copy(C_local, C[by * block_M, bx * block_N])
+        apply_epilogue(C_local, C, Bias, Residual, Pre, bx, by, block_M, block_N, dtype, has_bias, activation,
+                       has_residual, keep_pre)
     return C
-
-
-def activation_fn(activation: str):
-    """The activation as torch computes it (eager semantics of the fused epilogue)."""
-    F = torch.nn.functional
-    return {"none": lambda h: h, "relu": torch.relu, "silu": F.silu, "gelu": F.gelu,
-            "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}[activation]
 
 
 def check_linear_arguments(x, weight, bias, residual, activation) -> None:
@@ -136,7 +101,7 @@ class _LinearCall:
     GEMM's rows, the output's shape, the unused operands' placeholders (one element on the
     call's device, never read or written: the kernel takes a tensor for every parameter)."""
 
-    kernel: Optional[JITKernel]
+    kernel: Optional[Union[JITKernel, SplitKGemm]]
     rows: int
     out_shape: tuple
     keep_pre: bool
@@ -188,10 +153,17 @@ def _first_linear(x, weight, bias, residual, activation, keep_preactivation) -> 
     M = math.prod(x.shape[:-1])
     call = _LinearCall(None, M, (*x.shape[:-1], N), keep_preactivation, x.new_empty(1), x.new_empty((1, 1)))
     if M and N and K:
-        kernel = matmul_epilogue.kernel_for(
-            *call.operands(x, weight, bias, residual), dtype=SUPPORTED_DTYPES[x.dtype], has_bias=bias is not None,
-            activation=activation, has_residual=residual is not None, keep_pre=keep_preactivation,
-            **tile_config(x.device.type, M, N, K, x.dtype))
+        operands = call.operands(x, weight, bias, residual)
+        epilogue = dict(has_bias=bias is not None, activation=activation, has_residual=residual is not None,
+                        keep_pre=keep_preactivation)
+        dtype = SUPPORTED_DTYPES[x.dtype]
+        split = split_k_config(x.device.type, M, N, K, x.dtype, sm_count(x.device))
+        if split is not None:
+            kernel = SplitKGemm.build(*operands[:2], split, dtype, trans_B=True, epilogue_operands=operands[2:],
+                                      **epilogue)
+        else:
+            kernel = matmul_epilogue.kernel_for(*operands, dtype=dtype, **epilogue,
+                                                **tile_config(x.device.type, M, N, K, x.dtype))
         call = dataclasses.replace(call, kernel=kernel)
     return _linears.remember((signature(x, weight, bias, residual), activation, keep_preactivation), call)
 

@@ -4,8 +4,8 @@ and torch operators.
 Contract:
 * `matmul` is an eager `@tritile.jit` GEMM (fp32 accumulation, result in the inputs' dtype);
   ragged shapes are fine (tile copies clip at the matrix edges).
-* `tile_config(device_type, M, N, K, dtype)` picks its tile sizes: small tiles on the CPU (the
-  reference interpreter), shape-dependent ones on CUDA.
+* `tile_config(device_type, M, N, K, dtype)` (tritile/ops/gemm_loop.py) picks its tile sizes:
+  small tiles on the CPU (the reference interpreter), shape-dependent ones on CUDA.
 * `mm` is the operator `torch.ops.tritile.mm(a, b)` (its `.default` overload; defined through
   tritile/ops/registration.py): it checks its arguments (TypeError for type / dtype / device,
   ValueError for rank / shape, before anything runs), runs the kernel and returns a new
@@ -14,7 +14,8 @@ Contract:
   other layouts are copied contiguous first.  It has a fake implementation (for Dynamo /
   AOTAutograd tracing) and a backward made of `tritile.mm` calls.  A repeated call of a
   signature (tritile/ops/signatures.py: the operands' types, dtypes, shapes, strides, devices)
-  runs the kernel chosen the first time.
+  runs the kernel chosen the first time.  Where tritile/ops/split_k.py's plan splits K (few
+  output tiles, a long K), the call runs its partial sums and their reduction instead.
 * `batched_matmul` is the same GEMM over a batch ([batch, M, K] @ [batch, K, N], the batch on
   the grid's third axis); `bmm` (`torch.ops.tritile.bmm(a, b)`) is its operator, with the same
   checks, in-place transposed operands (`x.transpose(1, 2)` of a contiguous batch), fake
@@ -27,47 +28,11 @@ import torch
 import tritile
 import tritile.language as T
 from tritile.ops import registration
+from tritile.ops.gemm_loop import accumulate_tiles, tile_config
+from tritile.ops.split_k import SplitKGemm, sm_count, split_k_config
 from tritile.ops.signatures import MISSES, Remembered, signature
 
 SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.float32: T.float32}
-
-
-@T.macro
-def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B,
-                       batched=False, bz=0):
-    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory (of matrix
-    `bz` when `batched`: operands [batch, rows, cols]); a transposed operand is stored (K, M) /
-    (N, K), so its tile's head address swaps."""
-    if not batched:
-        if trans_A:
-            T.copy(A[k * block_K, by * block_M], A_shared)
-        else:
-            T.copy(A[by * block_M, k * block_K], A_shared)
-        if trans_B:
-            T.copy(B[bx * block_N, k * block_K], B_shared)
-        else:
-            T.copy(B[k * block_K, bx * block_N], B_shared)
-    else:
-        if trans_A:
-            T.copy(A[bz, k * block_K, by * block_M], A_shared)
-        else:
-            T.copy(A[bz, by * block_M, k * block_K], A_shared)
-        if trans_B:
-            T.copy(B[bz, bx * block_N, k * block_K], B_shared)
-        else:
-            T.copy(B[bz, k * block_K, bx * block_N], B_shared)
-
-
-@T.macro
-def accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
-                     trans_A, trans_B, batched=False, bz=0):
-    """C_local = the (by, bx) output tile of A @ B (of A[bz] @ B[bz] when `batched`): the K loop of
-    this module's GEMMs and of tritile/ops/linear.py's `matmul_epilogue`."""
-    T.clear(C_local)
-    for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-        load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B,
-                           batched, bz)
-        T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
 
 
 @tritile.jit
@@ -129,28 +94,6 @@ def _as_operand(t: torch.Tensor) -> tuple:
     return t.contiguous(), False
 
 
-def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
-                dtype: torch.dtype = torch.float16) -> dict:
-    """Tile sizes for one problem (M, N, K; None = large).
-
-    CPU: small tiles keep the interpreter's per-block work small.  CUDA, half precision
-    (measured on an H100, bench/NOTES.md, 2026-11-22): large M uses two warpgroups on a 128x256
-    tile.  Small M leaves most SMs idle with 128x256 tiles (M=128, N=4096: 16 programs on 132
-    SMs) and is bound by reading B, so it takes narrow tiles with one warpgroup and a deep
-    pipeline: 128x64 when that still gives about one wave of programs (B is then read once),
-    else 64-row tiles (wgmma's minimum).  CUDA, fp32: the GEMM runs on FMA units (exact fp32, no
-    TF32), where a 64x64 tile keeps the accumulator in registers."""
-    if device_type != "cuda" or dtype == torch.float32:
-        return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
-    if M is not None and N is not None and M <= 256:
-        if M > 64 and -(-M // 128) * -(-N // 64) >= 120:
-            return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
-        if M <= 64 and -(-N // 128) >= 64:
-            return dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128)
-        return dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128)
-    return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
-
-
 def check_mm_arguments(a, b, rank: int = 2) -> None:
     """Raise TypeError / ValueError naming the argument unless `a @ b` is a supported GEMM
     (`rank` 2: tritile.mm; 3: tritile.bmm, a batch of GEMMs)."""
@@ -197,9 +140,13 @@ def _first_gemm(kernel_fn, a, b) -> tuple:
     if a.numel() and b.numel():
         (a_operand, trans_a), (b_operand, trans_b) = _as_operand(a), _as_operand(b)
         M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-        config = tile_config(a.device.type, M, N, K, a.dtype)
-        kernel = kernel_fn.kernel_for(a_operand, b_operand, dtype=SUPPORTED_DTYPES[a.dtype], trans_A=trans_a,
-                                      trans_B=trans_b, **config)
+        dtype = SUPPORTED_DTYPES[a.dtype]
+        split = split_k_config(a.device.type, M, N, K, a.dtype, sm_count(a.device)) if kernel_fn is matmul else None
+        if split is not None:
+            kernel = SplitKGemm.build(a_operand, b_operand, split, dtype, trans_A=trans_a, trans_B=trans_b)
+        else:
+            kernel = kernel_fn.kernel_for(a_operand, b_operand, dtype=dtype, trans_A=trans_a, trans_B=trans_b,
+                                          **tile_config(a.device.type, M, N, K, a.dtype))
     return _gemms.remember((kernel_fn, signature(a, b)), (kernel, trans_a, trans_b))
 
 

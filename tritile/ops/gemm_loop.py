@@ -1,0 +1,77 @@
+"""The K loop every tritile GEMM kernel shares, and the tile sizes it runs with.
+
+Contract:
+* `load_operand_tiles` / `accumulate_tiles` (`T.macro`s) are the loop: tile copies of A and B
+  into shared memory and a `T.gemm` per K tile, over a `T.Pipelined` loop the passes plan
+  (stages, TMA, warp specialization).  Transposed operands are read in place; a batch index
+  selects one matrix of a batch; `k_first` / `k_count` restrict the loop to a range of K tiles
+  (tritile/ops/split_k.py).  Used by tritile/ops/matmul.py, linear.py and split_k.py.
+* `tile_config(device_type, M, N, K, dtype)` picks the tile sizes per shape.
+"""
+from __future__ import annotations
+
+import torch
+
+import tritile.language as T
+
+
+@T.macro
+def load_operand_tiles(A, B, A_shared, B_shared, k, bx, by, block_M, block_N, block_K, trans_A, trans_B,
+                       batched=False, bz=0):
+    """Copies the k-th K tiles of A and B for output tile (by, bx) into shared memory (of matrix
+    `bz` when `batched`: operands [batch, rows, cols]); a transposed operand is stored (K, M) /
+    (N, K), so its tile's head address swaps."""
+    if not batched:
+        if trans_A:
+            T.copy(A[k * block_K, by * block_M], A_shared)
+        else:
+            T.copy(A[by * block_M, k * block_K], A_shared)
+        if trans_B:
+            T.copy(B[bx * block_N, k * block_K], B_shared)
+        else:
+            T.copy(B[k * block_K, bx * block_N], B_shared)
+    else:
+        if trans_A:
+            T.copy(A[bz, k * block_K, by * block_M], A_shared)
+        else:
+            T.copy(A[bz, by * block_M, k * block_K], A_shared)
+        if trans_B:
+            T.copy(B[bz, bx * block_N, k * block_K], B_shared)
+        else:
+            T.copy(B[bz, k * block_K, bx * block_N], B_shared)
+
+
+@T.macro
+def accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
+                     trans_A, trans_B, batched=False, bz=0, k_first=0, k_count=None):
+    """C_local = the (by, bx) output tile of A @ B (of A[bz] @ B[bz] when `batched`): the K loop of
+    this module's GEMMs, of tritile/ops/linear.py's `matmul_epilogue` and of
+    tritile/ops/split_k.py's partial sums (which sum `k_count` K tiles from tile `k_first`;
+    default: all of K)."""
+    T.clear(C_local)
+    for k in T.Pipelined(T.ceildiv(K, block_K) if k_count is None else k_count, num_stages=num_stages):
+        load_operand_tiles(A, B, A_shared, B_shared, k_first + k, bx, by, block_M, block_N, block_K, trans_A,
+                           trans_B, batched, bz)
+        T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+
+
+def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
+                dtype: torch.dtype = torch.float16) -> dict:
+    """Tile sizes for one problem (M, N, K; None = large).
+
+    CPU: small tiles keep the interpreter's per-block work small.  CUDA, half precision
+    (measured on an H100, bench/NOTES.md, 2026-11-22): large M uses two warpgroups on a 128x256
+    tile.  Small M leaves most SMs idle with 128x256 tiles (M=128, N=4096: 16 programs on 132
+    SMs) and is bound by reading B, so it takes narrow tiles with one warpgroup and a deep
+    pipeline: 128x64 when that still gives about one wave of programs (B is then read once),
+    else 64-row tiles (wgmma's minimum).  CUDA, fp32: the GEMM runs on FMA units (exact fp32, no
+    TF32), where a 64x64 tile keeps the accumulator in registers."""
+    if device_type != "cuda" or dtype == torch.float32:
+        return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
+    if M is not None and N is not None and M <= 256:
+        if M > 64 and -(-M // 128) * -(-N // 64) >= 120:
+            return dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)
+        if M <= 64 and -(-N // 128) >= 64:
+            return dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128)
+        return dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128)
+    return dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)
