@@ -449,6 +449,19 @@ def test_measurements_run_both_sides(measure, problem, rival, monkeypatch):
     assert len(runs) == 2
 
 
+def test_tritile_must_be_faster_by_the_margin(monkeypatch):
+    """A kernel faster by less than `MARGIN` stays with the rival (an op timed alone misses the
+    step's effects), and the reason says so."""
+    from tritile.contrib import gemm_choice
+
+    times = iter([0.198, 0.2, 0.19, 0.2])
+    monkeypatch.setattr(gemm_choice, "_median_ms", lambda fn: next(times))
+    close = gemm_choice._timed(None, None, "cuBLAS")
+    assert not close.tritile
+    assert close.reason == "tritile is faster on this shape by less than the 3% margin (0.198 ms against cuBLAS's 0.200 ms)"
+    assert gemm_choice._timed(None, None, "cuBLAS").tritile
+
+
 def test_a_linear_tritile_cannot_fuse_is_counted_and_its_gemm_listed():
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).double()
     x = torch.randn(4, 16, dtype=torch.float64)
