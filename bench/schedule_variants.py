@@ -10,7 +10,8 @@ Triton caches, so nothing compiled by one variant serves another:
   producer   - TRITILE_WARP_SPECIALIZE=1: every kernel with a qualifying loop gets a producer
                warp (GEMMs too, whose consumers stay whole) and so is persistent as well.
 `EXTRA_VARIANTS='{"name": {"SWITCH": "value"}}'` adds variants (JSON), `VARIANTS=a,b` picks
-some of them, `CASES=gemm` (or `attn`, or `d128` / `d64`: attention of that head dim) some of the cases; `ROUNDS` rounds (odd ones in reverse
+some of them, `GEMM_SHAPES=16384x1024x1024,...` replaces the GEMM shapes (M x N x K; default
+4096^3 and 8192^3), `CASES=gemm` (or `attn`, or `d128` / `d64`: attention of that head dim) some of the cases; `ROUNDS` rounds (odd ones in reverse
 order) while fewer than `ROUND_SECONDS` (60) have passed.
 Every result is checked against torch before it is timed.  SDPA cuDNN and cuBLAS are timed in
 the parent.  Run from the repo root:  PYTHONPATH=$PWD python bench/schedule_variants.py
@@ -33,7 +34,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from child_runs import attention_inputs, attn_flops, run_in_child, serve_child  # noqa: E402
 
 ATTN = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True)]
-GEMM = [4096, 8192]
+GEMM = [tuple(int(d) for d in shape.split("x"))
+        for shape in os.environ.get("GEMM_SHAPES", "4096x4096x4096,8192x8192x8192").split(",")]
 VARIANTS = {"base": {"TRITILE_WARP_SPECIALIZE": "0", "TRITILE_PERSISTENT": "0"},
             "split": {"TRITILE_PERSISTENT": "0"},
             "persistent": {},
@@ -74,11 +76,12 @@ def run_variant(variant: str) -> dict:
         err = rel_err(tritile_attention(q, k, v, causal), sdpa(q, k, v, is_causal=causal))
         ms = bench(lambda: tritile_attention(q, k, v, causal))
         out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = (attn_flops(B, H, S, D, causal) / ms / 1e9, err)
-    for n in GEMM:
-        a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    for (M, N, K) in GEMM:
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
         err = rel_err(tritile_matmul(a, b), a.float() @ b.float())
         ms = bench(lambda: tritile_matmul(a, b))
-        out[f"gemm fp16 {n}^3"] = (2.0 * n ** 3 / ms / 1e9, err)
+        out[f"gemm fp16 {M}x{N}x{K}"] = (2.0 * M * N * K / ms / 1e9, err)
     return out
 
 
@@ -92,9 +95,10 @@ def libraries() -> dict:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             ms = bench(lambda: sdpa(q, k, v, is_causal=causal))
         out[f"attn {B}x{H}x{S}x{D}{' causal' if causal else ''}"] = attn_flops(B, H, S, D, causal) / ms / 1e9
-    for n in GEMM:
-        a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
-        out[f"gemm fp16 {n}^3"] = 2.0 * n ** 3 / bench(lambda: torch.matmul(a, b)) / 1e9
+    for (M, N, K) in GEMM:
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        out[f"gemm fp16 {M}x{N}x{K}"] = 2.0 * M * N * K / bench(lambda: torch.matmul(a, b)) / 1e9
     return out
 
 
