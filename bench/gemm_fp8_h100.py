@@ -45,6 +45,7 @@ VARIANTS = [
     ("k64-p2-5st", dict(block_K=64, num_stages=5, promote_every=2), {}),
     ("pK-4st", dict(num_stages=4, promote_every=None), {}),  # None: K // block_K
     ("p1-k_pairs-2st", dict(num_stages=2, promote_every=1, overlap_promotion="k_pairs"), {}),
+    ("p1-n_halves-3st", dict(num_stages=3, promote_every=1, overlap_promotion="n_halves"), {}),
     ("p1-n_halves-4st", dict(num_stages=4, promote_every=1, overlap_promotion="n_halves"), {}),
 ]
 
