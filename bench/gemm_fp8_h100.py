@@ -29,7 +29,9 @@ from timing import load_example, median_batched_ms, save
 # "p" = promote_every (k-steps of block_K per promotion; "pK" promotes once, at the end: the
 # speed of the mainloop without promotion), "st" = num_stages, "together" = the two consumer
 # warpgroups in one partition (TRITILE_CONSUMER_PARTITIONS=0: the schedule before issue #19's
-# split), "not-persistent" = one CTA per tile (TRITILE_PERSISTENT=0)
+# split), "not-persistent" = one CTA per tile (TRITILE_PERSISTENT=0); "k_pairs" / "n_halves" = the
+# example's `overlap_promotion` (each warpgroup adds one partial while its other wgmma group runs:
+# the k-steps in pairs, a pair per ring slot, or each k-step as two half-width gemms)
 VARIANTS = [
     ("default", {}, {}),
     ("default-together", {}, {"TRITILE_CONSUMER_PARTITIONS": "0"}),
@@ -42,6 +44,9 @@ VARIANTS = [
     ("k64-p2-4st", dict(block_K=64, num_stages=4, promote_every=2), {}),
     ("k64-p2-5st", dict(block_K=64, num_stages=5, promote_every=2), {}),
     ("pK-4st", dict(num_stages=4, promote_every=None), {}),  # None: K // block_K
+    ("p1-k_pairs-2st", dict(num_stages=2, promote_every=1, overlap_promotion="k_pairs"), {}),
+    ("p1-n_halves-3st", dict(num_stages=3, promote_every=1, overlap_promotion="n_halves"), {}),
+    ("p1-n_halves-4st", dict(num_stages=4, promote_every=1, overlap_promotion="n_halves"), {}),
 ]
 
 

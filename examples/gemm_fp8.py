@@ -6,6 +6,16 @@ the kernel promotes: the tensor cores accumulate `promote_every` k-steps into a 
 fragment, which is then added into a float32 accumulator in registers and cleared.  The scales
 arrive as a 2-element float32 tensor.  Runs on CUDA when available, else on the CPU reference
 interpreter with small sizes.  Run: ``python examples/gemm_fp8.py``.
+
+Promoting every k-step, the tensor cores would wait for the CUDA cores' additions after each
+step.  ``overlap_promotion`` (with ``promote_every=1``) splits each warpgroup's work in two wgmma
+groups issued back to back, each into its own partial, and adds the first partial while the
+second group runs:
+* ``"k_pairs"``: the k-steps in pairs (steps 2k and 2k+1, each in its own tiles; a ring slot
+  holds a pair);
+* ``"n_halves"``: each k-step as its two halves of the tile's columns (two n/2 wgmmas).
+Either adds the same partials in the same order as ``promote_every=1`` (bit-identical results).
+bench/NOTES.md (issue #19) has the generated schedules and their register budgets.
 """
 import torch
 
@@ -14,8 +24,15 @@ import tritile.language as T
 
 
 @tritile.jit(out_idx=[3])
-def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4):
+def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4,
+             overlap_promotion=None):
     in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
+    if overlap_promotion is not None:
+        if overlap_promotion not in OVERLAPPED:
+            raise ValueError(f"overlap_promotion must be one of {sorted(OVERLAPPED)} or None, not {overlap_promotion!r}")
+        if promote_every != 1:
+            raise ValueError(f"overlap_promotion promotes every k-step: promote_every must be 1, not {promote_every}")
+        return OVERLAPPED[overlap_promotion](M, N, K, block_M, block_N, block_K, num_stages, threads)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
@@ -41,6 +58,94 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
             T.copy(total, C[by * block_M, bx * block_N])
 
     return main
+
+
+def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads):
+    """Promotion every k-step, the k-steps in pairs: each pipelined iteration loads steps 2k and
+    2k+1 into their own tiles, runs each into its own partial (cleared by its gemm: no register
+    clear), then promotes the even partial - pipeline injection retires only the even gemm
+    before it (``wait(1)``), so it runs under the odd step's wgmma - and the odd one.  An odd
+    number of k-steps leaves the last odd tile past K: its load fills zeros, its partial adds 0.
+    A ring slot holds a pair: ``num_stages=2`` keeps four k-steps in shared memory."""
+    in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_even = T.alloc_shared((block_M, block_K), in_dtype)
+            B_even = T.alloc_shared((block_N, block_K), in_dtype)
+            A_odd = T.alloc_shared((block_M, block_K), in_dtype)
+            B_odd = T.alloc_shared((block_N, block_K), in_dtype)
+            partial_even = T.alloc_fragment((block_M, block_N), accum_dtype)
+            partial_odd = T.alloc_fragment((block_M, block_N), accum_dtype)
+            total = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.use_swizzle(panel_size=10)
+            T.clear(total)
+            for k in T.Pipelined(T.ceildiv(K, 2 * block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, 2 * k * block_K], A_even)
+                T.copy(B[bx * block_N, 2 * k * block_K], B_even)
+                T.copy(A[by * block_M, (2 * k + 1) * block_K], A_odd)
+                T.copy(B[bx * block_N, (2 * k + 1) * block_K], B_odd)
+                T.clear(partial_even)
+                T.gemm(A_even, B_even, partial_even, transpose_B=True)
+                T.clear(partial_odd)
+                T.gemm(A_odd, B_odd, partial_odd, transpose_B=True)
+                for i, j in T.Parallel(block_M, block_N):  # under the odd step's wgmma
+                    total[i, j] += partial_even[i, j]
+                for i, j in T.Parallel(block_M, block_N):
+                    total[i, j] += partial_odd[i, j]
+            for i, j in T.Parallel(block_M, block_N):
+                total[i, j] = total[i, j] * (Scales[0] * Scales[1])
+            T.copy(total, C[by * block_M, bx * block_N])
+
+    return main
+
+
+def _n_halves(M, N, K, block_M, block_N, block_K, num_stages, threads):
+    """Promotion every k-step, each k-step as two gemms over the halves of the tile's columns
+    (B's rows), each into its own partial and total: the left half's promotion runs under the
+    right half's wgmma.  The ring is the plain one (one k-step a slot); the wgmmas are n/2 wide,
+    so each reads its warpgroup's A rows from shared memory twice per k-step."""
+    if block_N % 2:
+        raise ValueError(f"overlap_promotion='n_halves' needs an even block_N, not {block_N}")
+    in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
+    half = block_N // 2
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), in_dtype)
+            B_shared = T.alloc_shared((block_N, block_K), in_dtype)
+            partial_left = T.alloc_fragment((block_M, half), accum_dtype)
+            partial_right = T.alloc_fragment((block_M, half), accum_dtype)
+            total_left = T.alloc_fragment((block_M, half), accum_dtype)
+            total_right = T.alloc_fragment((block_M, half), accum_dtype)
+            T.use_swizzle(panel_size=10)
+            T.clear(total_left)
+            T.clear(total_right)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, k * block_K], A_shared)
+                T.copy(B[bx * block_N, k * block_K], B_shared)
+                T.clear(partial_left)
+                T.gemm(A_shared, B_shared[0:half, :], partial_left, transpose_B=True)
+                T.clear(partial_right)
+                T.gemm(A_shared, B_shared[half:block_N, :], partial_right, transpose_B=True)
+                for i, j in T.Parallel(block_M, half):  # under the right half's wgmma
+                    total_left[i, j] += partial_left[i, j]
+                for i, j in T.Parallel(block_M, half):
+                    total_right[i, j] += partial_right[i, j]
+            for i, j in T.Parallel(block_M, half):
+                total_left[i, j] = total_left[i, j] * (Scales[0] * Scales[1])
+                total_right[i, j] = total_right[i, j] * (Scales[0] * Scales[1])
+            T.copy(total_left, C[by * block_M, bx * block_N])
+            T.copy(total_right, C[by * block_M, bx * block_N + half])
+
+    return main
+
+
+OVERLAPPED = {"k_pairs": _k_pairs, "n_halves": _n_halves}
 
 
 def tile_config(device_type: str) -> dict:
