@@ -25,7 +25,11 @@ from tritile.ir.transform import walk
 from tritile.ops.matmul import matmul
 from timing import load_example, median_batched_ms, save
 
-# (label, the example's tile config with these changes, schedule switches it is compiled under);
+# the one-k-step-per-stage promoting kernel the variants below change (the example's default up to
+# session 18; its default now is the "p1-k_pairs-2st" schedule, timed as "default")
+ONE_STEP_PER_STAGE = dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=1)
+# (label, ONE_STEP_PER_STAGE with these changes - "default*": the example's tile config -, schedule
+# switches it is compiled under);
 # "p" = promote_every (k-steps of block_K per promotion; "pK" promotes once, at the end: the
 # speed of the mainloop without promotion), "st" = num_stages, "together" = the two consumer
 # warpgroups in one partition (TRITILE_CONSUMER_PARTITIONS=0: the schedule before issue #19's
@@ -35,18 +39,18 @@ from timing import load_example, median_batched_ms, save
 VARIANTS = [
     ("default", {}, {}),
     ("default-together", {}, {"TRITILE_CONSUMER_PARTITIONS": "0"}),
-    ("p4-4st", dict(num_stages=4), {}),
-    ("p2-4st", dict(num_stages=4, promote_every=2), {}),
-    ("p1-3st", dict(promote_every=1), {}),
-    ("p1-4st", dict(num_stages=4, promote_every=1), {}),
-    ("p1-4st-together", dict(num_stages=4, promote_every=1), {"TRITILE_CONSUMER_PARTITIONS": "0"}),
-    ("p1-4st-not-persistent", dict(num_stages=4, promote_every=1), {"TRITILE_PERSISTENT": "0"}),
-    ("k64-p2-4st", dict(block_K=64, num_stages=4, promote_every=2), {}),
+    ("p4-4st", dict(promote_every=4), {}),
+    ("p2-4st", dict(promote_every=2), {}),
+    ("p1-3st", dict(num_stages=3), {}),
+    ("p1-4st", {}, {}),
+    ("p1-4st-together", {}, {"TRITILE_CONSUMER_PARTITIONS": "0"}),
+    ("p1-4st-not-persistent", {}, {"TRITILE_PERSISTENT": "0"}),
+    ("k64-p2-4st", dict(block_K=64, promote_every=2), {}),
     ("k64-p2-5st", dict(block_K=64, num_stages=5, promote_every=2), {}),
-    ("pK-4st", dict(num_stages=4, promote_every=None), {}),  # None: K // block_K
-    ("p1-k_pairs-2st", dict(num_stages=2, promote_every=1, overlap_promotion="k_pairs"), {}),
-    ("p1-n_halves-3st", dict(num_stages=3, promote_every=1, overlap_promotion="n_halves"), {}),
-    ("p1-n_halves-4st", dict(num_stages=4, promote_every=1, overlap_promotion="n_halves"), {}),
+    ("pK-4st", dict(promote_every=None), {}),  # None: K // block_K
+    ("p1-k_pairs-2st", dict(num_stages=2, overlap_promotion="k_pairs"), {}),
+    ("p1-n_halves-3st", dict(num_stages=3, overlap_promotion="n_halves"), {}),
+    ("p1-n_halves-4st", dict(overlap_promotion="n_halves"), {}),
 ]
 
 
@@ -70,9 +74,10 @@ def _schedule(kernel) -> dict:
             "persistent": "persistent_programs" in attrs}
 
 
-def _build(G, n: int, changes: dict, switch: dict):
-    """The example's kernel for n^3 with `changes`, compiled (and first launched) under `switch`."""
-    config = {**G.tile_config("cuda"), **changes}
+def _build(G, n: int, label: str, changes: dict, switch: dict):
+    """The example's kernel for n^3 with `changes` (to its tile config for "default*", else to
+    ONE_STEP_PER_STAGE), compiled (and first launched) under `switch`."""
+    config = {**(G.tile_config("cuda") if label.startswith("default") else ONE_STEP_PER_STAGE), **changes}
     if config["promote_every"] is None:
         config["promote_every"] = n // config["block_K"]
     with switches.overridden(switch):
@@ -106,7 +111,7 @@ def main(argv=None):
             entry = {"variant": label, "switches": switch}
             try:
                 t0 = time.time()
-                kernel, config = _build(G, n, changes, switch)
+                kernel, config = _build(G, n, label, changes, switch)
                 with switches.overridden(switch):
                     c = kernel(a8, b8, scales)  # the first launch generates the code
                 entry.update(config=config, compile_s=round(time.time() - t0, 1), **_schedule(kernel), **_accuracy(c, exact))
