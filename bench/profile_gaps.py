@@ -5,7 +5,8 @@ can profile exactly that launch:
         -k regex:'matmul|main' --launch-skip 1 --launch-count 1 python3 bench/profile_gaps.py gemm
     ncu ... python3 bench/profile_gaps.py attention
 
-(`gemm`: fp16 4096³ with the example's config, `gemm_cublas`: torch.matmul on it - its kernel's
+(`gemm`: fp16 4096³ with the example's config, `gemm_small_m`: fp16 128x4096x4096 (its small-M
+tiles), `gemm_cublas` / `gemm_small_m_cublas`: torch.matmul on them - its kernel's
 name is cuBLAS's, so profile it by launch number: ``--launch-skip 2 --launch-count 2`` skips the
 two randn kernels; `attention`: B=4 H=32 S=4096 D=128, non-causal;
 `causal`: the same, causal; `d64`: B=16 H=16 S=1024 D=64; `attention_cudnn`, `causal_cudnn`,
@@ -31,12 +32,17 @@ ATTENTION = {"attention": ((4, 32, 4096, 128), False, False),
              "d64": ((16, 16, 1024, 64), False, False), "d64_cudnn": ((16, 16, 1024, 64), False, True)}
 
 
+# case -> (M, N, K) of an fp16 GEMM
+GEMM = {"gemm": (4096, 4096, 4096), "gemm_small_m": (128, 4096, 4096)}
+
+
 def main(case: str):
-    if case in ("gemm", "gemm_cublas"):
-        a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-        b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    if case.removesuffix("_cublas") in GEMM:
+        M, N, K = GEMM[case.removesuffix("_cublas")]
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
         for _ in range(2):
-            tritile_matmul(a, b) if case == "gemm" else torch.matmul(a, b)
+            torch.matmul(a, b) if case.endswith("_cublas") else tritile_matmul(a, b)
     elif case in ATTENTION:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -50,7 +56,7 @@ def main(case: str):
             else:
                 tritile_attention(q, k, v, causal)
     else:
-        raise SystemExit(f"unknown case {case!r}: use gemm, gemm_cublas or one of {sorted(ATTENTION)}")
+        raise SystemExit(f"unknown case {case!r}: use one of {sorted(GEMM)} (+ '_cublas') or {sorted(ATTENTION)}")
     torch.cuda.synchronize()
 
 
