@@ -609,10 +609,16 @@ def test_one_tile_kernel_loads_q_with_tma_waited_at_first_use(causal, monkeypatc
 def test_tile_config_by_shape():
     from examples.gemm import tile_config
 
-    assert tile_config("cuda", 16, 4096, 4096)["block_N"] == 64
-    assert tile_config("cuda", 16, 8192, 8192)["block_N"] == 128
-    assert tile_config("cuda", 128, 4096, 4096)["block_M"] == 64  # 128x64 tiles: 64 programs only
-    assert tile_config("cuda", 128, 8192, 8192)["block_M"] == 128
+    def tile(M, N, K):
+        config = tile_config("cuda", M, N, K)
+        return config["block_M"], config["block_N"], config["block_K"], config["num_stages"]
+
+    # small M, long K: one wave of 64x64 programs with 192 KB of loads in flight, else 64x128
+    assert tile(16, 4096, 4096) == tile(64, 4096, 4096) == tile(128, 4096, 4096) == (64, 64, 128, 6)
+    assert tile(64, 8192, 8192) == (64, 64, 128, 6)
+    assert tile(16, 8192, 8192) == tile(128, 8192, 8192) == (64, 128, 64, 6)
+    assert tile(64, 1024, 1024) == (64, 64, 64, 8)  # a short K keeps the shallower tiles
+    assert tile(256, 4096, 4096) == (128, 64, 64, 6)
     assert tile_config("cuda", 4096, 4096, 4096) == tile_config("cuda")
 
 
