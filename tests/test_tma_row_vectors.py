@@ -97,3 +97,10 @@ def test_backward_keeps_its_warps_when_its_fragments_exceed_the_consumer_registe
                       target=H100)
     assert fragment_registers(small.func.kernel) == 192
     assert "warp_specialization" in small.func.attrs
+
+
+def test_a_row_tile_of_under_128_bytes_stays_cp_async():
+    """Each version of a pipelined tile must start at a 128-byte aligned TMA destination: 16
+    float32 (64 bytes) take cp.async."""
+    source = JITKernel(scaled_row_tiles.fn(6, 100, 16), target=H100).get_source("gluon")
+    assert "cp.async_copy_global_to_shared" in source and "X_desc" not in source

@@ -174,14 +174,16 @@ def tma_row_vector(region, box) -> bool:
     """A 1-D tile `box` along the last dim of a global tensor, with unit extents on the
     other dims, served by a 2-D descriptor with block ``(1, n)`` over the tensor's
     ``[prod(shape[:-1]), shape[-1]]`` rows view (a rank-1 tensor is one row): a row pitch
-    provably a multiple of 16 bytes, a block of 16 bytes to 256 elements.  The hardware clips
+    provably a multiple of 16 bytes, a block of at most 256 elements whose bytes are a multiple
+    of 128 (TMA writes shared memory at 128-byte aligned addresses: each version of a
+    pipelined tile must start at one).  The hardware clips
     at the row's end (past it reads zeros, as a masked load does); like every TMA tile, the
     leading indices must lie inside the tensor."""
     global_buf = region.buffer
     inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
     return (len(box) == 1 and not is_padded(box) and tuple(region.extents[-1:]) == tuple(box)
             and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
-            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[0] * elem >= 16 and box[0] <= 256)
+            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
 
 
 def uses_tma(copy, target) -> bool:
