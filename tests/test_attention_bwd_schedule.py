@@ -1,11 +1,15 @@
-"""1-D tiles of a global tensor's last dim (the FlashAttention backward's per-query LSE and Delta)
-are TMA copies on sm_90 (`instructions.tma_row_vector`): a (1, n) block of the tensor's rows view
-into a 1-D NVMMA shared tile viewed as (1, n), so a pipelined loop that also loads such a tile
-waits on its mbarriers alone - no cp.async group and no CTA-wide barrier per step.
+"""The FlashAttention backward's schedule on sm_90 and the general rules behind it:
 
-The copy's values are checked on the `device` fixture against torch (a ragged last tile: TMA
-zero-fills past the row's end, as the masked copy does); the schedule by compiling for sm_90
-on the CPU, with ptxas's register report.
+* 1-D tiles of a global tensor's last dim (the backward's per-query LSE and Delta) are TMA
+  copies (`instructions.tma_row_vector`): a (1, n) block of the tensor's rows view into a 1-D
+  NVMMA shared tile viewed as (1, n), so a pipelined loop that also loads such a tile waits on
+  its mbarriers alone - no cp.async group and no CTA-wide barrier per step.  The copy's values
+  are checked on the `device` fixture against torch (a ragged last tile: TMA zero-fills past
+  the row's end, as the masked copy does).
+* A register-staged wgmma operand (dS^T, stored from registers for dQ = dS K) gets a version
+  per pipelined step (`buffer_versioning.staged_operands`); every stage of the backward planned
+  for sm_90 still computes torch's gradients (the interpreter runs each stage).
+* No producer warp where the fragments exceed the registers setmaxnreg leaves the consumers.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile.ir.printer import format_func
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import Target
 
@@ -104,3 +109,52 @@ def test_a_row_tile_of_under_128_bytes_stays_cp_async():
     float32 (64 bytes) take cp.async."""
     source = JITKernel(scaled_row_tiles.fn(6, 100, 16), target=H100).get_source("gluon")
     assert "cp.async_copy_global_to_shared" in source and "X_desc" not in source
+
+
+def bwd_reference(q, k, v, do, causal):
+    """(LSE in base 2, Delta, dq, dk, dv) of SDPA at float32."""
+    q32, k32, v32 = (t.float().requires_grad_() for t in (q, k, v))
+    scores = q32 @ k32.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, -1) * 1.44269504
+    out = torch.softmax(scores, -1) @ v32
+    out.backward(do.float())
+    delta = (out * do.float()).sum(-1)
+    return lse.detach(), delta.detach(), q32.grad, k32.grad, v32.grad
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_sm90_stage_of_the_backward_computes_torchs_gradients(causal):
+    """dS^T versioned by the loop (`staged=['dsT_shared']`): the interpreter runs each stage of
+    the sm_90 pass list (128 keys x 64 queries on two warpgroups, head dim 64, 192 queries so the
+    loop alternates versions an odd number of times) against torch."""
+    from tritile.interpreter import execute
+    from tritile.lowering import run_passes
+    from tritile.ops.attention import flashattn_bwd
+
+    batch, heads, seq, dim = 1, 2, 192, 64
+    torch.manual_seed(7 + causal)
+    q, k, v, do = (torch.randn(batch, heads, seq, dim, dtype=torch.float16) for _ in range(4))
+    lse, delta, dq_ref, dk_ref, dv_ref = bwd_reference(q, k, v, do, causal)
+    frontend = flashattn_bwd.fn(batch, heads, seq, dim, causal, block_M=128, block_N=64, num_stages=2, threads=256)
+    stages = run_passes(frontend, H100)
+    assert "staged=['dsT_shared']" in format_func(dict(stages)["buffer_versioning"])
+    for name, func in stages:
+        dq = torch.zeros(batch, heads, seq, dim)
+        dk, dv = torch.empty_like(q), torch.empty_like(q)
+        execute(func, [q, k, v, do, lse, delta, dq, dk, dv], {})
+        for got, want in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref)):
+            torch.testing.assert_close(got.float(), want, rtol=5e-3, atol=5e-3, msg=lambda m: f"after {name}: {m}")
+
+
+def test_staged_operands_are_versioned_only_for_wgmma():
+    """On sm_80 (mma.sync reads its shared operands synchronously) dS^T keeps one tile."""
+    from tritile.lowering import run_passes
+    from tritile.ops.attention import flashattn_bwd
+
+    frontend = flashattn_bwd.fn(1, 2, 192, 64, False, block_M=128, block_N=64, num_stages=2, threads=256)
+    for target, versions in ((H100, "[2, 128, 64]"), (Target("cuda", 80), None)):
+        text = format_func(dict(run_passes(frontend, target, stop_after="buffer_versioning"))["buffer_versioning"])
+        alloc = next(line for line in text.splitlines() if "dsT_shared = T.alloc_shared(" in line)
+        assert (versions in alloc) if versions else "[128, 64]" in alloc and "staged=" not in text, alloc
