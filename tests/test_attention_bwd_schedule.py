@@ -158,3 +158,63 @@ def test_staged_operands_are_versioned_only_for_wgmma():
         text = format_func(dict(run_passes(frontend, target, stop_after="buffer_versioning"))["buffer_versioning"])
         alloc = next(line for line in text.splitlines() if "dsT_shared = T.alloc_shared(" in line)
         assert (versions in alloc) if versions else "[128, 64]" in alloc and "staged=" not in text, alloc
+
+
+@tritile.jit(out_idx=[3])
+def staged_chain(blocks, transposed, dtype="float16"):
+    """D = sum_j op(fp16(X_j Y)) W, op(S) = S^T when `transposed`: S is stored from registers
+    into shared memory for the second gemm of each step."""
+
+    @T.prim_func
+    def main(X: T.Tensor([blocks * 64, 64], dtype), Y: T.Tensor([64, 64], dtype), W: T.Tensor([64, 64], dtype),
+             D: T.Tensor([64, 64], "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_shared([64, 64], dtype)
+            y = T.alloc_shared([64, 64], dtype)
+            w = T.alloc_shared([64, 64], dtype)
+            s_shared = T.alloc_shared([64, 64], dtype)
+            s = T.alloc_fragment([64, 64], "float")
+            s_cast = T.alloc_fragment([64, 64], dtype)
+            acc = T.alloc_fragment([64, 64], "float")
+            T.copy(Y, y)
+            T.copy(W, w)
+            T.clear(acc)
+            for j in T.Pipelined(blocks, num_stages=2):
+                T.copy(X[j * 64:(j + 1) * 64, :], x)
+                T.clear(s)
+                T.gemm(x, y, s)
+                T.copy(s, s_cast)
+                T.copy(s_cast, s_shared)
+                T.gemm(s_shared, w, acc, transpose_A=transposed)
+            T.copy(acc, D)
+
+    return main
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_a_staged_operand_is_versioned_unless_it_is_an_untransposed_a(transposed):
+    """Read as a transposed A (dS^T in the backward) the staged tile gets a version per step and
+    every sm_90 stage still computes torch's result; read as an untransposed A it is a row buffer
+    (consumer_partitions splits those by rows) and keeps one tile."""
+    from tritile.interpreter import execute
+    from tritile.lowering import run_passes
+
+    blocks = 3
+    torch.manual_seed(11)
+    x, y, w = (torch.randn(*shape, dtype=torch.float16) / 4 for shape in ((blocks * 64, 64), (64, 64), (64, 64)))
+    stages = run_passes(staged_chain.fn(blocks, transposed), H100)
+    assert ("staged=['s_shared']" in format_func(dict(stages)["buffer_versioning"])) == transposed
+    ref = sum(((x[j * 64:(j + 1) * 64].float() @ y.float()).half().float().T if transposed else
+               (x[j * 64:(j + 1) * 64].float() @ y.float()).half().float()) @ w.float() for j in range(blocks))
+    for name, func in stages:
+        d = torch.empty(64, 64)
+        execute(func, [x, y, w, d], {})
+        torch.testing.assert_close(d, ref, rtol=1e-3, atol=1e-3, msg=lambda m: f"after {name}: {m}")
+
+
+def test_a_versioned_staged_operand_compiles_for_sm90():
+    kernel = JITKernel(staged_chain.fn(3, True), target=H100)
+    source = kernel.get_source("gluon")
+    assert "s_shared = gl.allocate_shared_memory(gl.float16, [2, 64, 64]" in source
+    assert re.search(r"warpgroup_mma\(s_shared\.index\(.*\)\.permute\(\(1, 0\)\), w,", source), source
+    assert "wgmma.mma_async" in kernel.get_source("ptx")

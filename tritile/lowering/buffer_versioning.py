@@ -29,9 +29,10 @@ Guarantees
   (the reader could see another iteration's data).
 * On a target with wgmma, a loop L also versions (by ``S_L``) each *register-staged wgmma
   operand* (`staged_operands`, named in ``L.schedule.staged``): a shared buffer written whole
-  by a fragment -> shared `T.copy` and read by a gemm that runs on wgmma, all of its accesses
-  unguarded units of L in one stage, the write first - the FlashAttention backward's dS^T,
-  stored for dQ = dS K.  No value crosses iterations, so a version per step changes nothing
+  by a fragment -> shared `T.copy` and read by gemms that run on wgmma, as B or as a
+  transposed A (an untransposed A is a row buffer `consumer_partitions` splits by rows, which
+  needs it unversioned), all of its accesses unguarded units of L in one stage, the write
+  first - the FlashAttention backward's dS^T, stored for dQ = dS K.  No value crosses iterations, so a version per step changes nothing
   but where: the next step's store no longer overwrites the tile an async wgmma may still
   read, and the wgmma's shared-memory descriptors follow the step's slot, so they are
   computed in the loop instead of held in registers across it (LLVM hoists a fixed
@@ -91,6 +92,8 @@ def staged_operands(loop: ir.For, target, num_warps: int, uses: dict) -> tuple:
         touching = [k for k, u in enumerate(units) if any(a.buffer is buf for a in accesses(u))]
         gemms = [n for k in touching for n in walk(units[k]) if isinstance(n, ir.Gemm)
                  and buf in (n.a.buffer, n.b.buffer)]
+        if any(g.a.buffer is buf and not g.transpose_a for g in gemms):
+            continue  # a row buffer, which consumer_partitions splits by rows (unversioned) instead
         if (touching[0] == j and len(touching) > 1 and _count_uses(loop.body).get(buf, 0) == uses.get(buf, 0)
                 and len({stages[k] for k in touching}) == 1
                 and all(split_unit(units[k]).guard is None for k in touching)
