@@ -89,7 +89,7 @@ def test_backward_keeps_its_warps_when_its_fragments_exceed_the_consumer_registe
     """With every copy of its loop a TMA copy the backward qualifies for a producer warp, but
     its fragments (256 registers a thread at head dim 128, 288 at 64) exceed the 240 setmaxnreg
     leaves two consumer warpgroups: by default it keeps all 255 (under 240, head dim 64 spilled
-    456 bytes, 12 without the producer).  128 x 32 tiles (192 registers) get the producer."""
+    448 bytes, 16 without the producer).  128 x 32 tiles (192 registers) get the producer."""
     from tritile.lowering.warp_specialization import fragment_registers
 
     for dim in (128, 64):

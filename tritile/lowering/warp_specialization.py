@@ -51,7 +51,7 @@ warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100). 
 whose fragments take more registers per thread (`fragment_registers`, all fragments together)
 than setmaxnreg leaves its consumers (240 with two consumer warpgroups, where 255 without a
 producer): the FlashAttention backward's dK / dV / P / dS / dQ tiles (256 registers a thread
-at head dim 128, 288 at 64) spilled 456 bytes under 240 registers at head dim 64, 12 without
+at head dim 128, 288 at 64) spilled 448 bytes under 240 registers at head dim 64, 16 without
 the producer (ptxas for sm_90, bench/NOTES.md session 18).  Measured on
 an H100 (bench/NOTES.md): with the consumers split, FlashAttention's 128x128 tile ran
 1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
