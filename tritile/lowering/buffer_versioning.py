@@ -32,13 +32,14 @@ Guarantees
   by a fragment -> shared `T.copy` and read by gemms that run on wgmma, as B or as a
   transposed A (an untransposed A is a row buffer `consumer_partitions` splits by rows, which
   needs it unversioned), all of its accesses unguarded units of L in one stage, the write
-  first - the FlashAttention backward's dS^T, stored for dQ = dS K.  No value crosses iterations, so a version per step changes nothing
-  but where: the next step's store no longer overwrites the tile an async wgmma may still
-  read, and the wgmma's shared-memory descriptors follow the step's slot, so they are
-  computed in the loop instead of held in registers across it (LLVM hoists a fixed
-  address's descriptors out of the loop; ptxas held the backward's 32 of them, 64 uniform
-  registers, in spilled registers: 268 bytes of spills at head dim 128, 88 once dS^T
-  alternates, none of them in the loop).
+  first, and whose extra versions fit the target's shared memory with every buffer allocated
+  at once - the FlashAttention backward's dS^T, stored for dQ = dS K.  No value crosses
+  iterations, so a version per step changes nothing but where: the next step's store no
+  longer overwrites the tile an async wgmma may still read, and the wgmma's shared-memory
+  descriptors follow the step's slot, so they are computed in the loop instead of held in
+  registers across it (LLVM hoists a fixed address's descriptors out of the loop; ptxas held
+  the backward's 32 of them, 64 uniform registers, in spilled registers: 268 bytes of spills
+  at head dim 128, 88 once dS^T alternates, none of them in the loop).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from tritile.ir.transform import Transformer, substitute_buffers, walk
 from tritile.lowering.pipeline_planning import (
     UnitParts, accesses, is_producer, lets_needed, loop_depth, planned_loops, rebuild_unit, split_unit,
 )
+from tritile.lowering.shared_memory_budget import buffer_bytes
 
 
 def versioned_by(loop: ir.For) -> list:
@@ -193,20 +195,42 @@ class _Indexer(Transformer):
 
 
 class _StagedMarker(Transformer):
-    """Records each planned loop's register-staged wgmma operands in its schedule."""
+    """Records each planned loop's register-staged wgmma operands in its schedule, while their
+    extra versions fit in `room` bytes of shared memory."""
 
-    def __init__(self, target, num_warps: int, uses: dict):
-        self.target, self.num_warps, self.uses = target, num_warps, uses
+    def __init__(self, target, num_warps: int, uses: dict, room: int):
+        self.target, self.num_warps, self.uses, self.room = target, num_warps, uses, room
 
     def visit_For(self, loop):
-        staged = staged_operands(loop, self.target, self.num_warps, self.uses)
+        staged = []
+        for name in staged_operands(loop, self.target, self.num_warps, self.uses):
+            buf = next(b for b in self.uses if b.name == name and b.scope == "shared")
+            extra = buffer_bytes(buf) * (loop_depth(loop) - 1)
+            if extra <= self.room:
+                staged.append(name)
+                self.room -= extra
         if not staged:
             return loop
-        return dataclasses.replace(loop, schedule=dataclasses.replace(loop.schedule, staged=staged))
+        return dataclasses.replace(loop, schedule=dataclasses.replace(loop.schedule, staged=tuple(staged)))
+
+
+def _shared_room(func: ir.PrimFunc, target) -> int:
+    """Bytes of shared memory the target has beyond every shared buffer with its producers'
+    versions, all allocated at once (an upper bound of what `shared_memory_budget` counts:
+    buffers whose lifetimes do not overlap share bytes there)."""
+    depth = {}
+    for loop in planned_loops(func.kernel.body):
+        for buf in versioned_by(loop):
+            depth[buf] = max(depth.get(buf, 1), loop_depth(loop))
+    used = sum(buffer_bytes(n.buffer) * depth.get(n.buffer, 1) for n in walk(func.kernel.body)
+               if isinstance(n, ir.Alloc) and n.buffer.scope == "shared" and n.buffer.view_of is None)
+    return target.shared_memory_limit - used
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    func = _StagedMarker(target, func.kernel.threads // 32, _count_uses(func.kernel.body)).transform(func)
+    if getattr(target, "has_wgmma", False):
+        func = _StagedMarker(target, func.kernel.threads // 32, _count_uses(func.kernel.body),
+                             _shared_room(func, target)).transform(func)
     loops = planned_loops(func.kernel.body)
     versions, inside = {}, {}
     for loop in loops:
