@@ -81,7 +81,8 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     from tritile.ops.attention import tile_config
 
     block_N = tile_config("cuda", dim)["bwd"]["block_N"]
-    assert re.search(rf"tma\.async_copy_global_to_shared\(LSE_desc, .*lse\.index\(.*\)\.reshape\(\[1, {block_N}\]\)\)", loop)
+    lse_copy = rf"tma\.async_copy_global_to_shared\(LSE_desc, .*lse\.index\(.*\)\.reshape\(\[1, {block_N}\]\)\)"
+    assert re.search(lse_copy, loop)
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
 
 

@@ -47,14 +47,14 @@ When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`
 default (``auto``) where the CTA has several consumer warpgroups: those that
 `consumer_partitions` splits into a partition each, and those that cooperate on one tile (the
 GEMM's 128x256).  One-warpgroup CTAs keep their own copies: there the producer's extra
-warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100).  Nor does a CTA get a producer
-whose fragments take more registers per thread (`fragment_registers`, all fragments together)
-than setmaxnreg leaves its consumers (240 with two consumer warpgroups, where 255 without a
-producer): the FlashAttention backward's dK / dV / P / dS / dQ tiles (256 registers a thread
-at head dim 128, 288 at 64) spilled 448 bytes under 240 registers at head dim 64, 16 without
-the producer (ptxas for sm_90, bench/NOTES.md session 18).  Measured on
-an H100 (bench/NOTES.md): with the consumers split, FlashAttention's 128x128 tile ran
-1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
+warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100).  Nor does
+a CTA get a producer whose fragments take more registers per thread (`fragment_registers`,
+all fragments together) than setmaxnreg leaves its consumers (240 with two consumer
+warpgroups, where 255 without a producer): the FlashAttention backward's dK / dV / P / dS /
+dQ tiles (256 registers a thread at head dim 128, 288 at 64) spilled 448 bytes under 240
+registers at head dim 64, 16 without the producer (ptxas for sm_90, bench/NOTES.md session
+18).  Measured on an H100 (bench/NOTES.md): with the consumers split, FlashAttention's
+128x128 tile ran 1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
 until it also made the GEMM persistent (`persistent_tiles`), the producer loading the next
 tile under the epilogue: 1.012x at 4096^3, 1.016x at 8192^3 (three interleaved rounds each).
 """
