@@ -15,7 +15,8 @@ Paths:
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
   equal to one whole buffer version, same dtype, a row pitch provably a multiple of 16
   bytes: static, or a `T.dynamic` dim specialised on divisibility, `ir/divisibility.py`); a
-  rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`.
+  rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`; a 1-D tile
+  along a tensor's last dim (the backward's per-row LSE / Delta) through `tma_row_vector`.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
 * `tma_store_sources`: the shared buffers whose copies to global memory are TMA stores
@@ -169,6 +170,22 @@ def _tma_tile_ok(region, box) -> bool:
             and all(b <= 256 for b in box))
 
 
+def tma_row_vector(region, box) -> bool:
+    """A 1-D tile `box` along the last dim of a global tensor, with unit extents on the
+    other dims, served by a 2-D descriptor with block ``(1, n)`` over the tensor's
+    ``[prod(shape[:-1]), shape[-1]]`` rows view (a rank-1 tensor is one row): a row pitch
+    provably a multiple of 16 bytes, a block of at most 256 elements whose bytes are a multiple
+    of 128 (TMA writes shared memory at 128-byte aligned addresses: each version of a
+    pipelined tile must start at one).  The hardware clips
+    at the row's end (past it reads zeros, as a masked load does); like every TMA tile, the
+    leading indices must lie inside the tensor."""
+    global_buf = region.buffer
+    inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    return (len(box) == 1 and not is_padded(box) and tuple(region.extents[-1:]) == tuple(box)
+            and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
+            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
+
+
 def uses_tma(copy, target) -> bool:
     src, dst = copy.src, copy.dst
     if not target.has_tma or src.buffer.scope != "global" or dst.buffer.scope != "shared":
@@ -183,7 +200,7 @@ def uses_tma(copy, target) -> bool:
     lead = 1 if dst.buffer.num_versions > 1 else 0
     if any(_static(s) != 0 for s in dst.starts[lead:]):
         return False
-    return _tma_tile_ok(src, tile)
+    return _tma_tile_ok(src, tile) or tma_row_vector(src, tile)
 
 
 def uses_tma_store(copy, target) -> bool:

@@ -519,10 +519,13 @@ class DeviceAssert(Stmt):
 
 @dataclass
 class PipelineSchedule:
-    """Per top-level body statement of a pipelined loop: its stage and its order."""
+    """Per top-level body statement of a pipelined loop: its stage and its order; `staged`
+    names the shared buffers the loop versions as register-staged wgmma operands
+    (lowering/buffer_versioning.py)."""
 
     stages: list
     orders: list
+    staged: tuple = ()
 
 
 LOOP_KINDS = ("serial", "unroll", "pipelined")

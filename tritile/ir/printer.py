@@ -186,6 +186,8 @@ class _Printer:
             head = f"for {s.var.name} in T.Pipelined({rng}{extra}):"
             if s.schedule is not None:
                 head += f"  # planned stages={s.schedule.stages} orders={s.schedule.orders}"
+                if s.schedule.staged:
+                    head += f" staged={list(s.schedule.staged)}"
         else:
             fn = "T.unroll" if s.kind == "unroll" else "T.serial"
             head = f"for {s.var.name} in {fn}({rng}):"

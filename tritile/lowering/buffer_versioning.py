@@ -27,22 +27,38 @@ Guarantees
   last executed iteration's data (TileLang #3039).
 * A producer of X whose guard differs from the guard of a reader of X is a `CompileError`
   (the reader could see another iteration's data).
+* On a target with wgmma, a loop L also versions (by ``S_L``) each *register-staged wgmma
+  operand* (`staged_operands`, named in ``L.schedule.staged``): a shared buffer written whole
+  by a fragment -> shared `T.copy` and read by gemms that run on wgmma, as B or as a
+  transposed A (an untransposed A is a row buffer `consumer_partitions` splits by rows, which
+  needs it unversioned), all of its accesses unguarded units of L in one stage, the write
+  first, and whose extra versions fit the target's shared memory with every buffer allocated
+  at once - the FlashAttention backward's dS^T, stored for dQ = dS K.  No value crosses
+  iterations, so a version per step changes nothing but where: the next step's store no
+  longer overwrites the tile an async wgmma may still read, and the wgmma's shared-memory
+  descriptors follow the step's slot, so they are computed in the loop instead of held in
+  registers across it (LLVM hoists a fixed address's descriptors out of the loop; ptxas held
+  the backward's 32 of them, 64 uniform registers, in spilled registers: 268 bytes of spills
+  at head dim 128, 88 once dS^T alternates, none of them in the loop).
 """
 from __future__ import annotations
 
 import dataclasses
 
 from tritile.errors import CompileError
+from tritile.ir import instructions as isel
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import int32
 from tritile.ir.transform import Transformer, substitute_buffers, walk
 from tritile.lowering.pipeline_planning import (
     UnitParts, accesses, is_producer, lets_needed, loop_depth, planned_loops, rebuild_unit, split_unit,
 )
+from tritile.lowering.shared_memory_budget import buffer_bytes
 
 
 def versioned_by(loop: ir.For) -> list:
-    """Shared buffers the planned `loop` versions, in first-producer order."""
+    """Shared buffers the planned `loop` versions: its producers' (in first-producer order),
+    then its register-staged wgmma operands (``schedule.staged``)."""
     if loop.schedule is None or loop_depth(loop) < 2:
         return []
     units, stages = loop.body.stmts, loop.schedule.stages
@@ -55,7 +71,38 @@ def versioned_by(loop: ir.For) -> list:
         buf = core.dst.buffer
         if buf not in out and any(stages[k] > stages[j] and buf in reads[k] for k in range(len(units))):
             out.append(buf)
+    for unit in units:
+        core = split_unit(unit).core
+        if isinstance(core, ir.Copy) and core.dst.buffer.name in loop.schedule.staged and core.dst.buffer not in out:
+            out.append(core.dst.buffer)
     return out
+
+
+def staged_operands(loop: ir.For, target, num_warps: int, uses: dict) -> tuple:
+    """Names of the register-staged wgmma operands `loop` versions (module docstring); `uses`
+    counts every access of each buffer in the kernel."""
+    if loop.schedule is None or loop_depth(loop) < 2 or not getattr(target, "has_wgmma", False):
+        return ()
+    units, stages = loop.body.stmts, loop.schedule.stages
+    names = []
+    for j, unit in enumerate(units):
+        parts = split_unit(unit)
+        core, buf = parts.core, getattr(getattr(parts.core, "dst", None), "buffer", None)
+        if not (isinstance(core, ir.Copy) and core.src.buffer.scope == "fragment" and buf.scope == "shared"
+                and buf.num_versions == 1 and tuple(core.dst.extents) == tuple(buf.shape)):
+            continue
+        touching = [k for k, u in enumerate(units) if any(a.buffer is buf for a in accesses(u))]
+        gemms = [n for k in touching for n in walk(units[k]) if isinstance(n, ir.Gemm)
+                 and buf in (n.a.buffer, n.b.buffer)]
+        if any(g.a.buffer is buf and not g.transpose_a for g in gemms):
+            continue  # a row buffer, which consumer_partitions splits by rows (unversioned) instead
+        if (touching[0] == j and len(touching) > 1 and _count_uses(loop.body).get(buf, 0) == uses.get(buf, 0)
+                and len({stages[k] for k in touching}) == 1
+                and all(split_unit(units[k]).guard is None for k in touching)
+                and sum(a.buffer is buf and a.write for k in touching for a in accesses(units[k])) == 1
+                and gemms and all(isel.gemm_engine(g, target, num_warps) == "wgmma" for g in gemms)):
+            names.append(buf.name)
+    return tuple(names)
 
 
 def slot_expr(loop: ir.For) -> ir.Expr:
@@ -128,7 +175,7 @@ class _Indexer(Transformer):
                 stages.append(stage)
                 orders.append(len(orders))
         return dataclasses.replace(loop, body=ir.Seq(units, loop.body.loc),
-                                   schedule=ir.PipelineSchedule(stages, orders))
+                                   schedule=ir.PipelineSchedule(stages, orders, loop.schedule.staged))
 
     def visit_Region(self, r):
         slot = self.slot_of.get(r.buffer)
@@ -147,7 +194,43 @@ class _Indexer(Transformer):
         return n if slot_var is None else [n, ir.Alloc(slot_var, ir.Const(0), loc=n.loc)]
 
 
+class _StagedMarker(Transformer):
+    """Records each planned loop's register-staged wgmma operands in its schedule, while their
+    extra versions fit in `room` bytes of shared memory."""
+
+    def __init__(self, target, num_warps: int, uses: dict, room: int):
+        self.target, self.num_warps, self.uses, self.room = target, num_warps, uses, room
+
+    def visit_For(self, loop):
+        staged = []
+        for name in staged_operands(loop, self.target, self.num_warps, self.uses):
+            buf = next(b for b in self.uses if b.name == name and b.scope == "shared")
+            extra = buffer_bytes(buf) * (loop_depth(loop) - 1)
+            if extra <= self.room:
+                staged.append(name)
+                self.room -= extra
+        if not staged:
+            return loop
+        return dataclasses.replace(loop, schedule=dataclasses.replace(loop.schedule, staged=tuple(staged)))
+
+
+def _shared_room(func: ir.PrimFunc, target) -> int:
+    """Bytes of shared memory the target has beyond every shared buffer with its producers'
+    versions, all allocated at once (an upper bound of what `shared_memory_budget` counts:
+    buffers whose lifetimes do not overlap share bytes there)."""
+    depth = {}
+    for loop in planned_loops(func.kernel.body):
+        for buf in versioned_by(loop):
+            depth[buf] = max(depth.get(buf, 1), loop_depth(loop))
+    used = sum(buffer_bytes(n.buffer) * depth.get(n.buffer, 1) for n in walk(func.kernel.body)
+               if isinstance(n, ir.Alloc) and n.buffer.scope == "shared" and n.buffer.view_of is None)
+    return target.shared_memory_limit - used
+
+
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
+    if getattr(target, "has_wgmma", False):
+        func = _StagedMarker(target, func.kernel.threads // 32, _count_uses(func.kernel.body),
+                             _shared_room(func, target)).transform(func)
     loops = planned_loops(func.kernel.body)
     versions, inside = {}, {}
     for loop in loops:

@@ -86,7 +86,7 @@ def _shared_requirements(func, target, num_warps) -> dict:
 def _shared_layout(buf: ir.Buffer, uses: set):
     tile = padded_shape(buf.tile_shape)  # the allocated tile (ir/padding.py)
     bits = buf.dtype.bits
-    if len(tile) >= 2 and uses & {"wgmma", "tma"}:
+    if len(tile) >= 2 and uses & {"wgmma", "tma"} or "tma" in uses:  # a 1-D TMA tile: unswizzled
         return lay.nvmma_default_for(tile, bits)
     if len(tile) >= 2 and "mma_v2" in uses:
         return lay.swizzled_for_mma(tile, bits)

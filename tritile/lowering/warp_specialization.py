@@ -47,15 +47,21 @@ When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`
 default (``auto``) where the CTA has several consumer warpgroups: those that
 `consumer_partitions` splits into a partition each, and those that cooperate on one tile (the
 GEMM's 128x256).  One-warpgroup CTAs keep their own copies: there the producer's extra
-warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100).  Measured on
-an H100 (bench/NOTES.md): with the consumers split, FlashAttention's 128x128 tile ran
-1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
+warpgroup halves the CTAs per SM (FlashAttention 64x64 tiles: 0.5x on an H100).  Nor does
+a CTA get a producer whose fragments take more registers per thread (`fragment_registers`,
+all fragments together) than setmaxnreg leaves its consumers (240 with two consumer
+warpgroups, where 255 without a producer): the FlashAttention backward's dK / dV / P / dS /
+dQ tiles (256 registers a thread at head dim 128, 288 at 64) spilled 448 bytes under 240
+registers at head dim 64, 16 without the producer (ptxas for sm_90, bench/NOTES.md session
+18).  Measured on an H100 (bench/NOTES.md): with the consumers split, FlashAttention's
+128x128 tile ran 1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
 until it also made the GEMM persistent (`persistent_tiles`), the producer loading the next
 tile under the epilogue: 1.012x at 4096^3, 1.016x at 8192^3 (three interleaved rounds each).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tritile.ir import instructions as isel
 from tritile.ir import nodes as ir
@@ -66,6 +72,27 @@ from tritile.switches import schedule_switch
 PRODUCER_WARPS = 1
 # a TMA producer holds a few coordinates and barrier addresses; 24 is setmaxnreg's minimum
 PRODUCER_REGISTERS = 24
+# registers of a consumer thread under setmaxnreg: FlashAttention-3 gives its two consumer
+# warpgroups 240; with more of them, an even share of the 64K registers the producer leaves
+CONSUMER_REGISTERS = 240
+REGISTER_FILE = 64 * 1024
+
+
+def consumer_registers(consumer_warpgroups: int, producer_registers: int = PRODUCER_REGISTERS) -> int:
+    threads = consumer_partitions.WARPGROUP_THREADS
+    share = (REGISTER_FILE - threads * producer_registers) // (consumer_warpgroups * threads)
+    return min(CONSUMER_REGISTERS, share // 8 * 8)
+
+
+def fragment_registers(kernel: ir.Kernel) -> int:
+    """32-bit registers per thread that the kernel's fragments take, all of them together (an
+    upper bound of what is live at once)."""
+    total = 0
+    for node in walk(kernel.body):
+        if isinstance(node, ir.Alloc) and node.buffer.scope == "fragment" and node.buffer.view_of is None:
+            bits = math.prod(node.buffer.shape) * node.buffer.dtype.bits
+            total += -(-bits // (32 * kernel.threads))
+    return total
 
 
 def mode() -> str:
@@ -80,7 +107,9 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     loops = qualifying_loops(func, target)
     if not loops:
         return func
-    if chosen == "auto" and not consumer_partitions.several_warpgroups(func.kernel):
+    if chosen == "auto" and not (consumer_partitions.several_warpgroups(func.kernel)
+                                 and fragment_registers(func.kernel) <= consumer_registers(
+                                     func.kernel.threads // consumer_partitions.WARPGROUP_THREADS)):
         return func
     plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops),
                                  tuple(copy.dst.buffer.name for copy in tile_loads(func, target)))

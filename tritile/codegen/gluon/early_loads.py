@@ -51,7 +51,7 @@ def emit_issue(em, copy: ir.Copy):
     em.emit(f"mbarrier.init({bar}, count=1)")
     em.emit(f"mbarrier.expect({bar}, {rings.tile_bytes(copy)})")
     desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
-    em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(copy.dst, copy.loc)})")
+    em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(copy.dst, copy.loc)})")
 
 
 def emit_waits(em, stmt):

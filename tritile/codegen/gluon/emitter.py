@@ -20,7 +20,7 @@ and their pointers 16-byte aligned; the runtime checks both before launching.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tritile.ir import instructions as isel
 from tritile.codegen.semantics import HELPER_NAMES, TRITON_DTYPES, Val, cast_text
@@ -331,22 +331,36 @@ class Emitter(SourceWriter):
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)
 
     def descriptor(self, region: ir.Region, layout) -> tuple:
-        """(descriptor argument name, coordinate list text) of a TMA tile of a global region;
-        rank-3+ tensors are addressed through their 2-D rows view (instructions.tma_rows_view)."""
+        """(descriptor argument name, coordinate list text) of a TMA tile of a global region
+        stored in shared memory with `layout`; rank-3+ tensors are addressed through their 2-D
+        rows view (instructions.tma_rows_view), and a 1-D tile (a rank-1 `layout`,
+        instructions.tma_row_vector) as a (1, n) block of the rows view of any other rank: its
+        shared tile is viewed as (1, n) (`tma_shared_view`) in a rank-2 layout of the same bytes."""
         buf = region.buffer
-        rows_view = len(buf.shape) > 2
-        block = tuple(region.extents[-2:]) if rows_view else tuple(region.extents)
+        if layout.rank == 1:
+            rows_view, block = len(buf.shape) != 2, (1, region.extents[-1])
+            layout = replace(layout, rank=2)
+        else:
+            rows_view = len(buf.shape) > 2
+            block = tuple(region.extents[-2:]) if rows_view else tuple(region.extents)
         key = (self.param_index[id(buf)], block, rows_view, str(layout))  # one descriptor per smem encoding
         if key not in self.descriptors:
             name = self.fresh(f"{self.name(buf)}_desc")
             self.descriptors[key] = DescriptorArg(name, key[0], block, buf.dtype, layout, rows_view)
         starts = [self.expr(x).text for x in region.starts]
-        if rows_view:  # row = flattened index of (leading indices, row); the column start is 0
-            row = starts[0]
+        if rows_view:  # row = flattened index of (leading indices, row); the column start is 0 but for a 1-D tile
+            row = starts[0] if len(starts) > 1 else "0"
             for start, dim in zip(starts[1:-1], buf.shape[1:-1]):
                 row = f"({row}) * {self.shape_text(dim)} + {start}"
             starts = [row, starts[-1]]
         return self.descriptors[key].name, ", ".join(starts)
+
+    def tma_shared_view(self, region: ir.Region, loc) -> str:
+        """The shared view a TMA copy of `descriptor` moves: a 1-D tile as (1, n)."""
+        view = self.shared_view(region, loc)
+        if len(region.buffer.tile_shape) == 1:
+            view += f".reshape([1, {region.buffer.tile_shape[0]}])"
+        return view
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e) -> Val:

@@ -939,7 +939,7 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
         for lane, nbytes in enumerate(em.expect_bytes.get(id(s), ())):
             em.emit(f"mbarrier.expect({_ring_position(em, ring, group, lane)[0]}, {nbytes})")
         bar = _ring_position(em, ring, group, em.copy_lane[id(s)])[0]
-        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.shared_view(s.dst, s.loc)})")
+        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(s.dst, s.loc)})")
         return
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
             or not isel.uses_cp_async(s):

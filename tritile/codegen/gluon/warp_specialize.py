@@ -48,19 +48,7 @@ from tritile.codegen.gluon.emitter import Emitter
 from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir
 from tritile.ir.transform import substitute_vars, top_level, touches, walk
-from tritile.lowering.consumer_partitions import WARPGROUP_THREADS
-
-
-# registers of a consumer warpgroup running as a worker partition (the default partition
-# gets what the setmaxnreg budget leaves): FlashAttention-3 gives its two consumers 240; with
-# more consumer warpgroups, an even share of the 64K registers the producer leaves
-CONSUMER_REGISTERS = 240
-REGISTER_FILE = 64 * 1024
-
-
-def consumer_registers(parts: "Partitions") -> int:
-    share = (REGISTER_FILE - WARPGROUP_THREADS * parts.plan.producer_registers) // (parts.consumers * WARPGROUP_THREADS)
-    return min(CONSUMER_REGISTERS, share // 8 * 8)
+from tritile.lowering import warp_specialization
 
 
 @dataclass
@@ -216,7 +204,7 @@ def _emit_producer_tile_load(em: Emitter, copy: ir.Copy, parts: Partitions, tile
         em.emit(f"mbarrier.expect({loaded}.index({slot}), {rings.tile_bytes(c)})")
         desc, coords = em.descriptor(c.src, em.buffer_layout(c.dst.buffer))
         em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {loaded}.index({slot}), "
-                f"{em.shared_view(c.dst, c.loc)})")
+                f"{em.tma_shared_view(c.dst, c.loc)})")
 
 
 def _used_before(em: Emitter, ring, top: list) -> bool:
@@ -342,7 +330,7 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
     for copy in copies:
         signs.of(em).assume_nonnegative(copy.iteration)  # the copy runs only for iterations >= 0
         desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
-        dst = em.shared_view(copy.dst, copy.loc)
+        dst = em.tma_shared_view(copy.dst, copy.loc)
         if parts.full_arrivals[id(ring)] == 1:
             em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {dst})")
             continue
@@ -409,7 +397,8 @@ def emit_fork(em: Emitter, parts: Partitions, consumer: str, producer: str, args
     # the first consumer is the default partition (the kernel's num_warps); the others
     # are workers of as many warps, given the registers the producer gives up
     warps = [em.num_warps] * (parts.consumers - 1) + [parts.plan.producer_warps]
-    registers = [consumer_registers(parts)] * (parts.consumers - 1) + [parts.plan.producer_registers]
+    registers = ([warp_specialization.consumer_registers(parts.consumers, parts.plan.producer_registers)]
+                 * (parts.consumers - 1) + [parts.plan.producer_registers])
     em.emit(f"gl.warp_specialize([{', '.join(consumers)}, ({producer}, ({arg_text},))], {warps}, {registers})")
 
 
