@@ -1013,8 +1013,9 @@ def _minus_const(e, k: int):
 def _wait_for_group(em: Emitter, ring, iteration):
     """Wait on the barrier of `ring`'s commit group `iteration`, when that group has copies."""
     # group g holds iterations g - span .. g: it has copies while g - span < stop
-    it, stop = static_int(iteration), static_int(ring.loop.stop)
-    stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")
+    trips = ring.loop.pipeline_trips
+    it, stop = static_int(iteration), static_int(trips)
+    stop_text = em.expr(trips).text + (f" + {ring.span}" if ring.span else "")
     if stop is not None:
         stop += ring.span
     if it is not None and (it < 0 or (stop is not None and it >= stop)):

@@ -323,7 +323,7 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
     g = em.define(group_var)
     signs.of(em).assume_nonnegative(group_var)  # counts 0 .. count - 1
     copies = _group_copies(ring, group_var)
-    stop = em.expr(loop.stop).text
+    stop = em.expr(loop.pipeline_trips).text
     count = f"{paren(stop)} + {ring.span}" if ring.span else stop
     full, empty = ring.name, empty_name(ring)
     bar = f"{full}.index({g} % {stages})"
@@ -361,7 +361,7 @@ def _group_copies(ring, group_var: ir.Var) -> list:
     commit = next(s for s in body if isinstance(s, ir.CommitGroup))
     lag = rings.lag(commit.iteration, ring.loop.var)
     step = ir.BinOp("+", group_var, ir.Const(lag)) if lag else group_var
-    return [substitute_vars(s, {ring.loop.var: step}) for s in body if isinstance(s, ir.AsyncCopy)]
+    return [substitute_vars(s, {ring.loop.var: step}) for s in rings.steady_copies(ring.loop)]
 
 
 def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
@@ -370,8 +370,8 @@ def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
     lets = [s for s in top_level(scope) if isinstance(s, ir.Let)]
     wanted = set()
     for ring in parts.rings:
-        exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
-                                    for e in (*c.src.starts, c.iteration)]
+        exprs = [ring.loop.pipeline_trips] + [e for c in rings.steady_copies(ring.loop)
+                                              for e in (*c.src.starts, c.iteration)]
         wanted |= {id(v) for e in exprs if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
     for copy in _tile_load_copies(scope, parts):
         wanted |= {id(v) for e in copy.src.starts if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
