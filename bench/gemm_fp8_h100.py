@@ -47,6 +47,16 @@ VARIANTS = [
     ("p1-k_pairs-2st", dict(num_stages=2, promote_every=1, overlap_promotion="k_pairs"), {}),
     ("p1-n_halves-3st", dict(num_stages=3, promote_every=1, overlap_promotion="n_halves"), {}),
     ("p1-n_halves-4st", dict(num_stages=4, promote_every=1, overlap_promotion="n_halves"), {}),
+    # deeper pipelines the consumer's folded epilogue (lowering/consumer_loop_folding.py) compiles
+    # without spills; "-unfolded" = TRITILE_FOLD_CONSUMER=0, the loop with its epilogue
+    ("default-unfolded", {}, {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p1-5st", dict(num_stages=5, promote_every=1), {}),
+    ("p1-5st-unfolded", dict(num_stages=5, promote_every=1), {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p2-5st", dict(num_stages=5, promote_every=2), {}),
+    ("p1-k_pairs-3st", dict(num_stages=3, promote_every=1, overlap_promotion="k_pairs"), {}),
+    ("p1-k_pairs-3st-unfolded", dict(num_stages=3, promote_every=1, overlap_promotion="k_pairs"),
+     {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p1-n_halves-5st", dict(num_stages=5, promote_every=1, overlap_promotion="n_halves"), {}),
 ]
 
 

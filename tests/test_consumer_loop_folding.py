@@ -56,12 +56,15 @@ def folded_loops(func) -> list:
 
 
 def _lowered(frontend, fold: str, programs_: int = None):
-    """The sm_90 IR after every pass, folded or not; on `programs_` persistent programs (several
-    tiles each: the rings' phases continue across tiles) when given."""
-    settings = {"TRITILE_FOLD_CONSUMER": fold, **({"TRITILE_PERSISTENT": "0"} if programs_ else {})}
-    with switches.overridden(settings):
+    """The sm_90 IR after every pass, folded or not; when given and the kernel qualifies for a
+    persistent tile loop, on `programs_` programs (several tiles each: the rings' phases
+    continue across tiles)."""
+    with switches.overridden({"TRITILE_FOLD_CONSUMER": fold}):
         final = run_passes(frontend, H100)[-1][1]
-    return persist(final, programs_) if programs_ and "warp_specialization" in final.attrs else final
+        if not programs_ or "persistent_tile_loop" not in final.attrs:
+            return final
+        with switches.overridden({"TRITILE_PERSISTENT": "0"}):
+            return persist(run_passes(frontend, H100)[-1][1], programs_)
 
 
 # ------------------------------------------------------------------ random programs

@@ -4,7 +4,9 @@ Assumes pipeline_injection's output: one `Seq` per pipelined loop,
 ``[prologue time steps] For(t, D, n, pipelined_from=S) [epilogue time steps] [drains]``, where every
 time step commits exactly one group per producer run, `AsyncCopy.iteration` /
 `CommitGroup.iteration` are 0-based iteration indices (valid when ``0 <= i < n``, the loop's
-`stop`), and iteration ``i`` lives in slot ``i % S``.  Between two pipelined loops of one
+`stop`), and iteration ``i`` lives in slot ``i % S``.  A loop consumer_loop_folding folded runs
+``For(t, D, n + D, trips=n)`` with no epilogue after it, its copies under ``if i < n:`` (n is
+then `For.pipeline_trips`).  Between two pipelined loops of one
 Seq, statements before the first `AsyncCopy` of the gap are the previous loop's epilogue,
 the rest the next loop's prologue.
 
