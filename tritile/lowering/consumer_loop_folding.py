@@ -42,7 +42,7 @@ import dataclasses
 
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
-from tritile.ir.transform import Transformer
+from tritile.ir.transform import Transformer, walk
 from tritile.switches import schedule_switch
 
 
@@ -54,10 +54,10 @@ def mode() -> str:
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     if mode() == "off" or "warp_specialization" not in func.attrs:
         return func
-    return _Folder().transform(func)
+    return _EpilogueFolder().transform(func)
 
 
-class _Folder(Transformer):
+class _EpilogueFolder(Transformer):
     def visit_Seq(self, seq):
         at = next((j for j, s in enumerate(seq.stmts) if _foldable(s)), None)
         if at is None:
@@ -66,13 +66,22 @@ class _Folder(Transformer):
         drains = len(seq.stmts)
         while drains > at + 1 and _is_drain(seq.stmts[drains - 1]):
             drains -= 1
-        folded = fold_loop(loop)
-        return dataclasses.replace(seq, stmts=seq.stmts[:at] + [folded] + seq.stmts[drains:])
+        if not _is_epilogue(loop, seq.stmts[at + 1:drains]) or drains == len(seq.stmts):
+            return seq  # not the loop's own Seq as pipeline_injection left it
+        return dataclasses.replace(seq, stmts=seq.stmts[:at] + [_fold(loop)] + seq.stmts[drains:])
 
 
 def _foldable(s) -> bool:
     return (isinstance(s, ir.For) and s.pipelined_from > 0 and s.foldable and s.trips is None
             and isinstance(s.start, ir.Const) and s.start.value >= 1)
+
+
+def _is_epilogue(loop: ir.For, stmts: list) -> bool:
+    """Can `stmts` be the D time steps of `loop`'s epilogue (each commits its groups)?"""
+    per_step = sum(isinstance(s, ir.CommitGroup) for s in loop.body.stmts)
+    commits = sum(isinstance(s, ir.CommitGroup) for s in stmts)
+    return per_step >= 1 and commits == loop.start.value * per_step and \
+        not any(isinstance(n, ir.For) and n.pipelined_from for s in stmts for n in walk(s))
 
 
 def _is_drain(s) -> bool:
@@ -81,7 +90,7 @@ def _is_drain(s) -> bool:
         (isinstance(s, ir.WaitGroup) and s.pending == 0 and s.iteration is None)
 
 
-def fold_loop(loop: ir.For) -> ir.For:
+def _fold(loop: ir.For) -> ir.For:
     """The steady-state `loop` run D more steps, its copies guarded to the n iterations."""
     D, n = loop.start.value, loop.stop
     stop = ir.Const(n.value + D, n.dtype) if isinstance(n, ir.Const) else ir.BinOp("+", n, ir.Const(D), n.dtype)
