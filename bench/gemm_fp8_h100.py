@@ -73,11 +73,13 @@ def _accuracy(c, exact) -> dict:
 
 
 def _schedule(kernel) -> dict:
-    """What the passes made of the kernel: consumer partitions, producer warp, persistence."""
+    """What the passes made of the kernel: consumer partitions, producer warp, persistence, the
+    consumer's pipeline epilogue folded into its loop."""
     attrs = kernel.func.attrs
     split = next((n.count for n in walk(kernel.func.kernel.body) if isinstance(n, ir.ConsumerPartitions)), 1)
     return {"partitions": split, "producer": "warp_specialization" in attrs,
-            "persistent": "persistent_programs" in attrs}
+            "persistent": "persistent_programs" in attrs,
+            "folded": any(isinstance(n, ir.For) and n.trips is not None for n in walk(kernel.func.kernel.body))}
 
 
 def _build(G, n: int, changes: dict, switch: dict):

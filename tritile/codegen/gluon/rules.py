@@ -506,7 +506,8 @@ def lower_if(em: Emitter, s: ir.If):
             isinstance(c, ir.AsyncCopy) and rings.served_by_tma(em, c) for c in s.then_body.stmts):
         # copies the producer issues (predicated by this condition): the consumers' part, the
         # release of the slot, holds whether or not they run, and a group whose last copy is
-        # guarded off still frees its slot for the producer's next group
+        # guarded off still frees its slot for the producer's next group (emit_release drops
+        # the releases of groups the producer never fills)
         for c in s.then_body.stmts:
             warp_specialize.emit_release(em, c)
         return

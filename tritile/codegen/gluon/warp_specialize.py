@@ -254,17 +254,20 @@ def emit_release(em: Emitter, copy: ir.AsyncCopy):
         return
     ring, group = entry
     stages, every = ring.stages, em.partitions.release_all[id(ring)]
-    per_tile = ring.groups_per_tile  # None outside persistent tiles
-    g, count = static_int(group), (static_int(per_tile) if per_tile is not None else None)
+    # the groups the producer fills: a step past them releases nothing - an epilogue step past
+    # a persistent tile's last group (its copies all guarded off under a runtime trip count),
+    # where the extra arrival would complete a phase of the next tile's slot, or a folded
+    # loop's step past the end (lowering/consumer_loop_folding.py)
+    filled = ring.groups_per_tile  # None outside persistent tiles
+    if filled is None and ring.loop.trips is not None:
+        filled = ir.BinOp("+", ring.loop.trips, ir.Const(ring.span)) if ring.span else ring.loop.trips
+    g, count = static_int(group), (static_int(filled) if filled is not None else None)
     if g is not None and (not (every or g >= stages) or (count is not None and g >= count)):
         return
     text = paren(em.expr(group).text)
     conditions = [] if every or g is not None else [f"{text} >= {stages}"]
-    # an epilogue step past a persistent tile's last group (its copies all guarded off under a
-    # runtime trip count) releases nothing: the producer fills only groups_per_tile groups,
-    # and the extra arrival would complete a phase of the next tile's slot
-    if per_tile is not None and (g is None or count is None):
-        conditions.append(f"{text} < {paren(em.expr(per_tile).text)}")
+    if filled is not None and (g is None or count is None):
+        conditions.append(f"{text} < {paren(em.expr(filled).text)}")
     pred = " & ".join(map(paren, conditions)) if len(conditions) > 1 else "".join(conditions)
     slot = g % stages if g is not None else f"{text} % {stages}"
     em.emit(f"mbarrier.arrive({empty_name(ring)}.index({slot}){f', pred={pred}' if pred else ''})")
