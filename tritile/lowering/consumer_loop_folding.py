@@ -30,8 +30,9 @@ Why only under warp specialization: the producer partition runs ahead on its own
 so in the consumers the skewed prologue / steady / epilogue only duplicates the loop's
 consumer step (its wgmmas) D times after the loop.  ptxas serializes or spills the
 wgmmas of the copies at deeper pipelines (FP8 GEMM, 5 stages: 2376 bytes of spills and
-C7512; folded: none, bench/NOTES.md).  The consumers' copies become slot releases,
-which the guard predicates like any guarded copy's.
+C7512; folded: none, bench/NOTES.md).  The consumers' copies become slot releases; code
+generation drops those of the steps past the end (groups the producer never fills).
+A loop with a static trip count of at most D has no steady-state loop and keeps its form.
 
 When: ``TRITILE_FOLD_CONSUMER`` (read when the pass runs) ``0`` never; ``auto`` (the
 default) and ``1``: every foldable loop of a warp-specialized kernel.
