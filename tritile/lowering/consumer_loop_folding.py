@@ -11,11 +11,12 @@ Guarantees
 ----------
 Every steady-state loop pipeline injection marked `foldable` (every unit but the async
 copies runs at the last stage D, so the epilogue's D time steps ``t = n .. n+D-1`` run the
-body's units for valid iterations and drop only its copies) becomes, in its `Seq`::
+body's units for valid iterations and drop only its copies) whose copies all load one
+iteration i (`_foldable`) becomes, in its `Seq`::
 
     <prologue>                                   # unchanged
     for t in range(D, n + D):                    # trips=n
-        <the steady-state body, each run of async copies of one iteration i under ``if i < n:``>
+        <the steady-state body, each run of its async copies under ``if i < n:``>
     <drains>                                     # the epilogue's time steps are gone
 
 The values are unchanged: time step t runs the same units for the same iterations as
@@ -43,6 +44,7 @@ import dataclasses
 
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
+from tritile.ir.printer import expr_str
 from tritile.ir.transform import Transformer, walk
 from tritile.switches import schedule_switch
 
@@ -73,8 +75,16 @@ class _EpilogueFolder(Transformer):
 
 
 def _foldable(s) -> bool:
-    return (isinstance(s, ir.For) and s.pipelined_from > 0 and s.foldable and s.trips is None
-            and isinstance(s.start, ir.Const) and s.start.value >= 1)
+    """A steady-state loop pipeline injection marked foldable whose copies, at the top of its
+    body, all load one iteration: a commit group of several iterations (a manual schedule's
+    copies at two stages) would need an expect per copy where the kernel falls back to its
+    own copies (codegen/gluon/warp_specialize.py `plan`), which only runtime trip counts get."""
+    if not (isinstance(s, ir.For) and s.pipelined_from > 0 and s.foldable and s.trips is None
+            and isinstance(s.start, ir.Const) and s.start.value >= 1):
+        return False
+    copies = [n for n in walk(s.body) if isinstance(n, ir.AsyncCopy)]
+    return bool(copies) and all(any(c is x for x in s.body.stmts) for c in copies) and \
+        len({expr_str(c.iteration) for c in copies}) == 1
 
 
 def _is_epilogue(loop: ir.For, stmts: list) -> bool:
@@ -104,13 +114,10 @@ def _fold(loop: ir.For) -> ir.For:
             run.clear()
 
     for s in loop.body.stmts:
-        if isinstance(s, ir.AsyncCopy) and (not run or s.iteration == run[0].iteration):
+        if isinstance(s, ir.AsyncCopy):
             run.append(s)
             continue
         close()
-        if isinstance(s, ir.AsyncCopy):
-            run.append(s)
-        else:
-            body.append(s)
+        body.append(s)
     close()
     return dataclasses.replace(loop, stop=stop, body=ir.Seq(body), trips=n)
