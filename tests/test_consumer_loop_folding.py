@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -107,13 +107,14 @@ def producer_programs(draw):
                         read_after=draw(st.booleans()), staged_store=draw(st.booleans()))
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True,
+@settings(max_examples=100, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(program=producer_programs(), seed=st.integers(0, 2**16), programs_=st.sampled_from([None, 1, 2]))
 def test_folded_programs_compute_the_reference_and_replay_clean(program, seed, programs_, producer_warp):
     """Whatever the loop (its trip count below the stages or only known at run time, copies at
     different stages, sibling loops, promotion) and however many tiles a program walks."""
     final = _check_program(program, seed, programs_, strict=False)
+    event(f"folded loops: {len(folded_loops(final))}")
     for loop in folded_loops(final):  # the Seq of a folded loop ends with the loop and its drains
         seq = next(s for s in walk(final.kernel.body) if isinstance(s, ir.Seq) and any(x is loop for x in s.stmts))
         after = seq.stmts[[id(x) for x in seq.stmts].index(id(loop)) + 1:]
