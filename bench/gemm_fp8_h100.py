@@ -51,6 +51,16 @@ VARIANTS = [
     ("p1-k_pairs-2st", dict(num_stages=2, overlap_promotion="k_pairs"), {}),
     ("p1-n_halves-3st", dict(num_stages=3, overlap_promotion="n_halves"), {}),
     ("p1-n_halves-4st", dict(overlap_promotion="n_halves"), {}),
+    # deeper pipelines the consumer's folded epilogue (lowering/consumer_loop_folding.py) compiles
+    # without spills; "-unfolded" = TRITILE_FOLD_CONSUMER=0, the loop with its epilogue
+    ("default-unfolded", {}, {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p1-4st-unfolded", {}, {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p1-5st", dict(num_stages=5), {}),
+    ("p1-5st-unfolded", dict(num_stages=5), {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p2-5st", dict(num_stages=5, promote_every=2), {}),
+    ("p1-k_pairs-3st", dict(num_stages=3, overlap_promotion="k_pairs"), {}),
+    ("p1-k_pairs-3st-unfolded", dict(num_stages=3, overlap_promotion="k_pairs"), {"TRITILE_FOLD_CONSUMER": "0"}),
+    ("p1-n_halves-5st", dict(num_stages=5, overlap_promotion="n_halves"), {}),
 ]
 
 
@@ -67,11 +77,13 @@ def _accuracy(c, exact) -> dict:
 
 
 def _schedule(kernel) -> dict:
-    """What the passes made of the kernel: consumer partitions, producer warp, persistence."""
+    """What the passes made of the kernel: consumer partitions, producer warp, persistence, the
+    consumer's pipeline epilogue folded into its loop."""
     attrs = kernel.func.attrs
     split = next((n.count for n in walk(kernel.func.kernel.body) if isinstance(n, ir.ConsumerPartitions)), 1)
     return {"partitions": split, "producer": "warp_specialization" in attrs,
-            "persistent": "persistent_programs" in attrs}
+            "persistent": "persistent_programs" in attrs,
+            "folded": any(isinstance(n, ir.For) and n.trips is not None for n in walk(kernel.func.kernel.body))}
 
 
 def _build(G, n: int, label: str, changes: dict, switch: dict):

@@ -537,7 +537,11 @@ class For(Stmt):
 
     kind "pipelined" carries TileLang's `num_stages` / `order` / `stage`; `schedule` is
     filled by pipeline planning.  After pipeline injection the loop is "serial" again and
-    `pipelined_from` keeps the number of stages it was software-pipelined with."""
+    `pipelined_from` keeps the number of stages it was software-pipelined with; `foldable`
+    says that every unit of its body but the async copies runs at the pipeline's last stage
+    (its epilogue is its body without the copies, see lowering/consumer_loop_folding.py),
+    and `trips`, set when that pass folded the epilogue in, is the pipeline's iteration
+    count n (the loop then runs to ``n + D``; without it, n is `stop`)."""
 
     var: Var
     start: Expr
@@ -550,7 +554,14 @@ class For(Stmt):
     stage: Optional[list] = None
     schedule: Optional[PipelineSchedule] = None
     pipelined_from: int = 0
+    foldable: bool = False
+    trips: Optional[Expr] = None
     loc: Optional[SourceLoc] = None
+
+    @property
+    def pipeline_trips(self) -> Expr:
+        """The iteration count of the pipeline whose steady state this loop is (see above)."""
+        return self.stop if self.trips is None else self.trips
 
 
 @dataclass

@@ -193,6 +193,8 @@ class _Printer:
             head = f"for {s.var.name} in {fn}({rng}):"
             if s.pipelined_from:
                 head += f"  # software-pipelined, {s.pipelined_from} stages"
+                if s.trips is not None:
+                    head += f", epilogue folded in ({expr_str(s.trips)} iterations)"
         self.emit(d, head)
         self.seq(s.body, d + 1)
 

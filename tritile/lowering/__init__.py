@@ -20,6 +20,7 @@ PASSES = [
     ("shared_slots", "shared_slots"),
     ("pipeline_injection", "pipeline_injection"),
     ("warp_specialization", "warp_specialization"),
+    ("consumer_loop_folding", "consumer_loop_folding"),
     ("consumer_partitions", "consumer_partitions"),
     ("uniform_selects", "uniform_selects"),
     ("shared_memory_budget", "shared_memory_budget"),

@@ -259,7 +259,7 @@ def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
             except CompileError:
                 continue
         try:
-            trips = sum(torch.as_tensor(evaluator.eval(_trip_count(n))).clamp(min=0) for n in loops) + 1
+            trips = sum(torch.as_tensor(evaluator.eval(n.pipeline_trips)).clamp(min=0) for n in loops) + 1
         except CompileError:
             return None
         trips = torch.broadcast_to(trips, (tiles,))
@@ -267,10 +267,6 @@ def _tile_costs(k: ir.Kernel, tile: ir.Var, decode: list, body: list):
     return [int(c) for c in costs]
 
 
-def _trip_count(loop: ir.For) -> ir.Expr:
-    """The iterations of the loop a steady-state loop of pipeline_injection came from: its
-    time steps run 0 .. n - 1 (the first D unrolled before it), so n is its `stop`."""
-    return loop.stop
 
 
 def _launch_order(tile: ir.Var, block_vars, grid, loc) -> list:

@@ -16,6 +16,10 @@ Guarantees
     - epilogue  t = max(n, D) + e for e = 0 .. D-1, unrolled; stage-0 units (producers)
       dropped, the rest guarded ``t - s < n``.
   Every t in 0 .. n+D-1 runs exactly once, so any n (0, 1, < S, dynamic) is correct.
+  The steady loop is `foldable` when every unit but the producers runs at stage D (every
+  auto-planned loop but a deferred accumulation): its body is then also correct for
+  t = n .. n+D-1 with each producer guarded ``iteration < n``, which is what the epilogue
+  runs (consumer_loop_folding).
 * Emission order within a time step: a user schedule (`order=` / `stage=`) is emitted in
   its `orders`.  An auto-planned schedule (TileLang's [0, .., 0, D] stages and program
   orders, kept as planned) is emitted stage by stage, program order within a stage:
@@ -353,8 +357,9 @@ class _Pipeline:
             history = [_Inst(u, d, not u.guarded and u.stage - d <= D)
                        for d in range(-(self.depth + 1), 0) for u in self.units if u.async_gemm]
             body = self._emit_step(t, present=lambda u: True, guard=lambda u: None, pending=history, step=0)
+            foldable = D >= 1 and all(u.producer or u.stage == D for u in self.units)
             out.append(ir.For(t, ir.Const(D), n, ir.Seq(body), kind="serial",
-                              pipelined_from=self.depth, loc=self.loop.loc))
+                              pipelined_from=self.depth, foldable=foldable, loc=self.loop.loc))
         base = ir.Const(max(n.value, D)) if const_n else ir.BinOp("max", n, ir.Const(D))
         pending = [_Inst(u, d, False) for d in range(-(self.depth + 1), 0) for u in self.units if u.async_gemm]
         for e in range(D):  # epilogue

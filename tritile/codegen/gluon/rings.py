@@ -4,7 +4,9 @@ Assumes pipeline_injection's output: one `Seq` per pipelined loop,
 ``[prologue time steps] For(t, D, n, pipelined_from=S) [epilogue time steps] [drains]``, where every
 time step commits exactly one group per producer run, `AsyncCopy.iteration` /
 `CommitGroup.iteration` are 0-based iteration indices (valid when ``0 <= i < n``, the loop's
-`stop`), and iteration ``i`` lives in slot ``i % S``.  Between two pipelined loops of one
+`stop`), and iteration ``i`` lives in slot ``i % S``.  A loop consumer_loop_folding folded runs
+``For(t, D, n + D, trips=n)`` with no epilogue after it, its copies under ``if i < n:`` (n is
+then `For.pipeline_trips`).  Between two pipelined loops of one
 Seq, statements before the first `AsyncCopy` of the gap are the previous loop's epilogue,
 the rest the next loop's prologue.
 
@@ -62,6 +64,7 @@ from tritile.ir import instructions as isel
 from tritile.codegen.gluon.emitter import Emitter, Ring
 from tritile.codegen.source_writer import paren, static_int
 from tritile.ir import nodes as ir
+from tritile.ir.printer import expr_str
 from tritile.ir.transform import walk
 
 _ASYNC = (ir.AsyncCopy, ir.CommitGroup, ir.WaitGroup)
@@ -138,8 +141,11 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     em.ring_owner[id(loop)] = ring
     one_group_per_step = sum(isinstance(m, ir.CommitGroup) for m in sections[1]) == 1
     # a guard anywhere around a step's copies (also under the Lets that bind its condition:
-    # `take = mask[k]; if take:`) may skip a TMA load its barrier waits for: cp.async instead
-    unguarded = not any(isinstance(n, ir.If) for s in loop.body.stmts if _members([s]) for n in walk(s))
+    # `take = mask[k]; if take:`) may skip a TMA load its barrier waits for: cp.async instead.
+    # A folded loop's guards (lowering/consumer_loop_folding.py) skip only the copies of
+    # iterations past the end, whose groups no wait waits for
+    unguarded = not any(isinstance(n, ir.If) for s in loop.body.stmts if _members([s]) and not is_fold_guard(loop, s)
+                        for n in walk(s))
     ring.has_tma = one_group_per_step and unguarded and any(
         isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
     span = _group_span(loop, sections[1])
@@ -155,7 +161,8 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
         # earlier tiles' uses of it, whose parities `phase_bits` keeps (bit s: slot s),
         # updated after this tile's last async statement
         ring.phase_bits = ir.Var(f"{ring.name}_phase_bits", ir.int32)
-        ring.groups_per_tile = ir.BinOp("+", loop.stop, ir.Const(span)) if span else loop.stop
+        trips = loop.pipeline_trips
+        ring.groups_per_tile = ir.BinOp("+", trips, ir.Const(span)) if span else trips
         em.ring_advance.setdefault(id(stmts[last]), []).append(ring)
         em.tile_rings.append(ring)
         first = last = None
@@ -166,7 +173,7 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     for section in sections:
         _resolve_waits(em, section)
     tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
-    if span and static_int(loop.stop) is None and "warp_specialization" not in em.func.attrs:
+    if span and static_int(loop.pipeline_trips) is None and "warp_specialization" not in em.func.attrs:
         # (a producer partition does this accounting itself: warp_specialize.full_arrivals)
         ring.copies_per_group = sum(isinstance(m, ir.AsyncCopy) for m in sections[1])
     # a producer partition signals one full barrier per slot, and a copy signalling alone
@@ -205,6 +212,26 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
             group = []
     if group:
         expect(group)
+
+
+def is_fold_guard(loop: ir.For, s) -> bool:
+    """Is `s` a folded steady-state loop's guard ``if i < n:`` around copies of iteration i?"""
+    if loop.trips is None or not isinstance(s, ir.If) or s.else_body is not None or \
+            not (isinstance(s.cond, ir.BinOp) and s.cond.op == "<") or expr_str(s.cond.rhs) != expr_str(loop.trips):
+        return False
+    it = expr_str(s.cond.lhs)
+    return all(isinstance(c, ir.AsyncCopy) and expr_str(c.iteration) == it for c in s.then_body.stmts)
+
+
+def steady_copies(loop: ir.For) -> list:
+    """The async copies of a steady-state body, also those under a folded loop's guards."""
+    out = []
+    for s in loop.body.stmts:
+        if isinstance(s, ir.AsyncCopy):
+            out.append(s)
+        elif is_fold_guard(loop, s):
+            out.extend(s.then_body.stmts)
+    return out
 
 
 def _copy_guards(stmts: list, conds: tuple = ()) -> dict:

@@ -506,7 +506,8 @@ def lower_if(em: Emitter, s: ir.If):
             isinstance(c, ir.AsyncCopy) and rings.served_by_tma(em, c) for c in s.then_body.stmts):
         # copies the producer issues (predicated by this condition): the consumers' part, the
         # release of the slot, holds whether or not they run, and a group whose last copy is
-        # guarded off still frees its slot for the producer's next group
+        # guarded off still frees its slot for the producer's next group (emit_release drops
+        # the releases of groups the producer never fills)
         for c in s.then_body.stmts:
             warp_specialize.emit_release(em, c)
         return
@@ -1013,8 +1014,9 @@ def _minus_const(e, k: int):
 def _wait_for_group(em: Emitter, ring, iteration):
     """Wait on the barrier of `ring`'s commit group `iteration`, when that group has copies."""
     # group g holds iterations g - span .. g: it has copies while g - span < stop
-    it, stop = static_int(iteration), static_int(ring.loop.stop)
-    stop_text = em.expr(ring.loop.stop).text + (f" + {ring.span}" if ring.span else "")
+    trips = ring.loop.pipeline_trips
+    it, stop = static_int(iteration), static_int(trips)
+    stop_text = em.expr(trips).text + (f" + {ring.span}" if ring.span else "")
     if stop is not None:
         stop += ring.span
     if it is not None and (it < 0 or (stop is not None and it >= stop)):

@@ -242,17 +242,20 @@ def emit_release(em: Emitter, copy: ir.AsyncCopy):
         return
     ring, group = entry
     stages, every = ring.stages, em.partitions.release_all[id(ring)]
-    per_tile = ring.groups_per_tile  # None outside persistent tiles
-    g, count = static_int(group), (static_int(per_tile) if per_tile is not None else None)
+    # the groups the producer fills: a step past them releases nothing - an epilogue step past
+    # a persistent tile's last group (its copies all guarded off under a runtime trip count),
+    # where the extra arrival would complete a phase of the next tile's slot, or a folded
+    # loop's step past the end (lowering/consumer_loop_folding.py)
+    filled = ring.groups_per_tile  # None outside persistent tiles
+    if filled is None and ring.loop.trips is not None:
+        filled = ir.BinOp("+", ring.loop.trips, ir.Const(ring.span)) if ring.span else ring.loop.trips
+    g, count = static_int(group), (static_int(filled) if filled is not None else None)
     if g is not None and (not (every or g >= stages) or (count is not None and g >= count)):
         return
     text = paren(em.expr(group).text)
     conditions = [] if every or g is not None else [f"{text} >= {stages}"]
-    # an epilogue step past a persistent tile's last group (its copies all guarded off under a
-    # runtime trip count) releases nothing: the producer fills only groups_per_tile groups,
-    # and the extra arrival would complete a phase of the next tile's slot
-    if per_tile is not None and (g is None or count is None):
-        conditions.append(f"{text} < {paren(em.expr(per_tile).text)}")
+    if filled is not None and (g is None or count is None):
+        conditions.append(f"{text} < {paren(em.expr(filled).text)}")
     pred = " & ".join(map(paren, conditions)) if len(conditions) > 1 else "".join(conditions)
     slot = g % stages if g is not None else f"{text} % {stages}"
     em.emit(f"mbarrier.arrive({empty_name(ring)}.index({slot}){f', pred={pred}' if pred else ''})")
@@ -311,7 +314,7 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
     g = em.define(group_var)
     signs.of(em).assume_nonnegative(group_var)  # counts 0 .. count - 1
     copies = _group_copies(ring, group_var)
-    stop = em.expr(loop.stop).text
+    stop = em.expr(loop.pipeline_trips).text
     count = f"{paren(stop)} + {ring.span}" if ring.span else stop
     full, empty = ring.name, empty_name(ring)
     bar = f"{full}.index({g} % {stages})"
@@ -349,7 +352,7 @@ def _group_copies(ring, group_var: ir.Var) -> list:
     commit = next(s for s in body if isinstance(s, ir.CommitGroup))
     lag = rings.lag(commit.iteration, ring.loop.var)
     step = ir.BinOp("+", group_var, ir.Const(lag)) if lag else group_var
-    return [substitute_vars(s, {ring.loop.var: step}) for s in body if isinstance(s, ir.AsyncCopy)]
+    return [substitute_vars(s, {ring.loop.var: step}) for s in rings.steady_copies(ring.loop)]
 
 
 def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
@@ -358,8 +361,8 @@ def _needed_lets(scope: ir.Seq, parts: Partitions) -> list:
     lets = [s for s in top_level(scope) if isinstance(s, ir.Let)]
     wanted = set()
     for ring in parts.rings:
-        exprs = [ring.loop.stop] + [e for c in ring.loop.body.stmts if isinstance(c, ir.AsyncCopy)
-                                    for e in (*c.src.starts, c.iteration)]
+        exprs = [ring.loop.pipeline_trips] + [e for c in rings.steady_copies(ring.loop)
+                                              for e in (*c.src.starts, c.iteration)]
         wanted |= {id(v) for e in exprs if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
     for copy in _tile_load_copies(scope, parts):
         wanted |= {id(v) for e in copy.src.starts if isinstance(e, ir.Expr) for v in walk(e) if isinstance(v, ir.Var)}
