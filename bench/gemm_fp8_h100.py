@@ -26,7 +26,7 @@ from tritile.ops.matmul import matmul
 from timing import load_example, median_batched_ms, save
 
 # the one-k-step-per-stage promoting kernel the variants below change (the example's default up to
-# session 18; its default now is the "p1-k_pairs-2st" schedule, timed as "default")
+# session 18; its default now is the "p1-n_halves-5st" schedule, timed as "default")
 ONE_STEP_PER_STAGE = dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=1)
 # (label, ONE_STEP_PER_STAGE with these changes - "default*": the example's tile config -, schedule
 # switches it is compiled under);

@@ -151,15 +151,16 @@ OVERLAPPED = {"k_pairs": _k_pairs, "n_halves": _n_halves}
 def tile_config(device_type: str) -> dict:
     """Small tiles for the CPU interpreter; on CUDA 128x128x128 tiles on two warpgroups (two
     float32 accumulators of 64 registers a thread each), promoting every k-step (every 128 of K,
-    DeepGEMM's interval: the only setting as accurate as cuBLASLt on the H100), the k-steps in
-    pairs (`overlap_promotion="k_pairs"`: one partial is added while the other's wgmmas run), two
-    stages of pairs.  bench/NOTES.md, session 19: 1065 / 1052 TFLOP/s at 4096³ / 8192³ against
-    996 / 919 for one k-step per stage at four stages, the same error (4.37e-4 / 3.43e-4 of max |C|,
-    cuBLASLt's); promoting every 2 or 4 k-steps reaches 1115-1124 at 1.1-1.5x that error."""
+    DeepGEMM's interval: the only setting as accurate as cuBLASLt on the H100), each k-step as
+    two half-width gemms (`overlap_promotion="n_halves"`: one half's partial is added while the
+    other half's wgmmas run), five stages (spill-free since the consumers' loop is folded,
+    lowering/consumer_loop_folding.py).  bench/NOTES.md, session 19: 1167 / 1190 TFLOP/s at
+    4096³ / 8192³ with cuBLASLt's error (4.37e-4 / 3.43e-4 of max |C|), against 1098 / 1084 for
+    k-step pairs on three stages and 984 / 926 for one k-step per stage on four."""
     if device_type != "cuda":
         return dict(block_M=32, block_N=32, block_K=32, num_stages=1, threads=128, promote_every=2)
-    return dict(block_M=128, block_N=128, block_K=128, num_stages=2, threads=256, promote_every=1,
-                overlap_promotion="k_pairs")
+    return dict(block_M=128, block_N=128, block_K=128, num_stages=5, threads=256, promote_every=1,
+                overlap_promotion="n_halves")
 
 
 def quantize(x: torch.Tensor) -> tuple:
