@@ -61,6 +61,7 @@ VARIANTS = [
     ("p1-k_pairs-3st", dict(num_stages=3, overlap_promotion="k_pairs"), {}),
     ("p1-k_pairs-3st-unfolded", dict(num_stages=3, overlap_promotion="k_pairs"), {"TRITILE_FOLD_CONSUMER": "0"}),
     ("p1-n_halves-5st", dict(num_stages=5, overlap_promotion="n_halves"), {}),
+    ("p1-n_halves-6st", dict(num_stages=6, overlap_promotion="n_halves"), {}),
 ]
 
 
