@@ -90,6 +90,21 @@ def test_gemm_with_producer_warp_replays_clean(layout, monkeypatch):
     assert mbarrier_problems(source, args) == []
 
 
+def test_a_kernel_planned_for_a_producer_but_issuing_its_own_copies_replays_clean(monkeypatch):
+    """Sibling loops under a forced producer warp, the second with copies at two stages and a
+    runtime trip count of 0: the codegen cannot serve its ring from a producer partition and
+    falls back to the kernel's own copies, whose rings must then count arrivals per copy (they
+    counted them as a producer would: `mbarrier.wait(k1_t_bars[0], parity 0)` never returned)."""
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "1")
+    program = gemm_program([LoopSpec(0, 1, order=[1, 2, 0], stage=[0, 0, 2]),
+                            LoopSpec(0, 0, dynamic=True, order=[0, 1, 2], stage=[0, 1, 2])], grid=(2, 1))
+    final = run_passes(program.func, H100)[-1][1]
+    assert "warp_specialization" in final.attrs
+    source = emit_module(final, H100).source
+    assert "_producer" not in source
+    assert mbarrier_problems(source, program.make_args(3), program.dim_values()) == []
+
+
 # ------------------------------------------------------------------ planted protocol bugs
 
 

@@ -6,6 +6,8 @@ nothing is imported from Triton here, so it also runs where Triton is absent.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tritile.codegen import block_order
 from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
@@ -29,6 +31,12 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
         raise CompileError("T.Kernel takes at most 3 grid dimensions", k.loc)
     rings.plan(em, k.body)
     parts = em.partitions = warp_specialize.plan(em, func)
+    if parts is None and "warp_specialization" in func.attrs:
+        # planned for a producer warp that this kernel's rings cannot serve (a copy TMA cannot
+        # take here): its own warps issue the copies, so its rings must count arrivals as the
+        # kernel's own copies signal them, not as a producer partition would
+        attrs = {name: value for name, value in func.attrs.items() if name != "warp_specialization"}
+        return emit_module(dataclasses.replace(func, attrs=attrs), target)
     early_loads.plan(em, func)
     shared_lifetimes.plan(em, func)
     block_order.emit_block_ids(em, k)
