@@ -82,8 +82,7 @@ def _replay(final, program, seed) -> list:
 
 def _check_program(program, seed, programs_=None, strict=True):
     """`program` folded: the reference result on the interpreter, and a clean replay - or, not
-    `strict`, no worse a replay than unfolded (a producer warp forced onto sibling loops of
-    one stage generates a module naming an undefined slot either way)."""
+    `strict`, no worse a replay than unfolded."""
     final = _lowered(program.func, "1", programs_)
     args = program.make_args(seed)
     expected_c, _ = program.reference(program.make_args(seed))

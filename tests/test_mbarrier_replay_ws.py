@@ -105,6 +105,18 @@ def test_a_kernel_planned_for_a_producer_but_issuing_its_own_copies_replays_clea
     assert mbarrier_problems(source, program.make_args(3), program.dim_values()) == []
 
 
+def test_a_one_stage_sibling_loop_keeps_its_copies_in_the_kernel(monkeypatch):
+    """A one-stage loop beside a four-stage one copies into `A_shared[A_shared_slot[0]]`, a slot
+    variable the consumers keep: no producer warp is planned for it (the producer's copies named
+    an undefined `A_shared_slot`), and the module replays clean."""
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "1")
+    program = gemm_program([LoopSpec(1, 1), LoopSpec(4, 4)], grid=(2, 1))
+    final = run_passes(program.func, H100)[-1][1]
+    assert "warp_specialization" not in final.attrs
+    source = emit_module(final, H100).source
+    assert mbarrier_problems(source, program.make_args(3), program.dim_values()) == []
+
+
 # ------------------------------------------------------------------ planted protocol bugs
 
 

@@ -40,9 +40,10 @@ A kernel qualifies when
 * every async copy is one TMA can serve (`instructions.uses_tma`), with an iteration tag;
 * in each steady-state body every async copy comes before the body's single `CommitGroup`
   and none is under an `If`;
-* each loop's trip count and each copy's global coordinates depend only on block indices,
-  runtime dims, the loop variable and top-level `Let`s of those (the producer recomputes
-  them).
+* each loop's trip count, each copy's global coordinates and its shared slot depend only on
+  block indices, runtime dims, the loop variable and top-level `Let`s of those, reading no
+  buffer (the producer recomputes them; a one-stage loop's slot variable lives in the
+  consumers).
 When: ``TRITILE_WARP_SPECIALIZE`` (read when the pass runs) = ``1`` always, ``0`` never, and by
 default (``auto``) where the CTA has several consumer warpgroups: those that
 `consumer_partitions` splits into a partition each, and those that cooperate on one tile (the
@@ -171,12 +172,18 @@ def _steady_state_ok(loop: ir.For, known: set) -> bool:
             return False
     allowed = known | {id(loop.var)}
     copies = [s for s in stmts if isinstance(s, ir.AsyncCopy)]
-    exprs = [loop.stop] + [e for c in copies for e in (*c.src.starts, c.iteration)]
-    return all(_free_vars(e) <= allowed for e in exprs)
+    exprs = [loop.stop] + [e for c in copies for e in (*c.src.starts, *c.dst.starts, c.iteration)]
+    # the producer recomputes each of these; a value read from a buffer (a one-stage loop's
+    # `<name>_slot` variable, which the consumers keep) it cannot
+    return all(_free_vars(e) <= allowed and not _reads_buffer(e) for e in exprs)
 
 
 def _is_pipelined(s) -> bool:
     return isinstance(s, ir.For) and s.pipelined_from > 0
+
+
+def _reads_buffer(e) -> bool:
+    return isinstance(e, ir.Expr) and any(isinstance(n, ir.Load) for n in walk(e))
 
 
 def _free_vars(e) -> set:
