@@ -193,6 +193,73 @@ def test_annotate_pass_configs_and_compile_flags():
     assert caller.pass_configs == {"tl.disable_warp_specialized": False}  # the caller's win
 
 
+def last_arrival_sum(parts, N, block_N):
+    """Each of `parts` programs per column block writes its rows' partial sum to Workspace, then
+    counts itself in; the last to arrive sums the parts (in order) into Out and resets the count:
+    `T.sync_threads` orders every thread's partial before the counting atomic."""
+
+    @T.prim_func
+    def main(X: T.Tensor((parts, 32, N), T.float32), Workspace: T.Tensor((parts, N), T.float32),
+             Count: T.Tensor((N // block_N,), T.int32), Out: T.Tensor((N,), T.float32)):
+        with T.Kernel(N // block_N, parts, threads=128) as (bx, part):
+            rows = T.alloc_fragment((32, block_N), T.float32)
+            partial = T.alloc_fragment((block_N,), T.float32)
+            T.copy(X[part, 0:32, bx * block_N:(bx + 1) * block_N], rows)
+            T.reduce_sum(rows, partial, dim=0)
+            T.copy(partial, Workspace[part, bx * block_N])
+            T.sync_threads()
+            arrived = T.atomic_add(Count[bx], 1, memory_order="acq_rel", return_prev=True)
+            if arrived == parts - 1:
+                total = T.alloc_fragment((block_N,), T.float32)
+                T.clear(total)
+                for p in T.serial(parts):
+                    T.copy(Workspace[p, bx * block_N], partial)
+                    for j in T.Parallel(block_N):
+                        total[j] += partial[j]
+                T.copy(total, Out[bx * block_N])
+                Count[bx] = 0
+
+    return main
+
+
+def test_sync_threads_orders_a_last_arrival_sum(device):
+    parts, N = 3, 128
+    func = last_arrival_sum(parts, N, 32)
+    kernel = tritile.compile(func)
+    x = torch.randn(parts, 32, N, device=device)
+    count = torch.zeros(N // 32, dtype=torch.int32, device=device)
+    for _ in range(2):  # the count is back at zero for the next call
+        out, workspace = torch.empty(N, device=device), torch.empty(parts, N, device=device)
+        kernel(x, workspace, count, out)
+        torch.testing.assert_close(out, x.sum(dim=(0, 1)), rtol=1e-4, atol=1e-4)
+        assert int(count.abs().sum()) == 0
+
+
+def test_sync_threads_is_a_cta_barrier_before_the_atomic():
+    func = last_arrival_sum(2, 64, 32)
+    assert "gl.thread_barrier()" in tritile.compile(func, target="cuda:90", backend="gluon").get_source("gluon")
+    assert "tl.debug_barrier()" in tritile.compile(func, target="cuda:90", backend="triton").get_source("triton")
+    for backend in ("gluon", "triton"):
+        ptx = tritile.compile(func, target="cuda:90", backend=backend).get_source("ptx")
+        barrier, atomic = ptx.rfind("bar.sync", 0, ptx.find("atom.global")), ptx.find("atom.global")
+        assert 0 <= barrier < atomic, backend
+
+
+def test_sync_threads_inside_parallel_or_named_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match="inside T.Parallel"):
+        @T.prim_func
+        def inside(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=128) as _:
+                for i in T.Parallel(64):
+                    T.sync_threads()
+                    A[i] = 1.0
+    with pytest.raises(tritile.CompileError, match="named barrier"):
+        @T.prim_func
+        def named(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=128) as _:
+                T.sync_threads(1, 64)
+
+
 # ------------------------------------------------------------------------------ loops and allocations
 
 

@@ -434,6 +434,14 @@ def lower_device_assert(em, s: ir.DeviceAssert):
     em.emit(f"{em.lang}.device_assert({cond}, {s.msg!r})")
 
 
+def lower_thread_barrier(em, s: ir.ThreadBarrier):
+    """`T.sync_threads` -> `gl.thread_barrier()` / `tl.debug_barrier()` (both a CTA-wide
+    `bar.sync` that also orders memory); inside T.Parallel lanes are threads: CompileError."""
+    if em.par is not None:
+        raise CompileError("T.sync_threads inside T.Parallel: every thread must reach the barrier", s.loc)
+    em.emit("gl.thread_barrier()" if em.lang == "gl" else "tl.debug_barrier()")
+
+
 def is_constant(e) -> bool:
     """An expression of constants only (no variable, load or table read)."""
     return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"

@@ -672,6 +672,16 @@ def device_assert(p, a, loc):
     p.emit(ir.DeviceAssert(exprs.truth(cond), msg, loc=loc))
 
 
+def sync_threads(p, a, loc):
+    p.require_kernel("T.sync_threads", loc)
+    if p.parallel_depth:
+        raise CompileError("T.sync_threads inside T.Parallel: every thread must reach the barrier", loc)
+    if a["barrier_id"] is not None or a["arrive_count"] is not None:
+        raise CompileError("T.sync_threads(barrier_id=, arrive_count=) (a named barrier for part of the program's "
+                           "threads) is not supported by tritile: only the whole program's barrier", loc)
+    p.emit(ir.ThreadBarrier(loc=loc))
+
+
 def annotate_pass_configs(p, a, loc):
     configs = a["configs"]
     if not isinstance(configs, dict):
@@ -895,7 +905,7 @@ HANDLERS = {
     **{f"reduce_{kind}": _reduce(kind) for kind in ("bitand", "bitor", "bitxor")},
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "annotate_safe_value": annotate_safe_value,
     "print": print_, "let": let,
-    "assume": assume, "device_assert": device_assert, "annotate_pass_configs": annotate_pass_configs,
+    "assume": assume, "device_assert": device_assert, "sync_threads": sync_threads, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,

@@ -134,6 +134,10 @@ class BlockRunner(Evaluator):
         elif not holds:
             raise DeviceAssertError(f"T.device_assert failed in block {tuple(self.tracker.block)}: {s.msg}", s.loc)
 
+    def _thread_barrier(self, s: ir.ThreadBarrier):
+        if self.lane_ndim:
+            raise self.error("T.sync_threads inside T.Parallel")
+
     def _tile_op(self, s):
         if self.lane_ndim and not (isinstance(s, ir.AtomicAdd) and not isinstance(s.value, ir.Region)):
             raise self.error(f"tile operation {type(s).__name__} inside T.Parallel")
@@ -256,6 +260,7 @@ class BlockRunner(Evaluator):
 
     _STMTS = {ir.Seq: _seq, ir.Alloc: _alloc, ir.Let: _let, ir.Store: _store, ir.Evaluate: _evaluate,
               ir.Print: _print, ir.DeviceAssert: _device_assert,
+              ir.ThreadBarrier: _thread_barrier,
               ir.For: _for, ir.If: _if, ir.While: _while, ir.Parallel: _parallel,
               ir.ConsumerPartitions: _consumer_partitions,
               ir.AllocBarrier: _alloc_barrier, ir.BarrierArrive: _barrier_op, ir.BarrierWait: _barrier_op,

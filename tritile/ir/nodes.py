@@ -506,6 +506,17 @@ class Print(Stmt):
 
 
 @dataclass
+class ThreadBarrier(Stmt):
+    """`T.sync_threads()`: every thread of the program waits here until all have arrived, and
+    their memory operations before it (shared and global) are visible to each other after it
+    (CUDA's `__syncthreads`).  Programs order one thread's global writes before a gpu-scope
+    atomic that another program acquires (split-K's last-arrival fixup) with it.  The
+    interpreter runs a program's threads in lockstep, so there it orders nothing new."""
+
+    loc: Optional[SourceLoc] = None
+
+
+@dataclass
 class DeviceAssert(Stmt):
     """`T.device_assert(cond, msg)`: the program is wrong where `cond` is false (for any active
     lane inside `T.Parallel`).  The interpreter raises `tritile.errors.DeviceAssertError` with

@@ -137,6 +137,8 @@ class _Printer:
             self.emit(d, f"{prev[0]}T.{op}({region_str(s.dst)}, {_operand(s.value)}{order}{prev[1]})")
         elif isinstance(s, ir.Evaluate):
             self.emit(d, f"T.{s.name}({', '.join(repr(a) for a in s.args)})")
+        elif isinstance(s, ir.ThreadBarrier):
+            self.emit(d, "T.sync_threads()")
         elif isinstance(s, ir.DeviceAssert):
             self.emit(d, f"T.device_assert({expr_str(s.cond)}, {s.msg!r})")
         elif isinstance(s, ir.Print):

@@ -432,6 +432,12 @@ def assume(cond=None):
 
 
 @_tile_op
+def sync_threads(barrier_id=None, arrive_count=None):
+    """Every thread of the program waits here for all the others, their memory writes before it
+    visible after it (CUDA's `__syncthreads`)."""
+
+
+@_tile_op
 def device_assert(condition, msg="", no_stack_info=False):
     """Fail where `condition` is false: the interpreter raises `tritile.errors.DeviceAssertError`
     with `msg`; on the GPU, Triton's device_assert (compiled only with TRITON_DEBUG=1)."""

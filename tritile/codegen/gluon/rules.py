@@ -1355,6 +1355,7 @@ RULES = {
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
     ir.DeviceAssert: semantics.lower_device_assert,
+    ir.ThreadBarrier: semantics.lower_thread_barrier,
     ir.ConsumerPartitions: lower_consumer_partitions,
     ir.CumExtremum: lower_cum_extremum,
 }

@@ -654,4 +654,5 @@ RULES = {
     ir.Evaluate: lower_evaluate,
     ir.Print: lower_print,
     ir.DeviceAssert: semantics.lower_device_assert,
+    ir.ThreadBarrier: semantics.lower_thread_barrier,
 }
