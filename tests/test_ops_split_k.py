@@ -1,18 +1,25 @@
-"""Split-K GEMMs (tritile/ops/split_k.py): the partial sums and their reduction equal torch's
-product (through the reference interpreter on CPU, the compiled kernels on a GPU), tritile.mm and
-tritile.linear take the split path where the plan says so (`TRITILE_SPLIT_K=on` forces it on
-CPU), and the plan follows its measured rule."""
+"""Split-K GEMMs (tritile/ops/split_k.py): the one kernel (partials, last-arrival sum, epilogue)
+equals torch's product (through the reference interpreter, or Triton's under
+TRITILE_BACKEND=triton, on CPU; the compiled kernel on a GPU), sums the partials in split order
+whichever program arrives last, leaves its counters at zero; tritile.mm and tritile.linear take
+the split path where the plan says so (`TRITILE_SPLIT_K=on` forces it on CPU), and the plan
+follows its measured rule or takes a candidate."""
+import itertools
+import types
+
 import pytest
 import torch
 
 import tritile.language as T
+from tritile.interpreter import executor
 from tritile.ops import linear as tritile_linear
 from tritile.ops import matmul as tritile_matmul
 from tritile.ops.epilogues import activation_fn
-from tritile.ops.split_k import SplitKGemm, matmul_partial_sums, reduce_partial_sums, reduction_rows, split_k_config
+from tritile.ops.split_k import SplitKGemm, matmul_split_k, split_k_config
 
 DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.float32: T.float32}
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4}
+CPU_TILES = dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
 
 
 def _operands(M, N, K, dtype, trans_a, trans_b, device="cpu"):
@@ -23,36 +30,72 @@ def _operands(M, N, K, dtype, trans_a, trans_b, device="cpu"):
     return a, b, (a.t().contiguous() if trans_a else a), (b.t().contiguous() if trans_b else b)
 
 
+def _in_split_order(workspace: torch.Tensor) -> torch.Tensor:
+    """The float32 sum of the partials in split order 0, 1, .., S-1 (the kernel's order)."""
+    total = workspace[0].clone()
+    for partial in workspace[1:]:
+        total += partial
+    return total
+
+
 @pytest.mark.parametrize("M, N, K, splits, trans_a, trans_b, dtype", [
     (16, 96, 200, 3, False, False, torch.float16),    # 7 K tiles in shares of 3: the last one short
     (70, 130, 256, 2, True, False, torch.bfloat16),   # ragged M and N, A read transposed
-    (33, 64, 320, 4, False, True, torch.float32),     # B read transposed
-    (40, 64, 96, 4, False, False, torch.float16),     # 3 K tiles in 4 shares: the last share reads only zeros
+    (33, 64, 320, 4, False, True, torch.float16),     # B read transposed
+    (40, 64, 96, 4, False, False, torch.bfloat16),    # 3 K tiles in 4 shares: the last share reads only zeros
 ])
-def test_partial_sums_and_reduction_equal_the_product(M, N, K, splits, trans_a, trans_b, dtype):
+def test_split_gemm_equals_the_product(M, N, K, splits, trans_a, trans_b, dtype):
     a, b, a_operand, b_operand = _operands(M, N, K, dtype, trans_a, trans_b)
-    config = dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128, splits=splits)
-    gemm = SplitKGemm.build(a_operand, b_operand, config, DTYPES[dtype], trans_A=trans_a, trans_B=trans_b)
-    partials = gemm.partial_sums(a_operand, b_operand)
-    assert partials.shape == (splits, M, N) and partials.dtype == torch.float32
+    gemm = SplitKGemm.build(a_operand, b_operand, dict(CPU_TILES, splits=splits), DTYPES[dtype], trans_A=trans_a,
+                            trans_B=trans_b)
     expected = a.float() @ b.float()
-    torch.testing.assert_close(partials.sum(0), expected, rtol=1e-4, atol=1e-3)
     tol = TOLERANCE[dtype]
-    torch.testing.assert_close(gemm(a_operand, b_operand).float(), expected, rtol=tol, atol=tol * K ** 0.5)
+    for _ in range(2):  # the second call starts from the counters the first left at zero
+        out = gemm(a_operand, b_operand)
+        assert out.shape == (M, N) and out.dtype == dtype
+        torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol * K ** 0.5)
+        assert not gemm.counters.any()
+        assert gemm.workspace.shape == (splits, M, N)
+        torch.testing.assert_close(gemm.workspace.sum(0), expected, rtol=1e-4, atol=1e-3)
+        # the output is the in-order sum rounded once to the output's dtype
+        assert torch.equal(out, _in_split_order(gemm.workspace).to(dtype))
 
 
-def test_reduction_applies_the_fused_epilogue():
-    M, N, S = 48, 160, 3
-    partials = torch.randn(S, M, N)
+def test_split_gemm_applies_the_fused_epilogue():
+    M, N, K = 48, 160, 256
+    a, b = torch.randn(M, K).half(), torch.randn(N, K).half()  # B as nn.Linear's weight, read transposed
     bias, residual = torch.randn(N).half(), torch.randn(M, N).half()
     pre = torch.empty(M, N, dtype=torch.float16)
-    kernel = reduce_partial_sums.kernel_for(partials, bias, residual, pre, dtype=T.float16, block_M=reduction_rows(M),
-                                            has_bias=True, activation="silu", has_residual=True, keep_pre=True)
-    out = kernel(partials, bias, residual, pre)
-    expected_pre = partials.sum(0) + bias.float()
-    torch.testing.assert_close(pre.float(), expected_pre, rtol=1e-2, atol=1e-2)
-    expected = activation_fn("silu")(expected_pre) + residual.float()
-    torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=2e-2)
+    gemm = SplitKGemm.build(a, b, dict(CPU_TILES, splits=3), T.float16, trans_B=True,
+                            epilogue_operands=(bias, residual, pre), has_bias=True, activation="silu",
+                            has_residual=True, keep_pre=True)
+    out = gemm(a, b, bias, residual, pre)
+    expected_pre = a.float() @ b.float().t() + bias.float()
+    torch.testing.assert_close(pre.float(), expected_pre, rtol=1e-2, atol=5e-2)
+    torch.testing.assert_close(out.float(), activation_fn("silu")(expected_pre) + residual.float(), rtol=1e-2,
+                               atol=5e-2)
+    assert not gemm.counters.any()
+
+
+def _blocks_in_reverse(*ranges):
+    """The interpreter's blocks in reverse launch order: each tile's split 0 arrives last."""
+    return reversed(list(itertools.product(*ranges)))
+
+
+def test_split_sum_is_bit_identical_whatever_arrives_last(gluon_backend, monkeypatch):
+    """float32 output (no rounding after the sum): launch order and its reverse (split S-1, then
+    split 0 the last to arrive) give the same bits, the in-order sum of the partials (not
+    torch's own sum, whose order differs)."""
+    M, N, K, splits = 40, 96, 320, 4
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    gemm = SplitKGemm.build(a, b, dict(CPU_TILES, splits=splits), T.float32)
+    in_launch_order = gemm(a, b)
+    assert torch.equal(in_launch_order, _in_split_order(gemm.workspace))
+    assert not torch.equal(in_launch_order, _in_split_order(gemm.workspace.flip(0)))  # the order shows in the bits
+    monkeypatch.setattr(executor, "itertools", types.SimpleNamespace(product=_blocks_in_reverse))
+    in_reverse_order = gemm(a, b)
+    assert torch.equal(in_reverse_order, in_launch_order)
+    assert not gemm.counters.any()
 
 
 @pytest.fixture
@@ -73,6 +116,14 @@ def test_tritile_mm_runs_the_split_gemm_where_planned(split_everywhere, trans_b)
     (kernel, _, remembered_trans_b), = tritile_matmul._gemms.values()
     assert isinstance(kernel, SplitKGemm) and remembered_trans_b == trans_b
     torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=2e-2, atol=5e-2)
+
+
+def test_split_gemms_of_one_shape_share_the_kept_workspace(split_everywhere):
+    a, b = torch.randn(24, 160).half(), torch.randn(160, 72).half()
+    torch.ops.tritile.mm(a, b)
+    torch.ops.tritile.mm(a.bfloat16(), b.bfloat16())  # another signature, the same (device, shape)
+    first, second = (kernel for kernel, _, _ in tritile_matmul._gemms.values())
+    assert first.workspace is second.workspace and first.counters is second.counters
 
 
 def test_tritile_linear_keeps_its_epilogue_when_split(split_everywhere):
@@ -105,20 +156,52 @@ def test_plan_follows_the_measured_rule(monkeypatch):
     assert split_k_config("cpu", 64, 64, 32, torch.float16) is None  # one K tile: nothing to split
 
 
-def _split_weight_gradient_kernels():
+SMALL_M_TILES = dict(block_M=64, block_N=64, block_K=128, num_stages=6, threads=128)
+
+
+def test_plan_takes_a_candidate(monkeypatch):
+    monkeypatch.setenv("TRITILE_SPLIT_K", "off")  # a candidate is the caller's, whatever the switch says
+    assert split_k_config("cuda", 16, 4096, 4096, torch.float16, tiles=SMALL_M_TILES, splits=3) == \
+        dict(SMALL_M_TILES, splits=3)
+    with pytest.raises(ValueError, match="'splits' is 33; K = 4096 has 32 tiles"):
+        split_k_config("cuda", 16, 4096, 4096, torch.float16, tiles=SMALL_M_TILES, splits=33)
+    with pytest.raises(ValueError, match="'splits' is 1"):
+        split_k_config("cuda", 16, 4096, 4096, torch.float16, tiles=SMALL_M_TILES, splits=1)
+    with pytest.raises(ValueError, match="both 'tiles' and 'splits'"):
+        split_k_config("cuda", 16, 4096, 4096, torch.float16, splits=2)
+
+
+def _small_m_kernel(backend=None, target=None):
+    """A decoding linear's shape in 4 shares on the small-M tiles (the sweep's first candidate)."""
+    options = {} if target is None else dict(target=target, backend=backend)
+    return matmul_split_k.compile(M=16, N=4096, K=4096, dtype=T.float16, splits=4, **SMALL_M_TILES, **options)
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_one_kernel_counts_in_after_a_barrier(backend):
+    """sm_90: one kernel; the partial's stores, `bar.sync`, then one thread's gpu-scope acq_rel
+    atomic; the fixup's workspace loads plain `ld.global` (no `.nc`: the read-only path may not
+    serve another program's stores) after it; wgmma for the shares."""
+    kernel = _small_m_kernel(backend, "cuda:90")
+    assert not kernel._parts  # one kernel: no second launch
+    ptx = kernel.get_source("ptx")
+    assert ptx.count(".entry") == 1 and "wgmma.mma_async" in ptx
+    atomic = ptx.index("atom.global.gpu.acq_rel.add")
+    assert ptx.count("atom.global") == 1
+    assert ptx.rfind("st.global", 0, atomic) < ptx.rfind("bar.sync", 0, atomic) < atomic
+    assert "ld.global" in ptx[atomic:] and "ld.global.nc" not in ptx[atomic:]
+
+
+def _split_weight_gradient_kernel():
     config = split_k_config("cuda", 1024, 1024, 16384, torch.bfloat16)
-    return matmul_partial_sums.compile(M=1024, N=1024, K=16384, dtype=T.bfloat16, trans_A=True, **config)
-
-
-def _split_reduction_kernel():
-    return reduce_partial_sums.compile(S=2, M=1024, N=1024, dtype=T.bfloat16, has_bias=True, activation="gelu",
-                                       block_M=reduction_rows(1024))
+    return matmul_split_k.compile(M=1024, N=1024, K=16384, dtype=T.bfloat16, trans_A=True, has_bias=True,
+                                  activation="gelu", **config)
 
 
 # for tests/test_kernels_compile.py (sm_90 and sm_80)
 COMPILE_CASES = {
-    "split-k-partial-sums-weight-gradient-bf16": _split_weight_gradient_kernels,
-    "split-k-reduction-bias-gelu-bf16": _split_reduction_kernel,
+    "split-k-weight-gradient-bias-gelu-bf16": _split_weight_gradient_kernel,
+    "split-k-small-m-fp16": _small_m_kernel,
 }
 
 
@@ -132,3 +215,21 @@ def test_split_gemm_on_the_gpu(M, N, K, trans_a):
     b = torch.randn(K, N, device="cuda").bfloat16()
     expected = a.float() @ b.float()
     torch.testing.assert_close(torch.ops.tritile.mm(a, b).float(), expected, rtol=2e-2, atol=2e-2 * K ** 0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, splits, dtype", [(16, 4096, 4096, 4, torch.float16), (128, 8192, 8192, 3,
+                                                                                         torch.bfloat16),
+                                                    (100, 1000, 3000, 6, torch.float16)])
+def test_small_m_split_gemm_on_the_gpu_is_deterministic(M, N, K, splits, dtype):
+    """The sweep's small-M candidates on the device: the product, counters back at zero, and the
+    same bits on every call (the arrival order changes from call to call, the sum's order not)."""
+    a, b = torch.randn(M, K, device="cuda").to(dtype), torch.randn(K, N, device="cuda").to(dtype)
+    config = split_k_config("cuda", M, N, K, dtype, tiles=SMALL_M_TILES, splits=splits)
+    gemm = SplitKGemm.build(a, b, config, DTYPES[dtype])
+    first = gemm(a, b)
+    torch.testing.assert_close(first.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2 * K ** 0.5)
+    assert torch.equal(first, _in_split_order(gemm.workspace).to(dtype))
+    for _ in range(20):
+        assert torch.equal(gemm(a, b), first)
+    assert not gemm.counters.any()

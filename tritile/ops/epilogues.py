@@ -7,7 +7,8 @@ tile (by, bx) and, each step only when its flag asks for it: adds `Bias[j]`; sto
 (ACTIVATIONS: "none", "relu", "silu", "gelu" (exact, erf by Abramowitz-Stegun 7.1.26,
 |error| < 1.5e-7), "gelu_tanh"); adds `Residual[i, j]`; then stores the tile to `C` in `dtype`.
 Used by tritile/ops/linear.py's fused GEMM (after its K loop) and tritile/ops/split_k.py's
-reduction (after summing the partial products), so a split GEMM keeps the same epilogue.
+split GEMM (after a tile's last program sums the partial products): a split GEMM keeps the
+same epilogue.
 `activation_fn` is the same activation as torch computes it (the eager reference).
 """
 from __future__ import annotations

@@ -48,7 +48,7 @@ def accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, bloc
                      trans_A, trans_B, batched=False, bz=0, k_first=0, k_count=None):
     """C_local = the (by, bx) output tile of A @ B (of A[bz] @ B[bz] when `batched`): the K loop of
     this module's GEMMs, of tritile/ops/linear.py's `matmul_epilogue` and of
-    tritile/ops/split_k.py's partial sums (which sum `k_count` K tiles from tile `k_first`;
+    tritile/ops/split_k.py's split GEMM (whose programs sum `k_count` K tiles from tile `k_first`;
     default: all of K)."""
     T.clear(C_local)
     for k in T.Pipelined(T.ceildiv(K, block_K) if k_count is None else k_count, num_stages=num_stages):

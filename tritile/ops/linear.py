@@ -8,7 +8,7 @@ Contract:
   dtype.  With `keep_pre` it also stores the pre-activation tile (`x @ W^T + bias`), which the
   backward of the activation needs.  W is nn.Linear's (N, K) weight, read in place.  Where
   tritile/ops/split_k.py plans a split of K (few output tiles, a long K: decoding's linears),
-  the call runs its partial sums and a reduction with the same epilogue instead.
+  the call runs its split-K kernel with the same epilogue instead.
 * `linear` is the operator `torch.ops.tritile.linear(x, weight, bias, residual, activation,
   keep_preactivation)` (its `.default` overload; tritile/ops/registration.py); it takes x of shape
   [..., K], weight (N, K), bias (N,) or None, residual [..., N] or None; it returns (out, pre):

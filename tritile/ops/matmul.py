@@ -15,7 +15,7 @@ Contract:
   AOTAutograd tracing) and a backward made of `tritile.mm` calls.  A repeated call of a
   signature (tritile/ops/signatures.py: the operands' types, dtypes, shapes, strides, devices)
   runs the kernel chosen the first time.  Where tritile/ops/split_k.py's plan splits K (few
-  output tiles, a long K), the call runs its partial sums and their reduction instead.
+  output tiles, a long K), the call runs its split-K kernel instead.
 * `batched_matmul` is the same GEMM over a batch ([batch, M, K] @ [batch, K, N], the batch on
   the grid's third axis); `bmm` (`torch.ops.tritile.bmm(a, b)`) is its operator, with the same
   checks, in-place transposed operands (`x.transpose(1, 2)` of a contiguous batch), fake
