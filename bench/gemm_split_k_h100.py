@@ -1,21 +1,33 @@
-"""Split-K sweep: for GEMMs with few output tiles (small M; decoding's linears; the weight
-gradients of a training step), each (tile config, splits) candidate of tritile/ops/split_k.py
-against cuBLAS in the same run, and what `tritile.mm` runs for the shape (its plan,
-`split_k_config`).  The data behind split_k_config's rule (bench/NOTES.md).
+"""Split-K sweep: for GEMMs with few output tiles (small M: decoding's linears; a weight gradient
+of a training step), the one-kernel split GEMM of tritile/ops/split_k.py (each (tile, share of
+K) program stores its partial, the tile's last arrival sums them) for each (tile config, splits)
+candidate, against the unsplit tritile GEMM (`tritile.ops.matmul` with tile_config's tiles),
+what `tritile.mm` runs (its plan, `split_k_config`) and cuBLAS (`torch.mm`), all in one process.
+The data behind split_k_config's rule (bench/NOTES.md).
 
-    PYTHONPATH=$PWD python bench/gemm_split_k_h100.py --out bench/results/gemm_split_k_h100.json
+    PYTHONPATH=$PWD python bench/gemm_split_k_h100.py            # H100: writes the json below
+    PYTHONPATH=$PWD python bench/gemm_split_k_h100.py --dry      # CPU: tiny shapes, the interpreter
 
-Times are `triton.testing.do_bench` medians (L2 flushed before each call), each candidate the
-median of three timings with the candidates' order rotated (bench_h100.median_of_rotations);
-every candidate's result is checked against an fp32 product first.  The kernels are compiled in
-parallel child processes first (one shared on-disk cache), then loaded by the timing process.
+Writes bench/results/gemm_split_k_fused_h100.json (`--out`; the dry run writes only with
+`--out`): device, torch / triton versions, date, and per (dtype, M, N, K) each candidate's
+TFLOP/s and ratio to cuBLAS; prints a table of the ratios.  Times are `triton.testing.do_bench`
+medians (the L2 flushed before each call, as bench/bench_h100.py's), each candidate the median
+of three timings with the candidates' order rotated (bench_h100.median_of_rotations).  Every
+candidate is checked first: its result against an fp32 product (relative error <= 1e-2), a
+second call bit-identical to the first (the sum's order is fixed whichever program arrives
+last), the counters back at zero.  The kernels are compiled (down to PTX / cubin, into the
+shared on-disk caches) in parallel child processes first, each once, then loaded by the timing
+process.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
+import json
 import os
 import sys
+import time
 
 import torch
 
@@ -23,46 +35,65 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_h100 import median_of_rotations, rel_err, tflops  # noqa: E402
-from timing import save  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
 
-SMALL_M = [(m, n, n) for m in (16, 64, 128) for n in (4096, 8192)]
-DECODE_LINEARS = [(64, 1024, 1024), (64, 4096, 1024), (64, 1024, 4096), (64, 3072, 1024)]
-WEIGHT_GRADIENTS = [(1024, 1024, 16384), (3072, 1024, 16384), (1024, 4096, 16384)]
-NARROW_TILES = [dict(block_M=64, block_N=64, block_K=64, num_stages=8, threads=128),
-                dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128),
-                dict(block_M=128, block_N=64, block_K=64, num_stages=6, threads=128)]
-WIDE_TILES = [dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256),
-              dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256)]
+SMALL_M = [(m, n, n) for m in (16, 128) for n in (4096, 8192)]
+WEIGHT_GRADIENT = (1024, 1024, 16384)
+SPLITS = (2, 3, 4, 6, 8)
+# small M: tile_config's one-warpgroup tiles on deep pipelines (one CTA an SM), and shallower ones
+# of half the shared memory or less, where two CTAs fit on an SM
+SMALL_M_TILES = [dict(block_M=64, block_N=64, block_K=128, num_stages=6, threads=128),   # 192 KB
+                 dict(block_M=64, block_N=64, block_K=128, num_stages=3, threads=128),   # 96 KB
+                 dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128),   # 144 KB
+                 dict(block_M=64, block_N=128, block_K=64, num_stages=4, threads=128)]   # 96 KB
+WIDE_TILES = [dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256),
+              dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)]
+MAX_WAVES = 4  # splits whose programs outnumber this many waves of one program an SM are left out
+WARMUP_MS, REP_MS = 10, 40
+# --dry: the interpreter's tiles on tiny shapes (ragged M and N, a short last share)
+DRY_SHAPES = [(16, 96, 256), (40, 130, 96)]
+DRY_TILES = [dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)]
+DRY_SPLITS = (2, 3, 4)
 
 
-def candidates(M: int, N: int, K: int) -> list:
-    """(tile config with `splits`) to try for one shape: splits 1 (the plain GEMM) to 8, each
-    share at least 4 K tiles."""
-    tiles = WIDE_TILES if M >= 1024 else [t for t in NARROW_TILES if t["block_M"] <= max(64, M)]
-    return [dict(t, splits=s) for t in tiles for s in (1, 2, 4, 8) if K // t["block_K"] // s >= 4]
+def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, num_sms: int = 132) -> list:
+    """The split configs (split_k_config's candidates) to time for one shape: each tile config at
+    each split count of at least one K tile a share and at most MAX_WAVES waves of programs."""
+    from tritile.ops.split_k import output_tiles, split_k_config
+
+    tiles = DRY_TILES if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES
+    configs = []
+    for t in tiles:
+        for splits in DRY_SPLITS if dry else SPLITS:
+            if splits <= -(-K // t["block_K"]) and (dry or output_tiles(M, N, t) * splits <= MAX_WAVES * num_sms):
+                configs.append(split_k_config("cuda", M, N, K, dtype, tiles=t, splits=splits))
+    return configs
 
 
-def build(M: int, N: int, K: int, dtype: torch.dtype, config: dict):
-    """The callable for one candidate: the plain `matmul` kernel for splits 1, else SplitKGemm."""
+def shapes(dry: bool) -> list:
+    return [(shape, dtype) for shape in (DRY_SHAPES if dry else SMALL_M + [WEIGHT_GRADIENT])
+            for dtype in (torch.float16, torch.bfloat16)]
+
+
+def t_dtype(dtype: torch.dtype):
     import tritile.language as T
-    from tritile.ops.matmul import matmul
-    from tritile.ops.split_k import SplitKGemm, matmul_partial_sums, reduce_partial_sums, reduction_rows
 
-    t_dtype = T.bfloat16 if dtype == torch.bfloat16 else T.float16
-    config = dict(config)
-    splits = config.pop("splits")
-    if splits == 1:
-        return matmul.compile(M=M, N=N, K=K, dtype=t_dtype, **config)
-    partial = matmul_partial_sums.compile(M=M, N=N, K=K, dtype=t_dtype, splits=splits, **config)
-    reduction = reduce_partial_sums.compile(S=splits, M=M, N=N, dtype=t_dtype, block_M=reduction_rows(M))
-    placeholders = tuple(torch.empty(shape, dtype=dtype, device="cuda") for shape in ((1,), (1, 1), (1, 1)))
-    return SplitKGemm(partial, reduction, placeholders)
+    return T.bfloat16 if dtype == torch.bfloat16 else T.float16
+
+
+def compile_kernel(M: int, N: int, K: int, dtype: torch.dtype, config: dict):
+    """One candidate's kernel (the split kernel; without `splits` the unsplit `matmul`), compiled
+    for this machine's GPU down to its binary."""
+    from tritile.ops.matmul import matmul
+    from tritile.ops.split_k import matmul_split_k
+
+    kernel = (matmul_split_k if "splits" in config else matmul).compile(M=M, N=N, K=K, dtype=t_dtype(dtype), **config)
+    kernel.get_source("ptx")  # runs Triton's compile (PTX and cubin) into its on-disk cache
+    return kernel
 
 
 def _compile_in_child(args) -> str:
     try:
-        build(*args)
+        compile_kernel(*args)
         return ""
     except Exception as e:  # recorded by the timing process when it builds the same candidate
         return f"{type(e).__name__}: {e}"[:200]
@@ -70,58 +101,140 @@ def _compile_in_child(args) -> str:
 
 def name(config: dict) -> str:
     return (f"{config['block_M']}x{config['block_N']}x{config['block_K']} s{config['num_stages']} "
-            f"w{config['threads'] // 32} split{config['splits']}")
+            f"split{config['splits']}")
+
+
+def check_split(gemm, a, b, ref) -> None:
+    """The candidate's result is the product, the same bits on a second call, counters at zero."""
+    first = gemm(a, b)
+    err = rel_err(first, ref)
+    if err > 1e-2:
+        raise AssertionError(f"rel err {err:.3g}")
+    if not torch.equal(gemm(a, b), first):
+        raise AssertionError("a second call gave other bits")
+    if gemm.counters.any():
+        raise AssertionError("counters not reset")
+
+
+def timer(fn, dry: bool):
+    """A zero-argument timer of `fn` in ms: do_bench's median (L2 flushed) on the GPU, the median
+    of five wall-clock calls in the dry run."""
+    if dry:
+        def wall_clock():
+            times = []
+            for _ in range(5):
+                start = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - start) * 1e3)
+            return sorted(times)[2]
+        return wall_clock
+    from triton.testing import do_bench
+
+    return lambda: do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
+
+
+def measure(M: int, N: int, K: int, dtype: torch.dtype, device: str, dry: bool) -> dict:
+    """One shape's row: every candidate checked, then timed interleaved with cuBLAS."""
+    from tritile.ops.gemm_loop import tile_config
+    from tritile.ops.matmul import matmul
+    from tritile.ops.split_k import SplitKGemm, split_k_config
+
+    a = torch.randn(M, K, device=device, dtype=dtype)
+    b = torch.randn(K, N, device=device, dtype=dtype)
+    ref = a.float() @ b.float()
+    plan = split_k_config(device, M, N, K, dtype)
+    row = {"dtype": str(dtype).replace("torch.", ""), "M": M, "N": N, "K": K, "plan": plan, "errors": {}}
+    unsplit = matmul.compile(M=M, N=N, K=K, dtype=t_dtype(dtype), **tile_config(device, M, N, K, dtype))
+    timers = {"cublas": timer(lambda: torch.mm(a, b), dry), "unsplit": timer(lambda: unsplit(a, b), dry)}
+    if plan is not None:  # tritile.mm splits this shape: the op as a user calls it
+        timers["tritile.mm"] = timer(lambda: torch.ops.tritile.mm(a, b), dry)
+    for config in candidates(M, N, K, dtype, dry):
+        try:
+            gemm = SplitKGemm.build(a, b, config, t_dtype(dtype))
+            check_split(gemm, a, b, ref)
+            timers[name(config)] = timer(lambda gemm=gemm: gemm(a, b), dry)
+        except Exception as e:  # recorded, the sweep goes on
+            row["errors"][name(config)] = f"{type(e).__name__}: {e}"[:300]
+    for label, fn in (("unsplit", lambda: unsplit(a, b)), ("tritile.mm", lambda: torch.ops.tritile.mm(a, b))):
+        if label in timers and rel_err(fn(), ref) > 1e-2:
+            row["errors"][label] = f"rel err {rel_err(fn(), ref):.3g}"
+            del timers[label]
+    ms = median_of_rotations(timers)
+    flops = 2.0 * M * N * K
+    row["ms"] = {k: round(v, 5) for k, v in ms.items()}
+    row["tflops"] = {k: round(tflops(flops, v), 2) for k, v in ms.items()}
+    row["ratio_to_cublas"] = {k: round(ms["cublas"] / v, 3) for k, v in ms.items()}
+    splits = [k for k in ms if k not in ("cublas", "unsplit", "tritile.mm")]
+    row["best_split"] = min(splits, key=ms.get) if splits else None
+    return row
+
+
+def table(rows: list) -> str:
+    """Ratio to cuBLAS per shape: unsplit, tritile.mm's plan, the best split and the best at each
+    split count."""
+    head = ["shape", "cuBLAS us", "unsplit", "tritile.mm", "best split", ""] + [f"split{s}" for s in SPLITS]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    for row in rows:
+        ratios = row["ratio_to_cublas"]
+        per_count = []
+        for s in SPLITS:
+            of_count = [k for k in ratios if k.endswith(f" split{s}")]
+            per_count.append(f"{max(ratios[k] for k in of_count):.3f}" if of_count else "-")
+        best = row["best_split"]
+        lines.append(" | ".join([f"{row['dtype']} {row['M']}x{row['N']}x{row['K']}",
+                                 f"{row['ms']['cublas'] * 1e3:.1f}", f"{ratios.get('unsplit', 0):.3f}",
+                                 f"{ratios['tritile.mm']:.3f}" if "tritile.mm" in ratios else "(unsplit)",
+                                 f"{ratios[best]:.3f}" if best else "-", best or ""] + per_count))
+    return "\n".join(lines)
+
+
+def save(path: str, rows: list, device: str) -> None:
+    import triton
+
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run: the interpreter)",
+              "torch": torch.__version__, "triton": triton.__version__,
+              "date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "timing": "dry run: median of 5 wall-clock calls" if device == "cpu" else
+              f"triton.testing.do_bench(warmup={WARMUP_MS}, rep={REP_MS}, median; L2 flushed), median of 3 rotations",
+              "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--jobs", type=int, default=12)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=None,
+                        help="json to write (default bench/results/gemm_split_k_fused_h100.json; dry: none)")
+    parser.add_argument("--jobs", type=int, default=14, help="compiling child processes")
+    parser.add_argument("--dry", action="store_true", help="tiny shapes on CPU through the interpreter")
     args = parser.parse_args(argv)
-    from tritile.ops.split_k import split_k_config
+    from tritile.ops.gemm_loop import tile_config
 
-    shapes = [(s, torch.float16) for s in SMALL_M + DECODE_LINEARS + WEIGHT_GRADIENTS]
-    shapes += [(s, torch.bfloat16) for s in SMALL_M]
-    work = [(M, N, K, dtype, c) for (M, N, K), dtype in shapes for c in candidates(M, N, K)]
-    ctx = __import__("multiprocessing").get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-        list(pool.map(_compile_in_child, work))
+    device = "cpu" if args.dry else "cuda"
+    out = args.out or (None if args.dry else os.path.join(os.path.dirname(__file__), "results",
+                                                          "gemm_split_k_fused_h100.json"))
+    started = time.time()
+    if not args.dry:
+        work = [(*shape, dtype, config) for shape, dtype in shapes(False)
+                for config in [tile_config("cuda", *shape, dtype)] + candidates(*shape, dtype)]
+        ctx = __import__("multiprocessing").get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            failed = [e for e in pool.map(_compile_in_child, work) if e]
+        print(f"compiled {len(work)} split kernels in {time.time() - started:.0f} s ({len(failed)} failed)",
+              flush=True)
     rows = []
-    for (M, N, K), dtype in shapes:
-        a = torch.randn(M, K, device="cuda", dtype=dtype)
-        b = torch.randn(K, N, device="cuda", dtype=dtype)
-        ref = a.float() @ b.float()
-        timers = {"cublas": lambda: do_bench(lambda: torch.matmul(a, b), warmup=25, rep=100, return_mode="median"),
-                  "tritile.mm": lambda: do_bench(lambda: torch.ops.tritile.mm(a, b), warmup=25, rep=100,
-                                                 return_mode="median")}
-        row = {"dtype": str(dtype).replace("torch.", ""), "M": M, "N": N, "K": K,
-               "plan": split_k_config("cuda", M, N, K, dtype), "errors": {}}
-        for config in candidates(M, N, K):
-            try:
-                kernel = build(M, N, K, dtype, config)
-                err = rel_err(kernel(a, b), ref)
-                if err > 1e-2:
-                    raise AssertionError(f"rel err {err:.3g}")
-                timers[name(config)] = lambda kernel=kernel: do_bench(lambda: kernel(a, b), warmup=25, rep=100,
-                                                                      return_mode="median")
-            except Exception as e:
-                row["errors"][name(config)] = f"{type(e).__name__}: {e}"[:300]
-        err = rel_err(torch.ops.tritile.mm(a, b), ref)
-        if err > 1e-2:
-            row["errors"]["tritile.mm"] = f"rel err {err:.3g}"
-            del timers["tritile.mm"]
-        ms = median_of_rotations(timers)
-        flops = 2.0 * M * N * K
-        row["tflops"] = {k: round(tflops(flops, v), 1) for k, v in ms.items()}
-        row["ratio_to_cublas"] = {k: round(ms["cublas"] / v, 3) for k, v in ms.items()}
-        best = max((k for k in ms if k not in ("cublas", "tritile.mm")), key=lambda k: -ms[k])
-        row["best"] = best
-        print(f"{row['dtype']} {M}x{N}x{K}: cuBLAS {row['tflops']['cublas']}, tritile.mm "
-              f"{row['tflops'].get('tritile.mm')} ({row['ratio_to_cublas'].get('tritile.mm')}x, plan "
-              f"{row['plan'] and row['plan']['splits']}), best {best} {row['tflops'][best]} "
-              f"({row['ratio_to_cublas'][best]}x)", flush=True)
+    for (M, N, K), dtype in shapes(args.dry):
+        row = measure(M, N, K, dtype, device, args.dry)
+        ratios = row["ratio_to_cublas"]
+        print(f"{row['dtype']} {M}x{N}x{K}: unsplit {ratios.get('unsplit')}, best {row['best_split']} "
+              f"{ratios.get(row['best_split'])}, errors {len(row['errors'])} ({time.time() - started:.0f} s)",
+              flush=True)
         rows.append(row)
-    save(args.out, rows)
+    print(table(rows))
+    if out:
+        save(out, rows, device)
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -171,10 +171,12 @@ def test_plan_takes_a_candidate(monkeypatch):
         split_k_config("cuda", 16, 4096, 4096, torch.float16, splits=2)
 
 
-def _small_m_kernel(backend=None, target=None):
-    """A decoding linear's shape in 4 shares on the small-M tiles (the sweep's first candidate)."""
+def _small_m_kernel(backend=None, target=None, num_stages=3):
+    """A decoding linear's shape in 4 shares on the small-M tiles (3 stages: sm_80's shared
+    memory holds them)."""
     options = {} if target is None else dict(target=target, backend=backend)
-    return matmul_split_k.compile(M=16, N=4096, K=4096, dtype=T.float16, splits=4, **SMALL_M_TILES, **options)
+    return matmul_split_k.compile(M=16, N=4096, K=4096, dtype=T.float16, splits=4,
+                                  **dict(SMALL_M_TILES, num_stages=num_stages), **options)
 
 
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
@@ -182,7 +184,7 @@ def test_one_kernel_counts_in_after_a_barrier(backend):
     """sm_90: one kernel; the partial's stores, `bar.sync`, then one thread's gpu-scope acq_rel
     atomic; the fixup's workspace loads plain `ld.global` (no `.nc`: the read-only path may not
     serve another program's stores) after it; wgmma for the shares."""
-    kernel = _small_m_kernel(backend, "cuda:90")
+    kernel = _small_m_kernel(backend, "cuda:90", num_stages=6)
     assert not kernel._parts  # one kernel: no second launch
     ptx = kernel.get_source("ptx")
     assert ptx.count(".entry") == 1 and "wgmma.mma_async" in ptx
