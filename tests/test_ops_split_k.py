@@ -179,12 +179,26 @@ def _small_m_kernel(backend=None, target=None, num_stages=3):
                                   **dict(SMALL_M_TILES, num_stages=num_stages), **options)
 
 
+def _split_weight_gradient_kernel(backend=None, target=None):
+    """The plan's weight gradient (A read transposed) with a bias and GELU epilogue."""
+    options = {} if target is None else dict(target=target, backend=backend)
+    config = split_k_config("cuda", 1024, 1024, 16384, torch.bfloat16)
+    return matmul_split_k.compile(M=1024, N=1024, K=16384, dtype=T.bfloat16, trans_A=True, has_bias=True,
+                                  activation="gelu", **config, **options)
+
+
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
-def test_one_kernel_counts_in_after_a_barrier(backend):
-    """sm_90: one kernel; the partial's stores, `bar.sync`, then one thread's gpu-scope acq_rel
-    atomic; the fixup's workspace loads plain `ld.global` (no `.nc`: the read-only path may not
-    serve another program's stores) after it; wgmma for the shares."""
-    kernel = _small_m_kernel(backend, "cuda:90", num_stages=6)
+@pytest.mark.parametrize("shape", ["small_m", "weight_gradient"])
+def test_one_kernel_counts_in_after_a_barrier(backend, shape):
+    """sm_90: one kernel; the partial's stores, `bar.sync` (on Gluon's weight gradient, warp
+    specialized and persistent: the consumers' `bar.sync 0, 256`), then one thread's gpu-scope
+    acq_rel atomic; the fixup's workspace loads plain `ld.global` (no `.nc`: the read-only path
+    may not serve another program's stores) after it; wgmma for the shares."""
+    if shape == "small_m":
+        kernel = _small_m_kernel(backend, "cuda:90", num_stages=6)
+    else:
+        kernel = _split_weight_gradient_kernel(backend, "cuda:90")
+        assert backend == "triton" or "gl.warp_specialize(" in kernel.get_source("gluon")
     assert not kernel._parts  # one kernel: no second launch
     ptx = kernel.get_source("ptx")
     assert ptx.count(".entry") == 1 and "wgmma.mma_async" in ptx
@@ -192,12 +206,6 @@ def test_one_kernel_counts_in_after_a_barrier(backend):
     assert ptx.count("atom.global") == 1
     assert ptx.rfind("st.global", 0, atomic) < ptx.rfind("bar.sync", 0, atomic) < atomic
     assert "ld.global" in ptx[atomic:] and "ld.global.nc" not in ptx[atomic:]
-
-
-def _split_weight_gradient_kernel():
-    config = split_k_config("cuda", 1024, 1024, 16384, torch.bfloat16)
-    return matmul_split_k.compile(M=1024, N=1024, K=16384, dtype=T.bfloat16, trans_A=True, has_bias=True,
-                                  activation="gelu", **config)
 
 
 # for tests/test_kernels_compile.py (sm_90 and sm_80)
@@ -220,9 +228,11 @@ def test_split_gemm_on_the_gpu(M, N, K, trans_a):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M, N, K, splits, dtype", [(16, 4096, 4096, 4, torch.float16), (128, 8192, 8192, 3,
-                                                                                         torch.bfloat16),
-                                                    (100, 1000, 3000, 6, torch.float16)])
+@pytest.mark.parametrize("M, N, K, splits, dtype", [
+    (16, 4096, 4096, 4, torch.float16),
+    (128, 8192, 8192, 3, torch.bfloat16),
+    (100, 1000, 3000, 6, torch.float16),  # ragged: partial tiles, 24 K tiles in 6 shares
+])
 def test_small_m_split_gemm_on_the_gpu_is_deterministic(M, N, K, splits, dtype):
     """The sweep's small-M candidates on the device: the product, counters back at zero, and the
     same bits on every call (the arrival order changes from call to call, the sum's order not)."""
