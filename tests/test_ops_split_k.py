@@ -5,10 +5,14 @@ whichever program arrives last, leaves its counters at zero; tritile.mm and trit
 the split path where the plan says so (`TRITILE_SPLIT_K=on` forces it on CPU), and the plan
 follows its measured rule or takes a candidate."""
 import itertools
+import subprocess
+import tempfile
 import types
+from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 import tritile.language as T
 from tritile.interpreter import executor
@@ -193,7 +197,9 @@ def test_one_kernel_counts_in_after_a_barrier(backend, shape):
     """sm_90: one kernel; the partial's stores, `bar.sync` (on Gluon's weight gradient, warp
     specialized and persistent: the consumers' `bar.sync 0, 256`), then one thread's gpu-scope
     acq_rel atomic; the fixup's workspace loads plain `ld.global` (no `.nc`: the read-only path
-    may not serve another program's stores) after it; wgmma for the shares."""
+    may not serve another program's stores) after it; wgmma for the shares.  In the SASS: the
+    release's `MEMBAR.ALL.GPU` before the atomic, and its acquire's `CCTL.IVALL` (the SM's L1
+    invalidated) before the barrier and the loads: no stale partial can be read."""
     if shape == "small_m":
         kernel = _small_m_kernel(backend, "cuda:90", num_stages=6)
     else:
@@ -206,6 +212,23 @@ def test_one_kernel_counts_in_after_a_barrier(backend, shape):
     assert ptx.count("atom.global") == 1
     assert ptx.rfind("st.global", 0, atomic) < ptx.rfind("bar.sync", 0, atomic) < atomic
     assert "ld.global" in ptx[atomic:] and "ld.global.nc" not in ptx[atomic:]
+    sass = _sass(kernel)
+    if sass is not None:  # what ptxas made of it: the release fence, the atomic, L1 invalidated, the loads
+        atomic = sass.index("ATOMG.E.ADD.STRONG.GPU")
+        assert "MEMBAR.ALL.GPU" in sass[sass.rfind("BAR.SYNC", 0, atomic):atomic]
+        invalidate = sass.index("CCTL.IVALL", atomic)
+        assert invalidate < sass.index("BAR.SYNC", atomic) < sass.index("LDG.E", atomic)
+
+
+def _sass(kernel):
+    """The kernel's sm_90 SASS by the nvdisasm Triton ships (None where it has none)."""
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    if not nvdisasm.exists():
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel._codegen(kernel.plan_target).asm["cubin"])
+        cubin.flush()
+        return subprocess.run([str(nvdisasm), cubin.name], check=True, capture_output=True, text=True).stdout
 
 
 # for tests/test_kernels_compile.py (sm_90 and sm_80)

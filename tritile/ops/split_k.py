@@ -25,7 +25,8 @@ Contract:
   transposed operands in place, as matmul's do.  Absent epilogue operands are placeholders,
   never read.
 * The protocol, per program: store the partial (plain `st.global`), `T.sync_threads()`
-  (`bar.sync 0`), then one thread's `atom.global.gpu.acq_rel.add` on the tile's counter; the
+  (`bar.sync 0`; in a warp-specialized kernel the consumer warps' `bar.sync 0, <their
+  threads>`: the producer warp stores no partial), then one thread's `atom.global.gpu.acq_rel.add` on the tile's counter; the
   program whose atomic returns S - 1 re-reads the S partials with plain loads (`ld.global`,
   L1-cacheable, generated after the atomic's broadcast through shared memory and a second
   `bar.sync`), sums them, runs the epilogue, stores C and zeroes the counter.  Why the loads
@@ -37,9 +38,11 @@ Contract:
   release sequence, so the last program's acquire synchronizes with every earlier program's
   release; its bar.sync then orders the acquire before every thread's loads.  The loads are
   thus causality-ordered after every partial's store, and a weak load may not return a value
-  overwritten in causality order - in hardware, a gpu-scope acquire invalidates the SM's L1,
-  so no stale line survives (the workspace is never read before the acquire in a launch, and a
-  kernel boundary orders launches).  No program waits for another, so the kernel cannot
+  overwritten in causality order.  In hardware the acquire invalidates the SM's L1, so no stale
+  line survives (not even one an earlier fixup on the same SM read: two tiles of a ragged N can
+  share a line): ptxas's sm_90 SASS is `MEMBAR.ALL.GPU`, `ATOMG.E.ADD.STRONG.GPU`,
+  `CCTL.IVALL`, `BAR.SYNC`, then the `LDG.E`s (tests/test_ops_split_k.py checks the PTX and
+  this SASS on both backends).  A kernel boundary orders launches.  No program waits for another, so the kernel cannot
   deadlock whatever the residency.  Two launches sharing a workspace must not overlap (one
   stream: they do not).
 * `SplitKGemm` is the kernel with its kept workspace and counters: `gemm(a, b)` -> C;
