@@ -55,6 +55,7 @@ def test_split_gemm_equals_the_product(M, N, K, splits, trans_a, trans_b, dtype)
     expected = a.float() @ b.float()
     tol = TOLERANCE[dtype]
     for _ in range(2):  # the second call starts from the counters the first left at zero
+        gemm.workspace.fill_(float("nan"))  # a partial read before it is written would show
         out = gemm(a_operand, b_operand)
         assert out.shape == (M, N) and out.dtype == dtype
         torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol * K ** 0.5)
@@ -97,6 +98,7 @@ def test_split_sum_is_bit_identical_whatever_arrives_last(gluon_backend, monkeyp
     assert torch.equal(in_launch_order, _in_split_order(gemm.workspace))
     assert not torch.equal(in_launch_order, _in_split_order(gemm.workspace.flip(0)))  # the order shows in the bits
     monkeypatch.setattr(executor, "itertools", types.SimpleNamespace(product=_blocks_in_reverse))
+    gemm.workspace.fill_(float("nan"))  # a partial read before it is written would show
     in_reverse_order = gemm(a, b)
     assert torch.equal(in_reverse_order, in_launch_order)
     assert not gemm.counters.any()
