@@ -119,3 +119,23 @@ COMPILE_CASES = {
     "linear-gelu-bias-residual-pre-bf16": lambda: _epilogue_kernel("gelu", "bfloat16"),
     "bmm-trans_b-fp16": lambda: _bmm_kernel(True),
 }
+
+
+def test_a_fused_epilogue_s_two_stores_share_one_staging_tile():
+    """The kept pre-activation and the output of a persistent 128x256 tile loop store through one
+    64 KB staging tile (the second store waits until TMA has read the first), which leaves the
+    room of the third pipeline stage: the Gluon backend compiles it for sm_90 within 227 KB."""
+    import tritile.language as T
+    from tritile.ops.linear import matmul_epilogue
+
+    kernel = matmul_epilogue.compile(M=4096, N=4096, K=1024, dtype=T.bfloat16, has_bias=True, activation="gelu_tanh",
+                                     keep_pre=True, block_M=128, block_N=256, block_K=64, num_stages=3, threads=256,
+                                     target="cuda:90", backend="gluon")
+    source = kernel.get_source("gluon")
+    assert "for tile_iter in range" in source  # the persistent tile loop, where staging tiles live across tiles
+    staging = [line.split("=")[0].strip() for line in source.splitlines()
+               if "gl.allocate_shared_memory(gl.bfloat16, [128, 256]" in line]
+    assert len(staging) == 1, staging
+    assert source.count(f"Pre_desc, [(by * 128), (bx * 256)], {staging[0]})") == 1
+    assert source.count(f"C_desc, [(by * 128), (bx * 256)], {staging[0]})") == 1
+    assert "wgmma.mma_async" in kernel.get_source("ptx")

@@ -165,7 +165,7 @@ class Emitter(SourceWriter):
             if isinstance(node, ir.TableRead) and id(node.table) not in self.tables:
                 self.tables[id(node.table)] = (self.fresh(node.table.name), node.table)
         # persistent tile loop (lowering/persistent_tiles.py): its var, its indent depth and,
-        # while it is emitted, the staging tiles allocated once before it (id(store) -> (name, line))
+        # while it is emitted, the staging tiles allocated once before it ((dtype, shape, layout) -> (name, line))
         self.tile_loop_var = func.attrs.get("persistent_tile_loop")
         self.tile_loop_depth = None
         self.tile_loop_prefix = None
