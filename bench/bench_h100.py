@@ -126,15 +126,24 @@ def finish_row(row: dict, ms: dict, flops: float, libraries: tuple, not_run: tup
 
 
 def tritile_gemm(M: int, N: int, K: int, dtype: torch.dtype, backend: str):
-    """The library GEMM (`tritile.ops.matmul`, what examples/gemm.py runs) with its CUDA tiles for
-    this shape, compiled by one backend."""
+    """What `tritile.mm` runs for this shape, compiled by one backend: the library GEMM
+    (`tritile.ops.matmul`, what examples/gemm.py runs) with its CUDA tiles, or where
+    `split_k_config` plans a split, the one-kernel split-K GEMM of tritile/ops/split_k.py."""
     import tritile
     import tritile.language as T
     from tritile.ops.matmul import matmul, tile_config
+    from tritile.ops.split_k import SplitKGemm, matmul_split_k, split_k_config, split_k_workspace
 
     t_dtype = T.bfloat16 if dtype == torch.bfloat16 else T.float16
-    return tritile.jit(matmul.fn, backend=backend).compile(M=M, N=N, K=K, dtype=t_dtype,
-                                                           **tile_config("cuda", M, N, K, dtype))
+    plan = split_k_config("cuda", M, N, K, dtype)
+    if plan is None:
+        return tritile.jit(matmul.fn, backend=backend).compile(M=M, N=N, K=K, dtype=t_dtype,
+                                                               **tile_config("cuda", M, N, K, dtype))
+    kernel = tritile.jit(matmul_split_k.fn, backend=backend).compile(M=M, N=N, K=K, dtype=t_dtype, **plan)
+    workspace = split_k_workspace(torch.device("cuda", torch.cuda.current_device()), plan["splits"], M, N,
+                                  -(-M // plan["block_M"]), -(-N // plan["block_N"]))
+    placeholders = tuple(torch.empty(shape, dtype=dtype, device="cuda") for shape in ((1,), (1, 1), (1, 1)))
+    return SplitKGemm(kernel, *workspace, placeholders)
 
 
 def tritile_flash_attention(B: int, H: int, S: int, D: int, causal: bool, backend: str):

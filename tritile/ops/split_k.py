@@ -79,10 +79,15 @@ from tritile.switches import schedule_switch
 # 16384 tokens: 128x128 tiles in 2 splits, 0.90x cuBLAS against 0.38x unsplit); it lost wherever
 # M <= 128 (decoding's linears, M = 16 / 64 / 128: the unsplit narrow tiles were the fastest at
 # every split count tried, the second kernel costing more than the SMs it fills) and for more
-# splits than fill the SMs once.  The one-kernel split keeps the rule until its own sweep.
+# splits than fill the SMs once.  The one-kernel split's sweep (session 20,
+# gemm_split_k_fused_h100.json) kept it: the weight gradient 0.89x as with two kernels, M = 128
+# 0.79-0.82x against 1.00-1.04 unsplit, 16 x 8192 x 8192 0.96-0.97 against 0.98; only M = 16 at
+# N = K = 4096, where the unsplit tiles fill half the SMs, gained (THIN_ROWS).
 SPLIT_TILES = dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256)
 MIN_ROWS = 256  # M and N both at least this (narrower GEMMs keep tile_config's narrow tiles)
 MIN_K_TILES_PER_SPLIT = 32  # each share a long pipelined loop (measured: 128 K tiles a share)
+THIN_ROWS = 16  # at most this many rows: split in 2 where the narrow tiles leave half the SMs idle
+THIN_SPLIT_K = (2048, 4096)  # measured: K = 4096 gained; at 8192 (also 64 programs, of 64x128) every split lost
 
 
 @tritile.jit
@@ -169,7 +174,11 @@ def split_k_config(device_type: str, M: int, N: int, K: int, dtype: torch.dtype 
     """The kernel's config ({block_M, block_N, block_K, num_stages, threads, splits}) for this
     GEMM, or None: leave it unsplit.
 
-    Rule (auto: CUDA, half precision): M and N both at least MIN_ROWS, and SPLIT_TILES's output
+    Rule (auto: CUDA, half precision): M at most THIN_ROWS (decoding's rows), where tile_config's
+    tiles give at most half the SMs a program, splits in 2 on those tiles (16 x 4096 x 4096:
+    64 programs of 64x64x128 become 128; fp16 / bf16 0.992 / 0.968 -> 1.008 / 0.996x cuBLAS in
+    the one-kernel sweep, session 20; at 16 x 8192 x 8192, 64 programs of 64x128 too, every split
+    lost, as at M = 128: K within THIN_SPLIT_K).  Else M and N both at least MIN_ROWS, and SPLIT_TILES's output
     tiles fill at most half the SMs; then K splits into the largest power of two of shares that
     keeps one program per SM at most and MIN_K_TILES_PER_SPLIT K tiles per share (None if that is
     1).  `on` splits any GEMM of 2 K tiles or more, with tile_config's tiles.
@@ -192,6 +201,10 @@ def split_k_config(device_type: str, M: int, N: int, K: int, dtype: torch.dtype 
         config = tile_config(device_type, M, N, K, dtype)
         k_tiles = -(-K // config["block_K"])
         return dict(config, splits=min(k_tiles, max(2, num_sms // output_tiles(M, N, config)))) if k_tiles > 1 else None
+    if M <= THIN_ROWS:
+        config = tile_config(device_type, M, N, K, dtype)
+        halves = 2 * output_tiles(M, N, config) <= num_sms and THIN_SPLIT_K[0] <= K <= THIN_SPLIT_K[1]
+        return dict(config, splits=2) if halves else None
     tile_count, k_tiles, shares = output_tiles(M, N, SPLIT_TILES), K // SPLIT_TILES["block_K"], 1
     if min(M, N) < MIN_ROWS or 2 * tile_count > num_sms:
         return None
