@@ -68,10 +68,13 @@ def tile_copy_strided(M, N, lda, ldb, block_M, block_N, dtype="float16"):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("lda, ldb", [(96, 128), (72, 50)])  # 16-byte pitches (TMA on sm_90); 100-byte ones
+@pytest.mark.parametrize("lda, ldb", [(96, 128), (72, 50), ("int64 symbol", 128)])  # 16-byte pitches (TMA on
+# sm_90: the triton backend's CPU run reads through descriptors); 100-byte ones; a T.dynamic(..., "int64") stride
 def test_tile_copy_writes_into_a_strided_view(backend, lda, ldb):
     M, N = 40, 48  # edge tiles past M
-    kernel = tritile.compile(tile_copy_strided(M, N, lda, ldb, 32, 16), backend=backend)
+    declared = T.dynamic("lda", "int64") if lda == "int64 symbol" else lda
+    lda = 96 if lda == "int64 symbol" else lda
+    kernel = tritile.compile(tile_copy_strided(M, N, declared, ldb, 32, 16), backend=backend)
     a, _ = padded_view(M, N, lda)
     b, b_buffer = padded_view(M, N, ldb, fill=-3.0)
     expected = b_buffer.clone()
@@ -284,6 +287,24 @@ def test_gluon_tma_for_aligned_pitches_only():
     ragged = tritile.compile(tile_copy_strided(64, 64, 100, 50, 32, 32), target="cuda:90", backend="gluon")
     assert "cp.async.bulk.tensor" not in ragged.get_source("ptx")  # 200 / 100-byte rows: pointer loads / stores
     assert "_desc" not in ragged.get_source("gluon")
+
+
+def test_gluon_gemm_reads_a_transposed_operand_with_pointer_loads():
+    kernel = tritile.compile(gemm_strided(64, 64, 64, 80, 72), target="cuda:90", backend="gluon")
+    source = kernel.get_source("gluon")
+    assert "tma.async_copy_global_to_shared(A_desc" in source and "tma.async_copy_shared_to_global(C_desc" in source
+    assert "gl.load(B + _i0[:, None] + (_i1[None, :]) * 64" in source  # B's strides (1, K): not TMA, not cp.async
+    assert "(A, A.shape, (80, 1, ))" in source and "(C, C.shape, (72, 1, ))" in source
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stride_symbol_takes_tma_in_the_variant_that_knows_it_a_multiple_of_16(backend):
+    kernel = tritile.compile(tile_copy_strided(64, 64, T.dynamic("lda"), 128, 32, 32), target="cuda:90",
+                             backend=backend)
+    assert "A_desc" not in kernel.get_source(backend)  # a pitch of any value: pointer loads
+    divisible = kernel.get_source(backend, dims={"lda": 96})
+    assert "A_desc" in divisible and "(A, A.shape, (lda, 1, ))" in divisible
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global" in kernel.get_source("ptx", dims={"lda": 96})
 
 
 def test_gluon_rows_view_only_where_the_leading_dims_flatten():

@@ -1079,7 +1079,9 @@ _PY_SCALAR_BUILTINS = {
 
 def _declared_strides(name, spec: "T.StridedTensor", shape: tuple, loc) -> tuple:
     """The element strides of `T.StridedTensor` parameter `name`: one per dim of `shape`, each a
-    non-negative int or an integer expression of runtime symbols (cast to int32 as the dims are)."""
+    non-negative int or an integer expression of runtime symbols.  Unlike a dim, a stride keeps
+    its symbols' dtype (TileLang's strides are often `T.dynamic(..., "int64")`): it only scales
+    addresses, so a bare symbol of any integer dtype stays bindable from the tensor's stride."""
     if spec.data is not None:
         raise CompileError(f"tensor {name}: T.StridedTensor(..., data=) (a strided view of another tensor's "
                            f"storage) is not supported; declare the strided tensor as a parameter", loc)
@@ -1092,7 +1094,7 @@ def _declared_strides(name, spec: "T.StridedTensor", shape: tuple, loc) -> tuple
     out = []
     for dim, stride in enumerate(spec.strides):
         if isinstance(stride, ir.Expr) and stride.dtype.is_int:
-            out.append(exprs.cast(stride, "int32", loc))
+            out.append(stride)
         elif isinstance(stride, int) and not isinstance(stride, bool) and stride >= 0:
             out.append(stride)
         else:
