@@ -132,11 +132,13 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
                 for var, where in func.stride_bindings.items():
                     if where == (index, dim) and var not in dim_values:
                         dim_values[var] = solve_dim(declared, var, tensor.stride(dim), f"{label}, stride {dim}")
-        span = 1 + sum((n - 1) * abs(st) for n, st in zip(tensor.shape, tensor.stride())) if tensor.numel() else 0
-        if span > _MAX_ELEMENTS:
-            raise ValueError(f"{label}: its elements span {span} (shape {list(tensor.shape)}, strides "
-                             f"{list(tensor.stride())}), more than the 2**31 the kernel can address: it computes "
-                             f"element offsets in int32")
+        if param.strides is None and tensor.numel() > _MAX_ELEMENTS:  # contiguous (or made so)
+            raise ValueError(f"{label}: {tensor.numel()} elements (shape {list(tensor.shape)}) is more than the "
+                             f"2**31 the kernel can address: it computes element offsets in int32")
+        if param.strides is not None and tensor.numel() and \
+                sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride())) >= _MAX_ELEMENTS:
+            raise ValueError(f"{label}: its elements (shape {list(tensor.shape)}, strides {list(tensor.stride())}) "
+                             f"span more than the 2**31 the kernel can address: it computes element offsets in int32")
         if device_kind is None:
             device_kind = tensor.device.type
         elif tensor.device.type != device_kind:
