@@ -164,6 +164,57 @@ def test_gemm_of_a_row_slice_and_a_transposed_weight_into_a_slice(backend, asser
     assert torch.equal(c_buffer[M], torch.full((ldc,), -5.0, dtype=torch.float16))
 
 
+# ---------------------------------------------------------------------------- atomics, several kernels
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_atomic_adds_into_a_transposed_view(backend, assert_close):
+    """Out (M, N) is the transpose of a contiguous (N, M) buffer: strides (1, M)."""
+    M, N = 32, 24
+
+    @T.prim_func
+    def main(A: T.Tensor((4, M, N), T.float32), Out: T.StridedTensor((M, N), (1, M), T.float32)):
+        with T.Kernel(4, threads=128) as bx:
+            for i, j in T.Parallel(M, N):
+                T.atomic_add(Out[i, j], A[bx, i, j])
+
+    a = torch.randn(4, M, N)
+    base = torch.randn(N, M)
+    expected = base.t() + a.sum(0)
+    tritile.compile(main, backend=backend)(a, base.t())
+    assert_close(base.t(), expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_split_and_combine_reads_a_strided_input(backend, assert_close):
+    """Two kernels (a workspace between them) share the strided parameter and its stride symbol."""
+    M, N, ld = 32, 64, T.dynamic("ld")
+
+    @T.prim_func
+    def main(A: T.StridedTensor((M, N), (ld, 1), T.float32), Out: T.Tensor((M,), T.float32)):
+        partial = T.alloc_global((M, 2), T.float32)
+        with T.Kernel(2, threads=128) as bx:
+            row = T.alloc_fragment((M, N // 2), T.float32)
+            sums = T.alloc_fragment((M,), T.float32)
+            T.copy(A[0:M, bx * (N // 2):(bx + 1) * (N // 2)], row)
+            T.reduce_sum(row, sums, dim=1)
+            for i in T.Parallel(M):
+                partial[i, bx] = sums[i]
+        with T.Kernel(1, threads=128):
+            for i in T.Parallel(M):
+                Out[i] = partial[i, 0] + partial[i, 1]
+
+    a, _ = padded_view(M, N, 80, dtype=torch.float32)
+    assert_close(tritile.compile(main, out_idx=[1], backend=backend)(a), a.sum(1))
+
+
+def test_the_profiler_supplies_inputs_of_the_declared_strides():
+    kernel = tritile.compile(copy_with_stride(64, 40, 96, 32, 16), out_idx=[1])
+    profiler = kernel.get_profiler()
+    profiler.assert_allclose(lambda a: a)
+    assert profiler._inputs()[0].stride() == (96, 1)
+
+
 # ---------------------------------------------------------------------------- the eager style
 
 

@@ -168,6 +168,18 @@ def check_strides(func: ir.PrimFunc, index: int, tensor: torch.Tensor, dim_value
                          f"{declared} (shape {list(tensor.shape)}), got a tensor of strides {list(tensor.stride())}")
 
 
+def laid_out(param: ir.Buffer, tensor: torch.Tensor, what: str) -> torch.Tensor:
+    """`tensor`'s values with `param`'s declared strides (a `T.StridedTensor` of static strides; `tensor`
+    itself for a `T.Tensor`): the inputs a profiler or tuner makes; ValueError for runtime strides."""
+    if param.strides is None:
+        return tensor
+    if not all(isinstance(s, int) for s in param.strides):
+        raise ValueError(f"{what}: parameter '{param.name}' has runtime strides {_shape(param, param.strides)}; "
+                         f"pass the input tensors")
+    out = torch.empty_strided(tuple(tensor.shape), param.strides, dtype=tensor.dtype, device=tensor.device)
+    return out.copy_(tensor)
+
+
 def _shape(param: ir.Buffer, sizes=None) -> list:
     return [s if isinstance(s, int) else expr_str(s) for s in (param.shape if sizes is None else sizes)]
 
