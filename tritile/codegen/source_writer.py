@@ -77,7 +77,6 @@ class SourceWriter:
             acc = d if acc is None else f"{acc} * {paren(d)}"
         return list(reversed(out))
 
-
     def host_strides(self, buf: ir.Buffer):
         """A `T.StridedTensor`'s declared strides as host expressions (a TMA descriptor's, in the
         launcher), None for a row-major `T.Tensor`."""

@@ -1091,16 +1091,12 @@ def _declared_strides(name, spec: "T.StridedTensor", shape: tuple, loc) -> tuple
     if len(spec.strides) != len(shape):
         raise CompileError(f"tensor {name}: T.StridedTensor has {len(shape)} dimensions (shape {list(shape)}) but "
                            f"{len(spec.strides)} strides {list(spec.strides)}", loc)
-    out = []
     for dim, stride in enumerate(spec.strides):
-        if isinstance(stride, ir.Expr) and stride.dtype.is_int:
-            out.append(stride)
-        elif isinstance(stride, int) and not isinstance(stride, bool) and stride >= 0:
-            out.append(stride)
-        else:
+        symbolic = isinstance(stride, ir.Expr) and stride.dtype.is_int
+        if not symbolic and not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 0):
             raise CompileError(f"tensor {name}: stride {dim} must be a non-negative int or an integer T.dynamic "
                                f"expression, got {stride!r}", loc)
-    return tuple(out)
+    return spec.strides
 
 
 def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):

@@ -257,7 +257,7 @@ class Buffer:
     `strides` (global tensors only) are a `T.StridedTensor`'s element strides, one per dim:
     ints or `Expr`s of the runtime dims like `shape` (a `T.dynamic` Var only a stride names is
     bound from the call's tensor, `PrimFunc.stride_bindings`).  None: row-major, the strides of
-    a contiguous tensor of `shape` (`T.Tensor`).  `element_strides()` gives either as IR.
+    a contiguous tensor of `shape` (`T.Tensor`).
     """
 
     name: str
@@ -285,17 +285,6 @@ class Buffer:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-    def element_strides(self) -> tuple:
-        """The element stride of each dim (ints or `Expr`s): the declared `strides`, else
-        row-major ones (the product of the dims after each)."""
-        if self.strides is not None:
-            return tuple(self.strides)
-        out, step = [], 1
-        for dim in reversed(self.shape):
-            out.append(step)
-            step = dim if isinstance(step, int) and step == 1 else step * dim
-        return tuple(reversed(out))
 
     def __repr__(self) -> str:
         return f"Buffer({self.name}, {list(self.shape)}, {self.dtype}, {self.scope})"

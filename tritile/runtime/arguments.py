@@ -152,18 +152,18 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
             tensor = tensor.contiguous()
         out.append(tensor)
     for index, tensor in zip(indices, out):  # every dim is bound now: strides may name another tensor's
-        check_strides(func, index, tensor, dim_values)
+        _check_strides(func, index, tensor, dim_values)
     return out
 
 
-def check_strides(func: ir.PrimFunc, index: int, tensor: torch.Tensor, dim_values: dict):
-    """A `T.StridedTensor` parameter's tensor has its declared strides (a dim of size 1 may have any
-    stride: its only index is 0); ValueError naming the argument otherwise."""
+def _check_strides(func: ir.PrimFunc, index: int, tensor: torch.Tensor, dim_values: dict):
+    """A `T.StridedTensor` parameter's tensor has its declared strides (a dim of size 1 or 0 may have
+    any stride: it addresses nothing but index 0); ValueError naming the argument otherwise."""
     param = func.params[index]
     if param.strides is None:
         return
     declared = _concrete(param.strides, dim_values)
-    if any(n != 1 and want != have for n, want, have in zip(tensor.shape, declared, tensor.stride())):
+    if any(n > 1 and want != have for n, want, have in zip(tensor.shape, declared, tensor.stride())):
         raise ValueError(f"{_label(func, index)}: a T.StridedTensor of strides {_shape(param, param.strides)} = "
                          f"{declared} (shape {list(tensor.shape)}), got a tensor of strides {list(tensor.stride())}")
 
