@@ -402,13 +402,14 @@ def test_strided_kernels_on_the_gpu(backend, assert_close):
     tritile.compile(tile_copy_strided(40, 48, 96, 128, 32, 16), backend=backend)(a, b)
     assert torch.equal(b_buffer, expected)
 
-    bs, H, t, D = 2, 3, 200, 64
-    x = torch.randn(bs, t, 3 * H * D, device="cuda").to(torch.float16)
-    q, k, _ = x.view(bs, t, 3, H, D).permute(2, 0, 3, 1, 4)
-    out = torch.full((bs, t, H, D), float("nan"), dtype=torch.float16, device="cuda")
-    tritile.compile(qkv_combine(bs, H, T.dynamic("t"), D, 64, T.dynamic("t")), backend=backend)(
-        q, k, out.permute(0, 2, 1, 3))
-    assert_close(out, (q.float() * 2 + k.float()).to(torch.float16).permute(0, 2, 1, 3))
+    bs, H, D, t = 2, 3, 64, T.dynamic("t")
+    kernel = tritile.compile(qkv_combine(bs, H, t, D, 64, t), backend=backend)
+    for length in (200, 256):  # 256: the variant whose strides are known multiples of 16 (triton: TMA)
+        x = torch.randn(bs, length, 3 * H * D, device="cuda").to(torch.float16)
+        q, k, _ = x.view(bs, length, 3, H, D).permute(2, 0, 3, 1, 4)
+        out = torch.full((bs, length, H, D), float("nan"), dtype=torch.float16, device="cuda")
+        kernel(q, k, out.permute(0, 2, 1, 3))
+        assert_close(out, (q.float() * 2 + k.float()).to(torch.float16).permute(0, 2, 1, 3))
 
     M, N, K, lda, ldc = 200, 136, 256, 320, 192
     a, w, c, c_buffer = gemm_operands(M, N, K, lda, ldc, device="cuda")
