@@ -2,8 +2,9 @@
 
 It owns the generated lines and their indentation, the names (a Buffer or Var keeps the
 user's name unless it clashes with a reserved or already taken one; temporaries start with
-``_``), the Vars bound so far, and the text of a global tensor's dims and row-major strides
-(global tensors are assumed contiguous; the runtime checks it).  Subclasses provide
+``_``), the Vars bound so far, and the text of a global tensor's dims and strides (a
+`T.StridedTensor`'s declared ones, else row-major: a `T.Tensor` is contiguous, the runtime
+checks it).  Subclasses provide
 ``expr(e) -> Val`` (codegen/semantics.py) and the rules that call `emit`.
 """
 from __future__ import annotations
@@ -65,12 +66,21 @@ class SourceWriter:
         return str(dim) if isinstance(dim, int) else self.expr(dim).text
 
     def strides(self, buf: ir.Buffer) -> list:
+        """The element stride of each dim of global `buf` as text: a `T.StridedTensor`'s declared
+        ones, else row-major ones from its dims."""
+        if buf.strides is not None:
+            return [self.shape_text(s) for s in buf.strides]
         out, acc = [], None
         for dim in reversed(buf.shape):
             out.append(acc or "1")
             d = self.shape_text(dim)
             acc = d if acc is None else f"{acc} * {paren(d)}"
         return list(reversed(out))
+
+    def host_strides(self, buf: ir.Buffer):
+        """A `T.StridedTensor`'s declared strides as host expressions (a TMA descriptor's, in the
+        launcher), None for a row-major `T.Tensor`."""
+        return None if buf.strides is None else tuple(host_expr(s, self) for s in buf.strides)
 
 
 def paren(text: str) -> str:

@@ -10,9 +10,11 @@ chooses) and its host function ``tritile_launch(launch, <tensors...>, <dims...>)
 strides)`` per descriptor: `tritile.runtime.launcher` builds the host descriptors from those,
 encoding each once per address and geometry.
 
-The strides passed are the row-major strides of the shape, which is what the kernel assumes of
-a global tensor (contiguous, checked at launch): a contiguous tensor's own `stride()` may hold
-any value along a dim of size 1, which a descriptor would reject as unaligned.
+The strides passed are what the kernel assumes of a global tensor: the row-major strides of
+its shape (a `T.Tensor`: contiguous, checked at launch), or a `T.StridedTensor`'s declared
+ones (`DescriptorArg.strides`, host expressions of the runtime dims; the tensor's, checked at
+launch) - not the tensor's own `stride()`, which may hold any value along a dim of size 1,
+where a descriptor would reject it as unaligned.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class DescriptorArg:
     dtype: object  # the tensor's IR dtype
     layout: object = None  # Gluon: its NVMMASharedLayout; triton.language: None (Triton chooses)
     rows_view: bool = False  # over the tensor's [prod(shape[:-1]), shape[-1]] view (Gluon)
+    strides: tuple = None  # a T.StridedTensor's declared strides as host expressions; None: row-major
 
 
 def _row_major_strides(tensor: str, rank: int) -> str:
@@ -38,9 +41,11 @@ def _row_major_strides(tensor: str, rank: int) -> str:
 
 def host_operand_text(d: DescriptorArg, tensor: str, rank: int) -> str:
     """The host ``(tensor, shape, strides)`` of descriptor `d` over `tensor` (of `rank` dims)."""
-    if d.rows_view:  # the [prod(shape[:-1]), shape[-1]] view
-        return f"({tensor}, ({tensor}.numel() // {tensor}.shape[-1], {tensor}.shape[-1]), ({tensor}.shape[-1], 1))"
-    return f"({tensor}, {tensor}.shape, {_row_major_strides(tensor, rank)})"
+    if d.rows_view:  # the [prod(shape[:-1]), shape[-1]] view; a strided one's row pitch is its second-last stride
+        pitch = f"{tensor}.shape[-1]" if d.strides is None or rank == 1 else d.strides[-2]
+        return f"({tensor}, ({tensor}.numel() // {tensor}.shape[-1], {tensor}.shape[-1]), ({pitch}, 1))"
+    strides = _row_major_strides(tensor, rank) if d.strides is None else f"({''.join(s + ', ' for s in d.strides)})"
+    return f"({tensor}, {tensor}.shape, {strides})"
 
 
 def descriptor_table_text(descs: list, layout_names: list = None) -> str:

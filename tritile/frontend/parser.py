@@ -204,8 +204,9 @@ class Parser:
             if not isinstance(s, ir.Expr) and (not isinstance(s, int) or isinstance(s, bool) or s < 0):
                 raise CompileError(f"tensor {name}: dimensions must be ints or T.dynamic/T.const symbols, got "
                                    f"{s!r}", loc)
+        strides = _declared_strides(name, spec, shape, loc) if isinstance(spec, T.StridedTensor) else None
         self.buffer_names.add(name)
-        buf = ir.Buffer(name, shape, spec.dtype, "global", loc=loc)
+        buf = ir.Buffer(name, shape, spec.dtype, "global", loc=loc, strides=strides)
         for entry in self.params:
             if entry[0] == name:
                 if entry[1] is not None:
@@ -270,6 +271,7 @@ class Parser:
         _bind_dynamic_dims(func, self.kernels)
         func.parts = [ir.PrimFunc(f"{src.name}_{i}", params + self.workspaces + self.views, kernel,
                                   dynamic_vars=list(func.dynamic_vars), dim_bindings=dict(func.dim_bindings),
+                                  stride_bindings=dict(func.stride_bindings),
                                   attrs=dict(attrs), loc=kernel.loc, scalar_params=scalar_params)
                       for i, kernel in enumerate(self.kernels)]
         return func
@@ -883,6 +885,9 @@ class Parser:
             return self._inline_macro(callee, args, kwargs, loc)
         if callee is T.Tensor:
             return self._tensor(args, kwargs, loc)
+        if callee is T.StridedTensor and kwargs.get("data") is not None:
+            raise CompileError("T.StridedTensor(..., data=) (a strided view of another tensor's storage) is not "
+                               "supported; declare the strided tensor as a kernel parameter", loc)
         if isinstance(callee, DType):
             if not args and not kwargs and self.in_kernel:  # TVM's `x = T.int32()`: a name `T.let` binds
                 return ir.Var(hint or "v", callee)
@@ -1072,6 +1077,28 @@ _PY_SCALAR_BUILTINS = {
 }
 
 
+def _declared_strides(name, spec: "T.StridedTensor", shape: tuple, loc) -> tuple:
+    """The element strides of `T.StridedTensor` parameter `name`: one per dim of `shape`, each a
+    non-negative int or an integer expression of runtime symbols.  Unlike a dim, a stride keeps
+    its symbols' dtype (TileLang's strides are often `T.dynamic(..., "int64")`): it only scales
+    addresses, so a bare symbol of any integer dtype stays bindable from the tensor's stride."""
+    if spec.data is not None:
+        raise CompileError(f"tensor {name}: T.StridedTensor(..., data=) (a strided view of another tensor's "
+                           f"storage) is not supported; declare the strided tensor as a parameter", loc)
+    if not isinstance(spec.strides, tuple):
+        raise CompileError(f"tensor {name}: T.StridedTensor strides must be a tuple or list with one entry per "
+                           f"dimension, got {spec.strides!r}", loc)
+    if len(spec.strides) != len(shape):
+        raise CompileError(f"tensor {name}: T.StridedTensor has {len(shape)} dimensions (shape {list(shape)}) but "
+                           f"{len(spec.strides)} strides {list(spec.strides)}", loc)
+    for dim, stride in enumerate(spec.strides):
+        symbolic = isinstance(stride, ir.Expr) and stride.dtype.is_int
+        if not symbolic and not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 0):
+            raise CompileError(f"tensor {name}: stride {dim} must be a non-negative int or an integer T.dynamic "
+                               f"expression, got {stride!r}", loc)
+    return spec.strides
+
+
 def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
     """Record each T.dynamic Var's (param, dim) source; reject symbols nothing binds (in
     `kernels`, the tensors' and the workspaces' shapes)."""
@@ -1098,6 +1125,14 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
                 if solvable(size, var):
                     func.dim_bindings[var] = (index, dim)
                     func.dynamic_vars.append(var)
+    # a symbol only strides name (`T.StridedTensor((M, N), (ld, 1), ...)`): the tensor's stride
+    for index, buf in enumerate(func.params):
+        for dim, stride in enumerate(buf.strides or ()):
+            for var in (v for v in walk(stride) if isinstance(v, ir.Var) and v not in func.dim_bindings
+                        and v not in func.stride_bindings):
+                if solvable(stride, var):
+                    func.stride_bindings[var] = (index, dim)
+                    func.dynamic_vars.append(var)
     for kernel in kernels:
         defined = {id(v) for v in func.runtime_vars} | {id(v) for v in kernel.block_vars}
         for node in walk(kernel.body):
@@ -1107,8 +1142,10 @@ def _bind_dynamic_dims(func: ir.PrimFunc, kernels: list):
                 defined.update(id(v) for v in node.vars)
             elif bound_var(node) is not None:
                 defined.add(id(bound_var(node)))
-        for root in (kernel.grid, kernel.body, [b.shape for b in func.params + func.workspaces + func.views]):
+        for root in (kernel.grid, kernel.body, [(b.shape, b.strides or ()) for b in func.params + func.workspaces
+                                                 + func.views]):
             for node in walk(root):
                 if isinstance(node, ir.Var) and id(node) not in defined:
                     raise CompileError(f"the symbol {node.name!r} is used but no tensor parameter's shape has it "
-                                       f"as a dimension, so its value cannot be bound at call time", kernel.loc)
+                                       f"as a dimension (nor a T.StridedTensor as a stride), so its value cannot "
+                                       f"be bound at call time", kernel.loc)

@@ -40,6 +40,9 @@ def make_view(p, src, shape, dtype, what: str, loc) -> ir.Buffer:
         raise CompileError(f"{what}: {src.name} is a {'scalar variable' if src.scope == 'var' else 'barrier'}, "
                            f"which has no view", loc)
     storage = src.view_of or src
+    if storage.strides is not None:  # its bytes are not its elements in row-major order
+        raise CompileError(f"{what}: {storage.name} is a T.StridedTensor, which has no row-major view; declare "
+                           f"the view's shape as another parameter", loc)
     try:
         dtype = src.dtype if dtype is None else element_dtype(dtype)
     except TypeError as exc:

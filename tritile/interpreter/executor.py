@@ -323,6 +323,10 @@ def _bind_arguments(func: ir.PrimFunc, args, dim_values) -> dict:
         if var not in dims:
             dims[var] = solve_dim(func.params[index].shape[dim], var, int(args[index].shape[dim]),
                                   f"argument {func.params[index].name}, dimension {dim}")
+    for var, (index, dim) in func.stride_bindings.items():
+        if var not in dims:
+            dims[var] = solve_dim(func.params[index].strides[dim], var, int(args[index].stride(dim)),
+                                  f"argument {func.params[index].name}, stride {dim}")
     for buf, t in zip(func.params, args):  # bare Vars in shapes bind themselves
         for d, size in zip(buf.shape, t.shape):
             if isinstance(d, ir.Var) and d not in dims:

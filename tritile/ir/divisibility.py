@@ -7,7 +7,8 @@ program with runtime integers - its `T.dynamic` dims and its integer scalar para
 (`valid_len: T.int32`; not bools or floats), `specialized_vars(func)` - is compiled once per
 *divisibility key* - one bool per such Var, "this value is a positive multiple of `DIVISOR`" -
 and the key's program is `specialize(func, key)`: every divisible Var replaced, everywhere
-(buffer shapes, grid, body, `dynamic_vars`, `scalar_params`, `dim_bindings`), by a new Var
+(buffer shapes and strides, grid, body, `dynamic_vars`, `scalar_params`, `dim_bindings`,
+`stride_bindings`), by a new Var
 carrying ``multiple_of=DIVISOR`` (the printer shows it, so each variant's IR text, and with it
 every compile cache key, is its own).  Instruction selection (`tritile.ir.instructions`) then
 proves e.g. ``K * 2`` bytes a multiple of 16 and takes TMA or cp.async for a `T.dynamic` last
@@ -72,12 +73,16 @@ def specialize(func: ir.PrimFunc, divisible: tuple) -> tuple:
         return func, {}
     buffers = {}
     for buf in [*func.params, *(getattr(n, "buffer", None) for n in walk(func.kernel.body))]:
-        if isinstance(buf, ir.Buffer) and buf not in buffers and any(_mentions(d, renamed) for d in buf.shape):
+        if isinstance(buf, ir.Buffer) and buf not in buffers and any(_mentions(d, renamed) for d in
+                                                                     (*buf.shape, *(buf.strides or ()))):
             shape = tuple(substitute_vars(d, renamed) if isinstance(d, ir.Expr) else d for d in buf.shape)
-            buffers[buf] = dataclasses.replace(buf, shape=shape)
+            strides = None if buf.strides is None else tuple(
+                substitute_vars(d, renamed) if isinstance(d, ir.Expr) else d for d in buf.strides)
+            buffers[buf] = dataclasses.replace(buf, shape=shape, strides=strides)
     out = substitute_vars(substitute_buffers(func, buffers), renamed)
-    bindings = {renamed.get(v, v): where for v, where in func.dim_bindings.items()}
-    return dataclasses.replace(out, dim_bindings=bindings), renamed
+    return dataclasses.replace(out, dim_bindings={renamed.get(v, v): where for v, where in func.dim_bindings.items()},
+                               stride_bindings={renamed.get(v, v): where
+                                                for v, where in func.stride_bindings.items()}), renamed
 
 
 def _mentions(dim, renamed: dict) -> bool:

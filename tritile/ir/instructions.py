@@ -17,6 +17,9 @@ Paths:
   bytes: static, or a `T.dynamic` dim specialised on divisibility, `ir/divisibility.py`); a
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`; a 1-D tile
   along a tensor's last dim (the backward's per-row LSE / Delta) through `tma_row_vector`.
+  A `T.StridedTensor` qualifies where its declared strides allow it (`strides_allow_rows`:
+  last stride 1, the others multiples of 16 bytes, leading dims that flatten into the rows
+  view); otherwise its copies take pointer loads / stores.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
 * `tma_store_sources`: the shared buffers whose copies to global memory are TMA stores
@@ -131,6 +134,26 @@ def _linear_terms(e):
     return {1}, 0
 
 
+def strides_allow_rows(buf: ir.Buffer, elements: int, rows_view: bool = False) -> bool:
+    """Can a tile of global `buf` move as rows of adjacent elements whose starts are multiples of
+    `elements` (TMA: 16 bytes; cp.async: 4 bytes)?  A `T.Tensor` (row-major; its row pitch, the
+    last dim, is the caller's to check): yes.  A `T.StridedTensor`: its last stride is 1 and every
+    other stride a provable multiple of `elements`; and for the 2-D rows view of a rank-3+
+    tensor (`rows_view`) its leading dims flatten into rows - each stride before the last two is
+    the next one times the next dim, provably (static ints)."""
+    strides = buf.strides
+    if strides is None:
+        return True
+    if _static(strides[-1]) != 1 or not all(is_multiple_of(s, elements) for s in strides[:-1]):
+        return False
+    if rows_view:
+        for d in range(len(strides) - 2):
+            outer, inner, size = _static(strides[d]), _static(strides[d + 1]), _static(buf.shape[d + 1])
+            if not all(isinstance(x, int) for x in (outer, inner, size)) or outer != inner * size:
+                return False
+    return True
+
+
 def tma_rows_view(region) -> bool:
     """A tile of a rank-3+ tensor served by a 2-D descriptor over its contiguous
     ``[prod(shape[:-1]), shape[-1]]`` view: unit extents on the leading dims, whole static
@@ -158,16 +181,24 @@ def _tma_tile_ok(region, box) -> bool:
     """A TMA descriptor for `region` of a global tensor with block `box`: rank 2 (or a
     `tma_rows_view`), a row pitch provably a multiple of 16 bytes (a static last dim, or a
     runtime one specialised as a multiple of 16 elements: the host descriptor is encoded from
-    the tensor's actual shape and strides at launch, and clips the edge tiles), a box row of
+    the tensor's actual shape and strides at launch, and clips the edge tiles; a
+    `T.StridedTensor`'s declared strides, `_pitches_ok`), a box row of
     at least 16 bytes, box dims <= 256 (the hardware limit)."""
     global_buf = region.buffer
-    inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    elem = global_buf.dtype.itemsize
     if is_padded(box):  # a box fills whole shared tiles: padded ones take masked loads / stores
         return False
     return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
-            and global_buf.dtype.bits in (8, 16, 32)
-            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[-1] * elem >= 16
-            and all(b <= 256 for b in box))
+            and global_buf.dtype.bits in (8, 16, 32) and _pitches_ok(global_buf, 16 // math.gcd(16, elem))
+            and box[-1] * elem >= 16 and all(b <= 256 for b in box))
+
+
+def _pitches_ok(buf: ir.Buffer, elements: int) -> bool:
+    """Are the row pitches of global `buf` (2-D, or its 2-D rows view) provably multiples of
+    `elements`: a row-major tensor's last dim, a `T.StridedTensor`'s strides (`strides_allow_rows`)."""
+    if buf.strides is None or buf.ndim == 1:  # a rank-1 tensor is one row of pitch shape[-1]
+        return is_multiple_of(buf.shape[-1], elements) and strides_allow_rows(buf, elements)
+    return strides_allow_rows(buf, elements, rows_view=len(buf.shape) > 2)
 
 
 def tma_row_vector(region, box) -> bool:
@@ -180,10 +211,10 @@ def tma_row_vector(region, box) -> bool:
     at the row's end (past it reads zeros, as a masked load does); like every TMA tile, the
     leading indices must lie inside the tensor."""
     global_buf = region.buffer
-    inner, elem = global_buf.shape[-1], global_buf.dtype.itemsize
+    elem = global_buf.dtype.itemsize
     return (len(box) == 1 and not is_padded(box) and tuple(region.extents[-1:]) == tuple(box)
             and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
-            and is_multiple_of(inner, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
+            and _pitches_ok(global_buf, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
 
 
 def uses_tma(copy, target) -> bool:
@@ -258,15 +289,18 @@ def uses_cp_async(copy) -> bool:
     every other stride, and the bound of the last-dim mask) is a provable multiple of 4 bytes
     (static, or a runtime dim specialised as a multiple of 16, which the code generators
     pass to Triton as `tt.divisibility`) and the tile's last-dim start and extent are
-    provable multiples of 4 bytes.  Any other runtime last dim is not assumed aligned: such
-    copies take the synchronous path."""
+    provable multiples of 4 bytes; a `T.StridedTensor`'s last stride must be 1 and its other
+    strides provable multiples of 4 bytes instead.  Any other runtime last dim is not assumed
+    aligned: such copies take the synchronous path."""
     src = copy.src
     buf = src.buffer
     if buf.safe_value is not None:  # cp.async fills out-of-bounds elements with 0
         return False
     elem = buf.dtype.itemsize
+    per = 4 // math.gcd(4, elem)
+    if not strides_allow_rows(buf, per):  # a T.StridedTensor's rows: adjacent elements, aligned pitches
+        return False
     if elem >= 4:
         return True
-    per = 4 // elem
-    return (is_multiple_of(buf.shape[-1], per) and src.extents[-1] % per == 0
+    return ((buf.strides is not None or is_multiple_of(buf.shape[-1], per)) and src.extents[-1] % per == 0
             and is_multiple_of(src.starts[-1], per))

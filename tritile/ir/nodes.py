@@ -253,6 +253,11 @@ class Buffer:
     of the same scope.  A global view is a `PrimFunc.views` entry; an on-chip view is
     declared by an `Alloc` after its storage's, allocates nothing, and exists only until
     `lowering/buffer_views.py`.
+
+    `strides` (global tensors only) are a `T.StridedTensor`'s element strides, one per dim:
+    ints or `Expr`s of the runtime dims like `shape` (a `T.dynamic` Var only a stride names is
+    bound from the call's tensor, `PrimFunc.stride_bindings`).  None: row-major, the strides of
+    a contiguous tensor of `shape` (`T.Tensor`).
     """
 
     name: str
@@ -266,6 +271,7 @@ class Buffer:
     loc: Optional[SourceLoc] = None
     safe_value: object = None
     view_of: Optional["Buffer"] = None
+    strides: Optional[tuple] = None
 
     @property
     def root(self) -> "Buffer":
@@ -718,7 +724,9 @@ class PrimFunc:
 
     `params` are the global Buffers in call order; `out_idx` the indices of params the
     runtime allocates and returns; `dynamic_vars` the `T.dynamic` Vars, each bound at
-    call time from `dim_bindings[var] = (param index, dim)`.  `scalar_params` are the
+    call time from `dim_bindings[var] = (param index, dim)` (the tensor's size there) or, for
+    a Var only a `T.StridedTensor`'s strides name, `stride_bindings[var] = (param index, dim)`
+    (its stride there).  `scalar_params` are the
     runtime scalar parameters (`valid_len: T.int32`): ``(position, Var)`` pairs, the Var of
     the parameter's dtype and `position` its index in the call's parameter list, which
     interleaves them with the tensors (`call_params`).  Both kinds of Var are read-only
@@ -747,6 +755,7 @@ class PrimFunc:
     out_idx: list = field(default_factory=list)
     dynamic_vars: list = field(default_factory=list)
     dim_bindings: dict = field(default_factory=dict)
+    stride_bindings: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)  # facts passes record (e.g. "shared_bytes")
     loc: Optional[SourceLoc] = None
     scalar_params: list = field(default_factory=list)

@@ -206,8 +206,8 @@ def format_func(func: ir.PrimFunc) -> str:
     and then each part's kernel, headed by the part's name."""
     p = _Printer()
     call_params = func.call_params()
-    params = ", ".join(f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})" if isinstance(b, ir.Buffer)
-                       else f"{b.name}: T.{b.dtype}" for b in call_params)
+    params = ", ".join(_tensor_type_str(b) if isinstance(b, ir.Buffer) else f"{b.name}: T.{b.dtype}"
+                       for b in call_params)
     p.emit(0, "@T.prim_func")
     p.emit(0, f"def {func.name}({params}):")
     if func.out_idx:
@@ -227,6 +227,12 @@ def format_func(func: ir.PrimFunc) -> str:
     if not func.parts:
         _kernel(p, func)
     return "\n".join(p.lines) + "\n"
+
+
+def _tensor_type_str(b: ir.Buffer) -> str:
+    if b.strides is None:
+        return f"{b.name}: T.Tensor({_shape_str(b.shape)}, {b.dtype})"
+    return f"{b.name}: T.StridedTensor({_shape_str(b.shape)}, {_shape_str(b.strides)}, {b.dtype})"
 
 
 def _view_str(b: ir.Buffer) -> str:

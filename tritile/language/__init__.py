@@ -119,6 +119,21 @@ class Tensor:
 Buffer = Tensor
 
 
+class StridedTensor(Tensor):
+    """A global tensor of given element strides, `T.StridedTensor((M, N), (ldA, 1), T.float16)`: the
+    call's tensor must have them (a view such as `x[:, :N]` or a permuted slice, passed without a
+    copy).  Strides are ints or expressions of runtime dims, or `T.dynamic` symbols bound from the
+    tensor's strides.  The frontend checks them (a CompileError at the annotation's line)."""
+
+    def __init__(self, shape, strides, dtype="float32", scope=None, *, data=None):
+        super().__init__(shape, dtype)
+        self.strides = tuple(strides) if isinstance(strides, (tuple, list)) else strides
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"T.StridedTensor({list(self.shape)}, {self.strides!r}, {self.dtype})"
+
+
 class GemmWarpPolicy:
     Square = "Square"
     FullRow = "FullRow"

@@ -12,17 +12,20 @@ raises:
   parameter given something else than a Python number or a 0-d tensor of its kind (an int for
   an integer parameter, an int or float for a float one, a bool or int for a bool one);
 * `ValueError` - wrong rank, a dimension that differs from a compile-time constant or from
-  another binding of the same `T.dynamic` symbol, a non-contiguous tensor the kernel writes,
-  a tensor of more than 2**31 elements (the generated code computes element offsets in
-  int32), a grid extent that the `T.dynamic` sizes make negative, an integer scalar outside
-  its dtype's range.  A float scalar is rounded to its dtype, as the kernel receives it.
+  another binding of the same `T.dynamic` symbol, a `T.StridedTensor`'s tensor whose strides
+  differ from the declared ones (along a dim of size over 1), a non-contiguous tensor the
+  kernel writes through a `T.Tensor` parameter, a tensor whose elements span more than 2**31
+  (the generated code computes element offsets in int32), a grid extent that the `T.dynamic`
+  sizes make negative, an integer scalar outside its dtype's range.  A float scalar is
+  rounded to its dtype, as the kernel receives it.
 A grid extent of 0 (an empty batch) is no error: the call runs nothing, as Triton's launcher
 does for an empty grid, and returns the outputs as allocated.
 Messages name the parameter: "argument 'B' (param 1): expected dtype float16, got float32".
-Non-contiguous tensors the kernel only reads are made contiguous (a copy); a written one
-cannot be, because the caller would never see the results, so it is rejected.
+A `T.Tensor` parameter's non-contiguous tensor the kernel only reads is made contiguous (a copy);
+a written one cannot be, because the caller would never see the results, so it is rejected.  A
+`T.StridedTensor` parameter's tensor is passed as it is (its strides checked), never copied.
 Outputs named by `out_idx` are allocated on the inputs' device (the GPU when there is one, for a
-kernel without inputs).
+kernel without inputs), a `T.StridedTensor` output with its declared strides.
 """
 from __future__ import annotations
 
@@ -91,7 +94,7 @@ def scalar_value(var: ir.Var, value, position: int):
 
 def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values: dict) -> list:
     """Check `tensors` against the params at `indices`; fills `dim_values`; returns the
-    tensors (read-only non-contiguous ones replaced by contiguous copies)."""
+    tensors (read-only non-contiguous ones of `T.Tensor` params replaced by contiguous copies)."""
     out = []
     device_kind = None
     for index, tensor in zip(indices, tensors):
@@ -124,25 +127,66 @@ def check_tensors(func: ir.PrimFunc, indices, tensors, written: set, dim_values:
                 for var, where in func.dim_bindings.items():
                     if where == (index, dim) and var not in dim_values:
                         dim_values[var] = solve_dim(want, var, have, f"{label}, dimension {dim}")
-        if tensor.numel() > _MAX_ELEMENTS:
+        if param.strides is not None:
+            for dim, declared in enumerate(param.strides):
+                for var, where in func.stride_bindings.items():
+                    if where == (index, dim) and var not in dim_values:
+                        dim_values[var] = solve_dim(declared, var, tensor.stride(dim), f"{label}, stride {dim}")
+        if param.strides is None and tensor.numel() > _MAX_ELEMENTS:  # contiguous (or made so)
             raise ValueError(f"{label}: {tensor.numel()} elements (shape {list(tensor.shape)}) is more than the "
                              f"2**31 the kernel can address: it computes element offsets in int32")
+        if param.strides is not None and tensor.numel() and \
+                sum((n - 1) * st for n, st in zip(tensor.shape, tensor.stride())) >= _MAX_ELEMENTS:
+            raise ValueError(f"{label}: its elements (shape {list(tensor.shape)}, strides {list(tensor.stride())}) "
+                             f"span more than the 2**31 the kernel can address: it computes element offsets in int32")
         if device_kind is None:
             device_kind = tensor.device.type
         elif tensor.device.type != device_kind:
             raise TypeError(f"{label}: on a {tensor.device.type} device, but earlier arguments are on "
                             f"{device_kind}; all tensors must be on one device kind")
-        if not tensor.is_contiguous():
+        if param.strides is None and not tensor.is_contiguous():
             if index in written:
                 raise ValueError(f"{label}: the kernel writes this tensor, so it must be contiguous; pass "
-                                 f"tensor.contiguous() and read the results from that")
+                                 f"tensor.contiguous() and read the results from that (or declare it a "
+                                 f"T.StridedTensor)")
             tensor = tensor.contiguous()
         out.append(tensor)
+    for index, tensor in zip(indices, out):  # every dim is bound now: strides may name another tensor's
+        _check_strides(func, index, tensor, dim_values)
     return out
 
 
-def _shape(param: ir.Buffer) -> list:
-    return [s if isinstance(s, int) else expr_str(s) for s in param.shape]
+def _check_strides(func: ir.PrimFunc, index: int, tensor: torch.Tensor, dim_values: dict):
+    """A `T.StridedTensor` parameter's tensor has its declared strides (a dim of size 1 or 0 may have
+    any stride: it addresses nothing but index 0); ValueError naming the argument otherwise."""
+    param = func.params[index]
+    if param.strides is None:
+        return
+    declared = _concrete(param.strides, dim_values)
+    if any(n > 1 and want != have for n, want, have in zip(tensor.shape, declared, tensor.stride())):
+        raise ValueError(f"{_label(func, index)}: a T.StridedTensor of strides {_shape(param, param.strides)} = "
+                         f"{declared} (shape {list(tensor.shape)}), got a tensor of strides {list(tensor.stride())}")
+
+
+def laid_out(param: ir.Buffer, tensor: torch.Tensor, what: str) -> torch.Tensor:
+    """`tensor`'s values with `param`'s declared strides (a `T.StridedTensor` of static strides; `tensor`
+    itself for a `T.Tensor`): the inputs a profiler or tuner makes; ValueError for runtime strides."""
+    if param.strides is None:
+        return tensor
+    if not all(isinstance(s, int) for s in param.strides):
+        raise ValueError(f"{what}: parameter '{param.name}' has runtime strides {_shape(param, param.strides)}; "
+                         f"pass the input tensors")
+    out = torch.empty_strided(tuple(tensor.shape), param.strides, dtype=tensor.dtype, device=tensor.device)
+    return out.copy_(tensor)
+
+
+def _shape(param: ir.Buffer, sizes=None) -> list:
+    return [s if isinstance(s, int) else expr_str(s) for s in (param.shape if sizes is None else sizes)]
+
+
+def _concrete(sizes, dim_values: dict) -> list:
+    evaluator = Evaluator(dim_values, None)
+    return [s if isinstance(s, int) else int(evaluator.scalar(s)) for s in sizes]
 
 
 class ArgumentBinder:
@@ -156,8 +200,9 @@ class ArgumentBinder:
     divisibility key) is remembered under that combination, so a later call with contiguous
     tensors of the same kind only rebuilds the key, checks contiguity and allocates the
     outputs (the scalars, which change from call to call, are converted and their part of the
-    divisibility key computed every call).  Anything else (a non-tensor, a strided tensor, a
-    new shape) takes the full path and its messages."""
+    divisibility key computed every call); a non-contiguous tensor's key holds its strides, and a
+    call that copied one is not remembered.  Anything else (a non-tensor, a copied tensor, a
+    new shape or strides) takes the full path and its messages."""
 
     _MEMO_LIMIT = 64  # distinct argument kinds remembered; past it the memo starts over
 
@@ -172,7 +217,7 @@ class ArgumentBinder:
         self.inputs = [i for i in range(self.n_params) if i not in func.out_idx]
         self.allocates = bool(func.out_idx)
         self.outputs = [(i, func.params[i].dtype.torch) for i in func.out_idx]
-        self._memo = {}  # tensor kinds -> (dim_values, [output shape per out_idx entry], runs, dims' key)
+        self._memo = {}  # tensor kinds -> (dim_values, [output (shape, strides) per out_idx entry], runs, dims' key)
         # the call's parameters: which positions are scalars, and which of them a call leaving
         # out the outputs passes
         call_params = func.call_params()
@@ -186,29 +231,28 @@ class ArgumentBinder:
         scalars = {}
         if self.scalar_positions:
             args, scalars = self._split_scalars(args)
-        try:  # only calls of contiguous tensors are remembered: a key with a False is never found
-            key = tuple([(type(t), t.dtype, t.shape, t.device, t.is_contiguous()) for t in args])
+        try:  # a non-contiguous tensor's key holds its strides (remembered only where it was not copied)
+            key = tuple([(type(t), t.dtype, t.shape, t.device, t.is_contiguous() or t.stride()) for t in args])
         except AttributeError:  # a non-tensor: the full path names it
             key = None
         known = self._memo.get(key)
         if known is not None:
-            dim_values, out_shapes, runs, divisible = known
+            dim_values, out_layouts, runs, divisible = known
             if scalars:
                 dim_values = {**dim_values, **scalars}
                 runs = self.grid_has_blocks(dim_values)
                 divisible += divisibility.key(self.int_scalars, scalars)
-            return (self._with_outputs(list(args), out_shapes), dict(dim_values) if dim_values else {}, runs,
+            return (self._with_outputs(list(args), out_layouts), dict(dim_values) if dim_values else {}, runs,
                     divisible)
-        tensors, dim_values = self._bind_checked(args)
+        tensors, dim_values, out_layouts, copied = self._bind_checked(args)
         divisible = divisibility.key(self.func.dynamic_vars, dim_values)
         dims = dict(dim_values)
         dim_values.update(scalars)
         runs = self.grid_has_blocks(dim_values)
-        if key is not None and all([contiguous for *_, contiguous in key]):  # checked without copies: the
-            # outcome holds for every call of this kind
+        if key is not None and not copied:  # checked without copies: the outcome holds for every call of this kind
             if len(self._memo) >= self._MEMO_LIMIT:
                 self._memo.clear()
-            self._memo[key] = (dims, [list(tensors[i].shape) for i, _ in self.outputs], runs, divisible)
+            self._memo[key] = (dims, out_layouts, runs, divisible)
         return tensors, dim_values, runs, divisible + divisibility.key(self.int_scalars, scalars)
 
     def _split_scalars(self, args):
@@ -244,29 +288,35 @@ class ArgumentBinder:
             runs = runs and value > 0
         return runs
 
-    def _with_outputs(self, args: list, out_shapes: list) -> list:
-        """`args` (the inputs, or every tensor) with the outputs allocated on their device."""
+    def _with_outputs(self, args: list, out_layouts: list) -> list:
+        """`args` (the inputs, or every tensor) with the outputs allocated on their device, each
+        of its (shape, strides: None for contiguous)."""
         if not (self.allocates and len(args) == len(self.inputs)):
             return args
         device = call_device(args)
         full = [None] * self.n_params
         for i, t in zip(self.inputs, args):
             full[i] = t
-        for (i, dtype), shape in zip(self.outputs, out_shapes):
-            full[i] = torch.empty(shape, dtype=dtype, device=device)
+        for (i, dtype), (shape, strides) in zip(self.outputs, out_layouts):
+            full[i] = (torch.empty(shape, dtype=dtype, device=device) if strides is None
+                       else torch.empty_strided(shape, strides, dtype=dtype, device=device))
         return full
 
     def _bind_checked(self, args):
+        """(the call's tensors, {Var: value}, the outputs' (shape, strides) when allocated, whether a
+        tensor was copied)."""
         func, dim_values = self.func, {}
         if self.allocates and len(args) == len(self.inputs):
             tensors = check_tensors(func, self.inputs, args, self.written, dim_values)
-            out_shapes = [_concrete_shape(func, i, dim_values) for i, _ in self.outputs]
-            return self._with_outputs(tensors, out_shapes), dim_values
+            out_layouts = [_output_layout(func, i, dim_values) for i, _ in self.outputs]
+            copied = any(t is not a for t, a in zip(tensors, args))
+            return self._with_outputs(tensors, out_layouts), dim_values, out_layouts, copied
         if len(args) != self.n_params:
             names = ", ".join(func.params[i].name for i in (self.inputs if self.allocates else range(self.n_params)))
             expected = f"{len(self.inputs)} ({names})" if self.allocates else f"{self.n_params} ({names})"
             raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
-        return check_tensors(func, range(self.n_params), args, self.written, dim_values), dim_values
+        tensors = check_tensors(func, range(self.n_params), args, self.written, dim_values)
+        return tensors, dim_values, [], any(t is not a for t, a in zip(tensors, args))
 
 
 def call_device(tensors) -> torch.device:
@@ -302,14 +352,18 @@ def derive_views(func: ir.PrimFunc, tensors: list, dim_values: dict) -> list:
     return out
 
 
-def _concrete_shape(func: ir.PrimFunc, index: int, dim_values: dict) -> list:
-    shape = []
-    for size in func.params[index].shape:
+def _output_layout(func: ir.PrimFunc, index: int, dim_values: dict) -> tuple:
+    """(shape, strides) of output `index` allocated by the runtime: its declared strides (a
+    `T.StridedTensor`), or None (contiguous)."""
+    param = func.params[index]
+    sizes = []
+    for size in (*param.shape, *(param.strides or ())):
         if isinstance(size, int):
-            shape.append(size)
-        elif isinstance(size, ir.Var) and size in dim_values:
-            shape.append(dim_values[size])
+            sizes.append(size)
+        elif isinstance(size, ir.Expr) and all(v in dim_values for v in walk(size) if isinstance(v, ir.Var)):
+            sizes.append(int(Evaluator(dim_values, None).scalar(size)))
         else:
-            raise ValueError(f"cannot allocate output '{func.params[index].name}': its dimension "
-                             f"{expr_str(size)} is not the size of any input dimension")
-    return shape
+            what = "dimension" if len(sizes) < param.ndim else "stride"
+            raise ValueError(f"cannot allocate output '{param.name}': its {what} {expr_str(size)} is not known "
+                             f"from the inputs")
+    return sizes[:param.ndim], (tuple(sizes[param.ndim:]) if param.strides is not None else None)

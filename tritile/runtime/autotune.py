@@ -66,6 +66,7 @@ import torch
 import tritile
 from tritile.errors import CompileError
 from tritile.runtime import cache
+from tritile.runtime.arguments import laid_out
 from tritile.runtime.jit import EagerJIT, LazyJIT
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import parse_target
@@ -380,7 +381,7 @@ class _LazyTrial(_Trial):
             return list(captured)
         if self.tuner.supply_prog is not None:
             return list(self.tuner.supply_prog(params))
-        return [_random_tensor(p, self.device) for p in params]
+        return [laid_out(p, _random_tensor(p, self.device), "autotune") for p in params]
 
     @staticmethod
     def ref_args(inputs: list) -> list:

@@ -303,11 +303,12 @@ def _annotated_params(tree: ast.FunctionDef, *kinds) -> list:
 
 
 def _is_tensor_annotation(node) -> bool:
-    """`T.Tensor(...)`, `T.Tensor[...]`, `T.Buffer...` (signature annotations like `x: bool` are constants)."""
+    """`T.Tensor(...)`, `T.Tensor[...]`, `T.Buffer...`, `T.StridedTensor(...)` (signature annotations like
+    `x: bool` are constants)."""
     if isinstance(node, (ast.Call, ast.Subscript)):
         head = node.func if isinstance(node, ast.Call) else node.value
         name = head.attr if isinstance(head, ast.Attribute) else getattr(head, "id", "")
-        return name in ("Tensor", "Buffer")
+        return name in ("Tensor", "Buffer", "StridedTensor")
     return False
 
 

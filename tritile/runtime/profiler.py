@@ -1,8 +1,8 @@
 """`kernel.get_profiler()`: TileLang's Profiler surface for checking and timing a kernel.
 
 `Profiler(kernel, tensor_supply_type)` makes inputs for the kernel's non-output parameters
-from their shapes and dtypes (random normal floats, random small integers; `T.dynamic` dims
-need `input_tensors`), on CUDA when a GPU is present, else on the CPU (the interpreter).
+from their shapes and dtypes (random normal floats, random small integers; laid out with a
+`T.StridedTensor`'s strides; `T.dynamic` dims or strides need `input_tensors`), on CUDA when a GPU is present, else on the CPU (the interpreter).
 `assert_allclose(ref_prog)` runs the kernel and `ref_prog(*inputs)` and compares every output
 with TileLang's mismatch budget; `do_bench(func=None)` times the kernel (or `func`) in ms with
 `triton.testing.do_bench` on CUDA and a wall clock on CPU.
@@ -15,6 +15,7 @@ import time
 import torch
 
 from tritile.ir import nodes as ir
+from tritile.runtime.arguments import laid_out
 
 
 class TensorSupplyType(enum.Enum):
@@ -28,6 +29,10 @@ class TensorSupplyType(enum.Enum):
 
 
 def _supply(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Tensor:
+    return laid_out(buffer, _values(buffer, kind, device), "get_profiler")
+
+
+def _values(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Tensor:
     shape = []
     for dim in buffer.shape:
         if not isinstance(dim, int):

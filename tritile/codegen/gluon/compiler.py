@@ -18,7 +18,8 @@ pre-allocated) and the runtime dims; everything not depending on the tensors (ho
 launcher, argument checks, dynamic-dim order) is prepared at compile time, and the launch
 itself goes through `tritile.runtime.launcher`.  The kernel's constant tables (the
 persistent tile schedule) are copied to each device once and passed after the tensors.
-Compile-time assumptions checked at launch: tensors contiguous, 16-byte aligned; the runtime
+Compile-time assumptions checked at launch: tensors contiguous (a `T.StridedTensor`'s strides are
+the `ArgumentBinder`'s to check), 16-byte aligned; the runtime
 dims a variant assumes multiples of 16 (`tt.divisibility`, `codegen/arg_attrs.py`) are the
 ones `JITKernel` chose it for.
 """
@@ -53,6 +54,7 @@ class GluonKernel(RuntimeVarsLookup):
         self._launcher = None  # tritile.runtime.launcher's, made on the first launch (needs the device)
         self._runtime_vars = list(func.runtime_vars)
         self._checks = [(p.name, p.dtype.torch) for p in func.params]
+        self._contiguous = [p.strides is None for p in func.params]  # a T.StridedTensor's are checked by the binder
         self.tables = tuple(tables)  # ((name, int32 values), ...): the kernel's constant tables
         self._table_tensors = {}  # device index -> the tables as int32 tensors there
 
@@ -66,12 +68,12 @@ class GluonKernel(RuntimeVarsLookup):
         that the runtime integers are multiples of what the kernel assumes) first."""
         if len(args) != len(self._checks):
             raise TypeError(f"{self.name} takes {len(self._checks)} tensors, got {len(args)}")
-        for t, (name, dtype) in zip(args, self._checks):
+        for t, (name, dtype), contiguous in zip(args, self._checks, self._contiguous):
             if not isinstance(t, torch.Tensor) or not t.is_cuda:
                 raise TypeError(f"argument {name} must be a CUDA tensor")
             if t.dtype != dtype:
                 raise TypeError(f"argument {name} must have dtype {dtype}, got {t.dtype}")
-            if not t.is_contiguous():
+            if contiguous and not t.is_contiguous():
                 raise ValueError(f"argument {name} must be contiguous")
         for own, var in zip(self.func.runtime_vars, self._runtime_vars):
             if own.multiple_of > 1 and int(dim_values[var]) % own.multiple_of:

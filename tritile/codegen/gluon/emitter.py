@@ -15,8 +15,9 @@ Output (`emit_module`): a `GeneratedKernel` whose `source` is a complete Python 
 Conventions of the generated code: names come from the user's program (buffers, loop and
 block vars; clashes get a numeric suffix, internal temporaries start with ``_``); every
 layout is a ``gl.constexpr`` declared at the top of the kernel; one statement per line.
-Global tensors are assumed contiguous (row-major strides are derived from their shapes),
-and their pointers 16-byte aligned; the runtime checks both before launching.
+Global tensors have row-major strides derived from their shapes (a `T.Tensor` is contiguous)
+or a `T.StridedTensor`'s declared ones, and 16-byte aligned pointers; the runtime checks both
+before launching.
 """
 from __future__ import annotations
 
@@ -346,7 +347,8 @@ class Emitter(SourceWriter):
         key = (self.param_index[id(buf)], block, rows_view, str(layout))  # one descriptor per smem encoding
         if key not in self.descriptors:
             name = self.fresh(f"{self.name(buf)}_desc")
-            self.descriptors[key] = DescriptorArg(name, key[0], block, buf.dtype, layout, rows_view)
+            self.descriptors[key] = DescriptorArg(name, key[0], block, buf.dtype, layout, rows_view,
+                                                  self.host_strides(buf))
         starts = [self.expr(x).text for x in region.starts]
         if rows_view:  # row = flattened index of (leading indices, row); the column start is 0 but for a 1-D tile
             row = starts[0] if len(starts) > 1 else "0"

@@ -13,7 +13,8 @@ A copy takes a descriptor only where that holds and the hardware and Triton 3.6 
 everything proved at compile time (else it keeps the masked ``tl.load`` / ``tl.store``):
 
 * the tensor (`DescriptorPlan.tensor_ok`): at most 5 dims; 1, 2 or 4-byte elements (not
-  bool); every stride but the last (row-major, from the shape) a multiple of 16 bytes; every
+  bool); every stride but the last (row-major, from the shape; a `T.StridedTensor`'s declared
+  ones, whose last must be 1) a multiple of 16 bytes; every
   dim positive (a static size, or a runtime one in the variant that knows it a multiple of 16,
   `ir/divisibility.py`: a descriptor cannot describe an empty dim, and a runtime size that
   may be 0 or ragged proves nothing); and either read only by the kernel (descriptor loads), or
@@ -38,7 +39,7 @@ import math
 
 from tritile.codegen.semantics import POINTER_TYPES
 from tritile.ir import nodes as ir
-from tritile.ir.instructions import is_multiple_of
+from tritile.ir.instructions import is_multiple_of, strides_allow_rows
 from tritile.ir.padding import is_padded
 from tritile.ir.transform import walk, written_buffer
 from tritile.switches import schedule_switch
@@ -96,6 +97,8 @@ def tensor_ok(buf: ir.Buffer) -> bool:
     if not 1 <= len(buf.shape) <= MAX_RANK or not all(_known_positive(d) for d in buf.shape):
         return False
     per = ALIGN // math.gcd(ALIGN, dtype.itemsize)  # elements in 16 bytes
+    if buf.strides is not None:  # a T.StridedTensor: its declared strides
+        return strides_allow_rows(buf, per)
     factor = 1  # a known factor of the stride of dim d: the product of the dims after it
     for d in reversed(buf.shape[1:]):
         factor *= d if isinstance(d, int) else d.multiple_of

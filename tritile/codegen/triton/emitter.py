@@ -18,8 +18,9 @@ and written by `load_tile` / `store_tile`: through a TMA descriptor argument whe
 sm_100), else a masked ``tl.load`` / ``tl.store``.
 
 Conventions: names come from the user's program (clashes get a numeric suffix,
-temporaries start with ``_``); global tensors are contiguous (row-major strides derived
-from their shapes) - the runtime checks both before a launch.
+temporaries start with ``_``); a global tensor's strides are row-major ones derived from its
+shape (a contiguous `T.Tensor`) or a `T.StridedTensor`'s declared ones - the runtime checks
+them before a launch.
 """
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ class Emitter(SourceWriter):
         buf = region.buffer
         key = (self.param_index[id(buf)], box)
         if key not in self.descriptors:
-            self.descriptors[key] = DescriptorArg(self.fresh(f"{self.name(buf)}_desc"), key[0], box, buf.dtype)
+            self.descriptors[key] = DescriptorArg(self.fresh(f"{self.name(buf)}_desc"), key[0], box, buf.dtype,
+                                                  strides=self.host_strides(buf))
         return self.descriptors[key].name
 
     def _starts(self, region: ir.Region) -> str:

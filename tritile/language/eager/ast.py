@@ -50,7 +50,7 @@ def mutate(func) -> IRGenerator:
 
 def _body_annotated_params(src: FunctionSource) -> dict:
     """{parameter: dtype | T.Tensor} for each parameter annotated in the body's top level
-    (`A: T.Tensor[...]`, `n: T.int32`), as TileLang's mutator collects them."""
+    (`A: T.Tensor[...]`, `A: T.StridedTensor(...)`, `n: T.int32`), as TileLang's mutator collects them."""
     from tritile import language as T
 
     args = src.tree.args
@@ -66,7 +66,7 @@ def _body_annotated_params(src: FunctionSource) -> dict:
         value = _value_of(head, src)
         if isinstance(value, DType):
             hints[stmt.target.id] = value
-        elif value is T.Tensor:
+        elif value is T.Tensor or value is T.StridedTensor:
             hints[stmt.target.id] = T.Tensor
     return hints
 
