@@ -37,6 +37,39 @@ def test_attention_forward_and_backward_match_sdpa(dtype, heads_kv, seq_q, seq_k
         torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol, msg=name)
 
 
+def qkv_views(batch, seq, heads, dim, dtype, device="cpu"):
+    """q, k, v [batch, heads, seq, dim] as a transformer slices them out of one fused projection
+    (strides (seq * 3 * heads * dim, dim, 3 * heads * dim, 1)), and the projection."""
+    qkv = torch.randn(batch, seq, 3 * heads * dim, device=device).to(dtype).requires_grad_()
+    return (*qkv.view(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4), qkv)
+
+
+@pytest.mark.parametrize("dtype, causal", [(torch.float32, True), (torch.float16, False)])
+def test_attention_reads_views_of_a_fused_projection_in_place(dtype, causal, monkeypatch):
+    """q, k, v sliced out of a qkv projection and the output's gradient (a transposed [batch, seq,
+    heads, dim] tensor) reach the kernels as they are (declared T.StridedTensor, no copy), and the
+    output comes back laid out [batch, seq, heads, dim], as SDPA's does."""
+    from tritile.ops import attention as ops
+
+    copied = []
+    contiguous = torch.Tensor.contiguous
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda t, *a, **k: copied.append(t.shape) or contiguous(t, *a, **k))
+    batch, seq, heads, dim = 2, 48, 2, 32
+    q, k, v, qkv = qkv_views(batch, seq, heads, dim, dtype)
+    out = attention(q, k, v, causal)
+    assert out.stride() == (seq * heads * dim, dim, heads * dim, 1)
+    grad = torch.randn(batch, seq, heads * dim, dtype=dtype)
+    out.transpose(1, 2).reshape(batch, seq, heads * dim).backward(grad)
+    assert copied == []
+    expected = reference(q, k, v, grad.view(batch, seq, heads, dim).transpose(1, 2), is_causal=causal)
+    expected_qkv = torch.stack([g.transpose(1, 2) for g in expected[1:]], dim=2).reshape(qkv.shape)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(out.float(), expected[0], rtol=tol, atol=tol)
+    torch.testing.assert_close(qkv.grad.float(), expected_qkv, rtol=tol, atol=tol)
+    sources = [kernel.get_source("tile") for kernel in ops._forwards.values()]
+    assert any("Q: T.StridedTensor" in text and "Output: T.StridedTensor" in text for text in sources)
+
+
 def test_the_forward_returns_the_log_sum_exp():
     q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
     out, lse = torch.ops.tritile.attention(q, k, v, False, None)

@@ -124,19 +124,30 @@ def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stage
     return rows
 
 
+def global_tensor(shape, dtype, strides=None):
+    """`T.Tensor(shape, dtype)`, or with `strides` (a view the caller passes as it is: q / k / v
+    sliced out of a fused projection, an output laid out [batch, seq, heads, dim])
+    `T.StridedTensor(shape, strides, dtype)`."""
+    return T.Tensor(shape, dtype) if strides is None else T.StridedTensor(shape, strides, dtype)
+
+
 @tritile.jit(out_idx=[3, 4])
 def flashattn_fwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=64, num_stages=1, threads=128,
-                  seq_kv=None, groups=1, sm_scale=None, dtype="float16"):
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None):
+    """O and the log-sum-exp; `strides` (None: all contiguous) maps "Q", "K", "V", "O" to the
+    strides of a view (`views_of`)."""
     seq_kv = seq if seq_kv is None else seq_kv
     scale = ((1.0 / dim) ** 0.5 if sm_scale is None else sm_scale) * LOG2E
     q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
     accum_dtype = "float"
+    strides = dict(strides or ())
     rows = attention_rows(seq_kv, 0, dim, is_causal, block_M, block_N, num_stages, dtype, accum_dtype,
                           sm_scale, groups)
+    q_type, o_type = global_tensor(q_shape, dtype, strides.get("Q")), global_tensor(q_shape, dtype, strides.get("O"))
+    k_type, v_type = (global_tensor(kv_shape, dtype, strides.get(name)) for name in ("K", "V"))
 
     @T.prim_func
-    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
-             Output: T.Tensor(q_shape, dtype), LSE: T.Tensor([batch, heads, seq], accum_dtype)):
+    def main(Q: q_type, K: k_type, V: v_type, Output: o_type, LSE: T.Tensor([batch, heads, seq], accum_dtype)):
         with T.Kernel(T.ceildiv(seq, block_M), heads, batch, threads=threads) as (bx, by, bz):
             acc_o, logsum, scores_max = rows(Q, K, V, bx, by, bz)
             for i, j in T.Parallel(block_M, dim):
@@ -150,12 +161,13 @@ def flashattn_fwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=64, num
 
 
 @tritile.jit(out_idx=[2])
-def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16"):
+def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16", strides=None):
     shape = [batch, heads, seq, dim]
+    strides = dict(strides or ())
+    o_type, do_type = (global_tensor(shape, dtype, strides.get(name)) for name in ("O", "dO"))
 
     @T.prim_func
-    def main(O: T.Tensor(shape, dtype), dO: T.Tensor(shape, dtype),
-             Delta: T.Tensor([batch, heads, seq], "float")):
+    def main(O: o_type, dO: do_type, Delta: T.Tensor([batch, heads, seq], "float")):
         with T.Kernel(T.ceildiv(seq, block), heads, batch, threads=128) as (bx, by, bz):
             o = T.alloc_fragment([block, dim], "float")
             do = T.alloc_fragment([block, dim], "float")
@@ -172,19 +184,22 @@ def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16"):
 
 @tritile.jit
 def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num_stages=1, threads=128,
-                  seq_kv=None, groups=1, sm_scale=None, dtype="float16"):
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None):
     """dQ (float32, added atomically), dK and dV; with `groups` > 1 dK / dV are float32 per query
-    head ([batch, heads, seq_kv, dim]), for the caller to sum over each group."""
+    head ([batch, heads, seq_kv, dim]), for the caller to sum over each group.  `strides` maps
+    "Q", "K", "V", "dO" to the strides of a view."""
     seq_kv = seq if seq_kv is None else seq_kv
     sm_scale = (1.0 / dim) ** 0.5 if sm_scale is None else sm_scale
     scale = sm_scale * LOG2E
     q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
     accum_dtype = "float"
     grad_kv_dtype = dtype if groups == 1 else accum_dtype
+    strides = dict(strides or ())
+    q_type, do_type = (global_tensor(q_shape, dtype, strides.get(name)) for name in ("Q", "dO"))
+    k_type, v_type = (global_tensor(kv_shape, dtype, strides.get(name)) for name in ("K", "V"))
 
     @T.prim_func
-    def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
-             dO: T.Tensor(q_shape, dtype), LSE: T.Tensor([batch, heads, seq], accum_dtype),
+    def main(Q: q_type, K: k_type, V: v_type, dO: do_type, LSE: T.Tensor([batch, heads, seq], accum_dtype),
              Delta: T.Tensor([batch, heads, seq], accum_dtype), dQ: T.Tensor(q_shape, accum_dtype),
              dK: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype),
              dV: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype)):
@@ -296,6 +311,19 @@ def check_attention_arguments(q, k, v, is_causal: bool) -> None:
         raise error(f"tritile.attention: {refusal}")
 
 
+def as_passed(t: torch.Tensor) -> torch.Tensor:
+    """`t` as the kernels take it: as it is when its rows are contiguous (a view whose head dim
+    has stride 1: q / k / v sliced out of a fused projection, a transposed [batch, seq, heads,
+    dim] tensor), else a contiguous copy."""
+    return t if t.is_contiguous() or t.stride(-1) == 1 else t.contiguous()
+
+
+def views_of(**tensors) -> tuple:
+    """(name, strides) of each of `tensors` (as `as_passed` gives them) that is a view: the
+    kernels declare those `T.StridedTensor`s and read them in place."""
+    return tuple((name, tuple(t.stride())) for name, t in tensors.items() if not t.is_contiguous())
+
+
 def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
     batch, heads, seq, dim = q.shape
     return dict(batch=batch, heads=heads, seq=seq, dim=dim, is_causal=is_causal, seq_kv=k.shape[2],
@@ -314,7 +342,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
         kernel = _forwards[signature(q, k, v), is_causal, scale]
     except MISSES:
         kernel = _first_attention(q, k, v, is_causal, scale)
-    out, lse = kernel(q.contiguous(), k.contiguous(), v.contiguous())
+    out, lse = kernel(as_passed(q), as_passed(k), as_passed(v))
     return out, lse
 
 
@@ -323,7 +351,13 @@ def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
     `_attention` has not seen, remembered."""
     check_attention_arguments(q, k, v, is_causal)
     args = _kernel_args(q, k, is_causal, scale)
-    kernel = flashattn_fwd(**args, **tile_config(q.device.type, args["dim"])["fwd"])
+    batch, heads, seq, dim = q.shape
+    q, k, v = (as_passed(t) for t in (q, k, v))
+    # an output laid out as the query view's rows ([batch, seq, heads, dim], FlashAttention's and
+    # SDPA's): its `transpose(1, 2).reshape(batch, seq, heads * dim)` is then free
+    out_strides = None if q.is_contiguous() else (seq * heads * dim, dim, heads * dim, 1)
+    strides = views_of(Q=q, K=k, V=v) + ((("O", out_strides),) if out_strides else ())
+    kernel = flashattn_fwd(**args, strides=strides or None, **tile_config(q.device.type, args["dim"])["fwd"])
     return _forwards.remember((signature(q, k, v), is_causal, scale), kernel)
 
 
@@ -337,14 +371,16 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     """dq, dk, dv of `tritile.attention` from its output, log-sum-exp and the output's gradient."""
     args = _kernel_args(q, k, is_causal, scale)
     batch, heads, seq, dim = q.shape
-    q, k, v, out, grad_out = (t.contiguous() for t in (q, k, v, out, grad_out))
-    delta = flashattn_bwd_preprocess(batch, heads, seq, dim, dtype=args["dtype"])(out, grad_out)
+    q, k, v, out, grad_out = (as_passed(t) for t in (q, k, v, out, grad_out))
+    delta = flashattn_bwd_preprocess(batch, heads, seq, dim, dtype=args["dtype"],
+                                     strides=views_of(O=out, dO=grad_out) or None)(out, grad_out)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     groups = args["groups"]
     grad_kv_dtype = q.dtype if groups == 1 else torch.float32
     dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
     config = tile_config(q.device.type, dim)["bwd"]
-    flashattn_bwd(**args, **config)(q, k, v, grad_out, lse, delta, dq, dk, dv)
+    flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(q, k, v, grad_out, lse,
+                                                                                         delta, dq, dk, dv)
     if groups > 1:  # per query head -> per K/V head
         dk, dv = (t.view(batch, heads // groups, groups, *t.shape[2:]).sum(2).to(q.dtype) for t in (dk, dv))
     return dq.to(q.dtype), dk, dv
