@@ -324,6 +324,16 @@ def views_of(**tensors) -> tuple:
     return tuple((name, tuple(t.stride())) for name, t in tensors.items() if not t.is_contiguous())
 
 
+def output_strides(q: torch.Tensor) -> Optional[tuple]:
+    """The output's strides: None (contiguous) for a contiguous q, else those of a [batch, seq,
+    heads, dim] layout (FlashAttention's and SDPA's for a query view), whose `transpose(1, 2)
+    .reshape(batch, seq, heads * dim)` is free."""
+    if as_passed(q).is_contiguous():
+        return None
+    batch, heads, seq, dim = q.shape
+    return (seq * heads * dim, dim, heads * dim, 1)
+
+
 def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
     batch, heads, seq, dim = q.shape
     return dict(batch=batch, heads=heads, seq=seq, dim=dim, is_causal=is_causal, seq_kv=k.shape[2],
@@ -351,11 +361,8 @@ def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
     `_attention` has not seen, remembered."""
     check_attention_arguments(q, k, v, is_causal)
     args = _kernel_args(q, k, is_causal, scale)
-    batch, heads, seq, dim = q.shape
     q, k, v = (as_passed(t) for t in (q, k, v))
-    # an output laid out as the query view's rows ([batch, seq, heads, dim], FlashAttention's and
-    # SDPA's): its `transpose(1, 2).reshape(batch, seq, heads * dim)` is then free
-    out_strides = None if q.is_contiguous() else (seq * heads * dim, dim, heads * dim, 1)
+    out_strides = output_strides(q)
     strides = views_of(Q=q, K=k, V=v) + ((("O", out_strides),) if out_strides else ())
     kernel = flashattn_fwd(**args, strides=strides or None, **tile_config(q.device.type, args["dim"])["fwd"])
     return _forwards.remember((signature(q, k, v), is_causal, scale), kernel)
@@ -363,7 +370,9 @@ def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
 
 def _attention_fake(q, k, v, is_causal=False, scale=None):
     check_attention_arguments(q, k, v, is_causal)
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    strides = output_strides(q)
+    out = q.new_empty(q.shape) if strides is None else q.new_empty_strided(q.shape, strides)
+    return out, q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
