@@ -205,26 +205,37 @@ def decode_combine(batch, heads, num_split, dim, threads=128):
     return main
 
 
+def unsplit_attention(attend, batch, heads, kv_heads, seq, dim, block_H, threads):
+    """`decode_fused` without a split: (Q, K, V) -> Output, each program writing the fp16
+    output of its kv head's `groups` heads itself."""
+    groups = heads // kv_heads
+    q_shape, kv_shape = [batch, heads, dim], [batch, kv_heads, seq, dim]
+
+    @T.prim_func
+    def main(Q: T.Tensor(q_shape, "float16"), K: T.Tensor(kv_shape, "float16"), V: T.Tensor(kv_shape, "float16"),
+             Output: T.Tensor(q_shape, "float16")):
+        with T.Kernel(1, kv_heads, batch, threads=threads) as (sid, hid, bid):
+            acc_o, logsum, _ = attend(Q, K, V, sid, hid, bid)
+            for i, j in T.Parallel(block_H, dim):
+                if i < groups:
+                    Output[bid, hid * groups + i, j] = acc_o[i, j] / logsum[i]
+
+    return main
+
+
 @tritile.jit(out_idx=[-1])
 def decode_fused(batch, heads, kv_heads, seq, dim, num_split, block_N=128, block_H=64, num_stages=2, threads=128):
     """One kernel: (Q, K, V, O_partial, LSE_partial, Count) -> Output, the last of a (batch, kv
     head)'s `num_split` programs combining its heads (module docstring); Count (batch, kv_heads)
     int32 must be 0 before the first call and is 0 again after each.  With `num_split=1`:
     (Q, K, V) -> Output, written by the one program."""
-    groups = heads // kv_heads
     attend = split_attention(heads, kv_heads, seq, dim, num_split, block_N, block_H, num_stages)
+    if num_split == 1:
+        return unsplit_attention(attend, batch, heads, kv_heads, seq, dim, block_H, threads)
+    groups = heads // kv_heads
+    q_shape, kv_shape = [batch, heads, dim], [batch, kv_heads, seq, dim]
     store = store_partial(heads, kv_heads, dim, block_H)
     combine = combine_heads(groups, num_split, dim)
-    q_shape, kv_shape = [batch, heads, dim], [batch, kv_heads, seq, dim]
-
-    @T.prim_func
-    def unsplit(Q: T.Tensor(q_shape, "float16"), K: T.Tensor(kv_shape, "float16"), V: T.Tensor(kv_shape, "float16"),
-                Output: T.Tensor(q_shape, "float16")):
-        with T.Kernel(1, kv_heads, batch, threads=threads) as (sid, hid, bid):
-            acc_o, logsum, _ = attend(Q, K, V, sid, hid, bid)
-            for i, j in T.Parallel(block_H, dim):
-                if i < groups:
-                    Output[bid, hid * groups + i, j] = acc_o[i, j] / logsum[i]
 
     @T.prim_func
     def main(Q: T.Tensor(q_shape, "float16"), K: T.Tensor(kv_shape, "float16"), V: T.Tensor(kv_shape, "float16"),
@@ -240,7 +251,7 @@ def decode_fused(batch, heads, kv_heads, seq, dim, num_split, block_N=128, block
                 combine(O_partial, LSE_partial, Output, bid, hid * groups)
                 Count[bid, hid] = 0
 
-    return unsplit if num_split == 1 else main
+    return main
 
 
 def tile_config(device_type: str, batch: int, kv_heads: int, seq: int) -> dict:
