@@ -20,8 +20,7 @@ exp2(lse - max lse), in split order 0 .. num_split - 1, normalised.  Two ways to
   combine reads every split, its own included, from memory in split order.  Without a split
   (`num_split=1`) the program writes the fp16 output itself.
 
-Why the last program sees the other programs' partials (PTX memory model, sm_90; the generated
-code is checked in tests/test_kernels_flash_decoding.py):
+Why the last program sees the other programs' partials (PTX memory model, sm_90):
 1. every thread of a split program stores its part of the partials (weak `st.global`), then
    `T.sync_threads()` (`bar.sync 0`) orders those stores before thread 0's next operation;
 2. thread 0 alone runs the counter's `atom.global.gpu.acq_rel.add` (a scalar atomic is one
@@ -32,14 +31,17 @@ code is checked in tests/test_kernels_flash_decoding.py):
    num_split programs' stores before it in causality order;
 4. thread 0 hands the atomic's result to the other threads through shared memory and a second
    `bar.sync` (Triton's lowering again), which orders its acquire before every thread's loads.
-So by causality order the combine's loads cannot return a value older than the partials
-(plain `ld.global` suffices; the hardware's gpu-scope acquire invalidates the SM's L1, so no
-stale line serves them).  What would not be covered: loads through the non-coherent path
+The counter's reset needs nothing more: the last arrival saw all num_split increments of the call
+before its own, and the next call's kernel starts after this one ends (stream order).
+By causality order the combine's loads cannot return a value older than the partials:
+plain `ld.global` suffices.  (ptxas implements it so: `MEMBAR.ALL.GPU` before the atomic,
+`CCTL.IVALL` - the SM's L1 invalidated - after it, before the barrier, so no stale L1 line
+serves the loads.)  What would not be covered: loads through the non-coherent path
 (`ld.global.nc`) or through the async proxy (TMA, `cp.async.bulk`) without a proxy fence.  The
 combine therefore reads the partials with element reads inside `T.Parallel`, which both
-backends emit as plain masked loads, never as TMA; the tests check that no `.nc` load and no
-bulk copy follows the atomic in the sm_90 PTX.  The counters and partials of a decoder are kept
-per device and CUDA stream (`decoder`): concurrent calls on two streams do not share them.
+backends emit as plain masked loads, never as TMA.  tests/test_kernels_flash_decoding.py checks
+all of this on the sm_90 PTX and SASS of both backends.  The counters and partials of a
+decoder are kept per device and CUDA stream (`decoder`): calls on two streams do not share them.
 
 Runs on CUDA when available, else on the CPU reference interpreter with small sizes.
 Run: ``python examples/flash_decoding.py``.

@@ -8,10 +8,16 @@ plain `ld.global` after it (module docstring of the example: why that is enough)
 import itertools
 import random
 import re
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+import triton
 from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from triton.backends.nvidia.compiler import get_ptxas
 
 import tritile
 from tritile.interpreter import executor
@@ -122,7 +128,27 @@ def test_fused_kernel_on_sm90_orders_partials_counter_and_combine(backend):
     loads = re.findall(r"ld\.global\S*", combine)
     assert len(loads) >= 4 and all(".nc" not in load for load in loads), loads  # coherent loads of 4 splits
     assert not re.findall(r"cp\.async\S*\.shared\S*\.global", combine)  # no async-proxy (TMA / cp.async) reads
-    assert "gpu.acq_rel" in combine.splitlines()[0]
+    sass = sass_from_the_counter(kernel.get_source("ptx"))
+    # ptxas's release and acquire: a gpu-scope fence before the atomic, the SM's L1 invalidated
+    # after it and before the barrier that lets the other threads load
+    assert re.search(r"MEMBAR\.ALL\.GPU[^\n]*\n(.*\n){0,6}.*ATOMG\.E\.ADD\.STRONG\.GPU", sass["before"]), sass["before"]
+    invalidate, barrier = sass["after"].find("CCTL.IVALL"), sass["after"].find("BAR.SYNC")
+    assert 0 <= invalidate < barrier < sass["after"].find("LDG"), sass["after"][:2000]
+    assert "CONSTANT" not in sass["after"]  # no load through the non-coherent (read-only) path
+
+
+def sass_from_the_counter(ptx: str) -> dict:
+    """The sm_90a SASS (ptxas and cuobjdump of Triton's toolchain) of `ptx`, split at the counter's
+    atomic: "before" holds the lines up to and including it, "after" the rest."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        src.write_text(ptx)
+        subprocess.run([get_ptxas(90).path, "-arch=sm_90a", str(src), "-o", str(cubin)], check=True)
+        sass = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-sass", str(cubin)], capture_output=True, text=True,
+                              check=True).stdout
+    lines = sass.splitlines()
+    [atomic] = [i for i, line in enumerate(lines) if "ATOMG" in line]
+    return {"before": "\n".join(lines[max(0, atomic - 8):atomic + 1]), "after": "\n".join(lines[atomic + 1:])}
 
 
 def test_fused_kernel_without_a_split_has_no_counter():
