@@ -21,7 +21,8 @@ exp2(lse - max lse), in split order 0 .. num_split - 1, normalised.  Two ways to
   (`num_split=1`) the program writes the fp16 output itself.
 
 Why the last program sees the other programs' partials (PTX memory model, sm_90):
-1. every thread of a split program stores its part of the partials (weak `st.global`), then
+1. every thread of a split program stores its part of the partials (weak `st.global`: element
+   stores inside `T.Parallel`, never a TMA store, which the barrier would not order), then
    `T.sync_threads()` (`bar.sync 0`) orders those stores before thread 0's next operation;
 2. thread 0 alone runs the counter's `atom.global.gpu.acq_rel.add` (a scalar atomic is one
    thread's in Triton's lowering): a release at gpu scope, cumulative over what the barrier

@@ -115,6 +115,8 @@ def after_the_counter(ptx: str) -> str:
     atomic = ptx.index("atom.global.gpu.acq_rel.add")
     last_store = ptx.rfind("st.global", 0, atomic)
     assert 0 <= last_store < ptx.rfind("bar.sync", 0, atomic)
+    # no partial leaves through a bulk (TMA) store, which the barrier would not order
+    assert not re.search(r"cp\.async\.bulk\S*\.global\.shared", ptx[:atomic])
     return ptx[atomic:]
 
 
