@@ -56,14 +56,17 @@ LOG2E = 1.44269504
 FUSED = True  # `gqa_decode`'s default: one kernel (`decode_fused`) rather than split + combine
 
 
+def keys_per_split(seq: int, num_split: int, block_N: int) -> int:
+    """Keys per split: whole `block_N`-key tiles, so splits never share one."""
+    return -(-(-(-seq // num_split)) // block_N) * block_N
+
+
 def split_keys(seq: int, num_split: int, block_N: int) -> int:
-    """Keys per split: whole `block_N`-key tiles, so splits never share one.  A split count
-    that would leave the last split without a key is a ValueError (its log-sum-exp would be
-    -inf and its output 0 / 0)."""
+    """`keys_per_split`, where a split count that would leave the last split without a key is a
+    ValueError (its log-sum-exp would be -inf and its output 0 / 0)."""
     if num_split < 1:
         raise ValueError(f"num_split must be at least 1, not {num_split}")
-    chunk = -(-seq // num_split)
-    chunk = -(-chunk // block_N) * block_N
+    chunk = keys_per_split(seq, num_split, block_N)
     if (num_split - 1) * chunk >= seq:
         raise ValueError(f"num_split={num_split} leaves split {num_split - 1} without keys "
                          f"(seq={seq} in splits of {chunk} keys: block_N={block_N} tiles)")
@@ -258,16 +261,22 @@ def decode_fused(batch, heads, kv_heads, seq, dim, num_split, block_N=128, block
 
 
 def tile_config(device_type: str, batch: int, kv_heads: int, seq: int) -> dict:
-    """Small tiles for the CPU interpreter.  On CUDA: 128-key tiles, and as many splits (a power
-    of two, up to 16) as it takes for batch * kv_heads * splits to cover the H100's 132 SMs;
-    three stages without a split, two with (an H100 sweep, bench/NOTES.md session 16: 2.92
-    against 2.71 TB/s unsplit at 64x32/8x8192x128; at 8x64/8x32768 four splits, 2.79)."""
+    """Small tiles for the CPU interpreter (two splits).  On CUDA: 128-key tiles, and as many
+    splits (a power of two, up to 16) as it takes for batch * kv_heads * splits to cover the
+    H100's 132 SMs; three stages without a split, two with (an H100 sweep, bench/NOTES.md session
+    16: 2.92 against 2.71 TB/s unsplit at 64x32/8x8192x128; at 8x64/8x32768 four splits, 2.79).
+    Either way halved while the last split would get no key (short caches)."""
     if device_type != "cuda":
-        return dict(block_N=32, block_H=16, num_split=2, num_stages=1)
-    splits = 1
-    while splits < 16 and batch * kv_heads * splits < 132 and seq // (splits * 2) >= 128:
-        splits *= 2
-    return dict(block_N=128, block_H=64, num_split=splits, num_stages=3 if splits == 1 else 2)
+        block_N, splits = 32, 2
+    else:
+        block_N, splits = 128, 1
+        while splits < 16 and batch * kv_heads * splits < 132 and seq // (splits * 2) >= 128:
+            splits *= 2
+    while splits > 1 and (splits - 1) * keys_per_split(seq, splits, block_N) >= seq:
+        splits //= 2
+    if device_type != "cuda":
+        return dict(block_N=block_N, block_H=16, num_split=splits, num_stages=1)
+    return dict(block_N=block_N, block_H=64, num_split=splits, num_stages=3 if splits == 1 else 2)
 
 
 def decoder(batch, heads, kv_heads, seq, dim, device_type="cuda", fused=None, rebuild=None, **tiles):

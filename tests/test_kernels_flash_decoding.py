@@ -107,6 +107,21 @@ def test_a_split_without_keys_is_a_value_error():
         D.decoder(BATCH, HEADS, KV_HEADS, 200, DIM, "cpu", fused=False, num_split=8, **TILES)
 
 
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_tile_config_leaves_no_split_without_keys(device_type):
+    """Short caches take fewer splits (1 x 8 kv heads x 2100 keys would have asked for 16 splits of
+    256 keys, 9 of them empty)."""
+    for batch, kv_heads, seq in [(1, 8, 2100), (1, 1, 20), (1, 8, 130), (2, 1, 33), (8, 8, 32768)]:
+        config = D.tile_config(device_type, batch, kv_heads, seq)
+        D.split_keys(seq, config["num_split"], config["block_N"])
+    assert D.tile_config("cuda", 1, 8, 2100)["num_split"] == 4 and D.tile_config("cpu", 1, 1, 20)["num_split"] == 1
+
+
+def test_gqa_decode_of_a_cache_shorter_than_two_splits(device, assert_close):
+    q, k, v = inputs(20, device)
+    assert_close(D.gqa_decode(q, k, v), reference(q, k, v))
+
+
 def after_the_counter(ptx: str) -> str:
     """The PTX from the counter's atomic on, checked that every partial store comes before a
     bar.sync that comes before the atomic."""
