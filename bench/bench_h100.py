@@ -296,7 +296,7 @@ def fp8_rows(sizes, log, peer):
 
 
 def decode_rows(cases, log):
-    """GQA decoding (examples/flash_decoding.py: split KV and combine), q (B, Hq, D) against K / V
+    """GQA decoding (examples/flash_decoding.py's default path), q (B, Hq, D) against K / V
     (B, Hkv, S, D), fp16, against SDPA's cuDNN backend (`enable_gqa=True`) and a device copy of as
     many bytes (read and written): bandwidth-bound, so TB/s of the K / V cache read (the copy: bytes
     read + written), not TFLOP/s."""
@@ -335,14 +335,10 @@ def decode_rows(cases, log):
     return rows
 
 
-def tritile_decoder(D, B: int, Hq: int, Hkv: int, S: int, dim: int, backend: str):
-    """examples/flash_decoding.py's `gqa_decode` with its kernels built by `backend`."""
-    config = D.tile_config("cuda", B, Hkv, S)
-    split = on_backend(D.decode_split, backend)(B, Hq, Hkv, S, dim, **config)
-    if config["num_split"] == 1:
-        return lambda q, k, v: split(q, k, v)[0][:, :, 0].to(q.dtype)
-    combine = on_backend(D.decode_combine, backend)(B, Hq, config["num_split"], dim)
-    return lambda q, k, v: combine(*split(q, k, v))
+def tritile_decoder(D, B: int, Hq: int, Hkv: int, S: int, dim: int, backend: str, fused=None):
+    """examples/flash_decoding.py's decoding call (`decoder`: its default path, one kernel or split
+    + combine, unless `fused` says which) with its kernels built by `backend`."""
+    return D.decoder(B, Hq, Hkv, S, dim, "cuda", fused=fused, rebuild=lambda f: on_backend(f, backend))
 
 
 def overheads(log):

@@ -52,7 +52,8 @@ def load_example(name: str):
 def save(path, rows: list) -> None:
     import triton
 
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (interpreter: a dry run)"
+    result = {"device": device, "torch": torch.__version__, "triton": triton.__version__,
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

@@ -117,6 +117,27 @@ def test_decode_row_reads_bandwidth_and_the_copy(bench):
     assert row["tritile"] == pytest.approx(cache_bytes / 1e-3 / 1e12) and row["of_copy"] == pytest.approx(1.0)
 
 
+def test_flash_decoding_fused_dry_run_checks_and_times_every_candidate(monkeypatch, tmp_path):
+    """bench/flash_decoding_h100.py --fused --dry: the one-kernel comparison at tiny shapes on the
+    interpreter - every tritile candidate checked against SDPA and timed, cuDNN's failure on the
+    CPU recorded, the json written with its rows."""
+    monkeypatch.syspath_prepend(BENCH)
+    import bench_h100
+    import flash_decoding_h100
+
+    monkeypatch.setattr(bench_h100, "bench", bench_h100.bench)  # --dry replaces it; restored after the test
+    torch.manual_seed(6)
+    out = tmp_path / "fused.json"
+    rows = flash_decoding_h100.main(["--fused", "--dry", "--out", str(out)])
+    assert json.loads(out.read_text())["rows"] == rows and len(rows) == len(flash_decoding_h100.DRY_SHAPES)
+    names = {"two_kernel", "fused", "fused_num_split1", "fused_num_split3"}
+    for row in rows:
+        assert set(row["configs"]) == names and row["configs"]["fused_num_split3"]["num_split"] == 3
+        for name in names:
+            assert row[name + "_rel_err"] < 1e-2 and row["ms"][name] > 0 and name in row["of_copy"], (name, row)
+        assert "cudnn_error" in row and row["ratio_to_cudnn"] is None
+
+
 @pytest.fixture
 def peer(monkeypatch, tmp_path):
     """tilelang_peer with its import forgotten and a fake TileLang site at tmp_path."""

@@ -26,7 +26,9 @@ TARGETS = {"sm90": Target("cuda", 90), "sm80": Target("cuda", 80)}
 # {case id: the backend's error} for the kernels the Gluon backend cannot compile yet (none today).
 BACKEND_GAPS = {}
 # cases the hardware of an older target cannot run at all: the minimum architecture
-MIN_ARCH = {"kernels_examples::gemm_fp8-cuda_config": 89}  # e4m3 arithmetic: sm_89+ (Triton: "fp8e4nv not supported")
+MIN_ARCH = {"kernels_examples::gemm_fp8-cuda_config": 89,  # e4m3 arithmetic: sm_89+ (Triton: "fp8e4nv not supported")
+            # the H100 tiles without a split: three stages of 128-key K and V tiles, 213 KB of shared memory
+            "kernels_examples::flash_decoding-fused-unsplit": 90}
 
 
 def compile_cases():

@@ -60,6 +60,10 @@ COMPILE_CASES = {
     "flash_decoding-split": lambda: load_example("flash_decoding").decode_split(
         8, 64, 8, 32768, 128, **load_example("flash_decoding").tile_config("cuda", 8, 8, 32768)),
     "flash_decoding-combine": lambda: load_example("flash_decoding").decode_combine(8, 64, 4, 128),
+    "flash_decoding-fused": lambda: load_example("flash_decoding").decode_fused(
+        8, 64, 8, 32768, 128, **load_example("flash_decoding").tile_config("cuda", 8, 8, 32768)),
+    "flash_decoding-fused-unsplit": lambda: load_example("flash_decoding").decode_fused(
+        64, 32, 8, 8192, 128, **load_example("flash_decoding").tile_config("cuda", 64, 8, 8192)),
     "gemm_fp8-cuda_config": lambda: load_example("gemm_fp8").gemm_fp8(1024, 1024, 4096,
                                                                       **load_example("gemm_fp8").tile_config("cuda")),
 }
