@@ -86,6 +86,24 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
 
 
+def test_backward_adds_dq_by_16_byte_atomics_without_masks(monkeypatch):
+    """dQ's tile atomic per step: its rows (j * 64 for j < 4096 / 64), head and batch (block
+    indices below the grid) stay inside dQ, so it has no mask, and the wgmma accumulator
+    (64 x 128 float32, 2 contiguous a thread) is converted to the coalesced layout: 8
+    `atom...v4.f32` a thread per step (16 in the PTX: the loop and its last step), all
+    unpredicated - where the kernel had 16 v2 ones a step, each behind a branch on
+    `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits beside the buffers."""
+    kernel = flash_bwd_kernel(128, False, monkeypatch)
+    atomics = [line.strip() for line in kernel.get_source("gluon").splitlines() if "gl.atomic_add(" in line]
+    assert len(atomics) == 2 and all("mask=" not in a and "gl.convert_layout(dq" in a for a in atomics), atomics
+    ptx = kernel.get_source("ptx")
+    ops = re.findall(r"(?:@(%p\d+)\s+)?((?:atom|red)\.global\S*)", ptx)
+    assert [op for _, op in ops] == ["atom.global.gpu.relaxed.add.v4.f32"] * 16, ops
+    always = set(re.findall(r"mov\.pred\s+(%p\d+), -1;", ptx))
+    assert all(not pred or pred in always for pred, _ in ops), ops
+    assert kernel._codegen(H100).metadata.shared <= H100.shared_memory_limit
+
+
 def test_backward_keeps_its_warps_when_its_fragments_exceed_the_consumer_registers(monkeypatch):
     """With every copy of its loop a TMA copy the backward qualifies for a producer warp, but
     its fragments (256 registers a thread at head dim 128, 288 at 64) exceed the 240 setmaxnreg
