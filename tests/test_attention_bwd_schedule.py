@@ -86,14 +86,17 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
 
 
-def test_backward_adds_dq_by_16_byte_atomics_without_masks(monkeypatch):
-    """dQ's tile atomic per step: its rows (j * 64 for j < 4096 / 64), head and batch (block
-    indices below the grid) stay inside dQ, so it has no mask, and the wgmma accumulator
-    (64 x 128 float32, 2 contiguous a thread) is converted to the coalesced layout: 8
-    `atom...v4.f32` a thread per step (16 in the PTX: the loop and its last step), all
-    unpredicated - where the kernel had 16 v2 ones a step, each behind a branch on
-    `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits beside the buffers."""
-    kernel = flash_bwd_kernel(128, False, monkeypatch)
+@pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, True)])
+def test_backward_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypatch):
+    """dQ's tile atomic per step: its rows, head and batch (block indices below the grid) stay
+    inside dQ, so it has no mask - the causal loop's rows too, ``(first + j_t - 1) * 64`` for
+    j_t < 64 - first (`NonNegative.upper_bound`), and its last step's, where the trip count is
+    ``max(64 - first, 1)``.  The wgmma accumulator (64 x 128 or 128 x 64 float32, 2 contiguous
+    a thread) is converted to the coalesced layout: 8 `atom...v4.f32` a thread per step (16 in
+    the PTX: the loop and its last step), all unpredicated - where the kernel had 16 v2 ones a
+    step, each behind a branch on `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits
+    beside the buffers."""
+    kernel = flash_bwd_kernel(dim, causal, monkeypatch)
     atomics = [line.strip() for line in kernel.get_source("gluon").splitlines() if "gl.atomic_add(" in line]
     assert len(atomics) == 2 and all("mask=" not in a and "gl.convert_layout(dq" in a for a in atomics), atomics
     ptx = kernel.get_source("ptx")

@@ -164,8 +164,57 @@ def test_triton_backend_drops_the_masks_it_proves():
     assert re.search(r"mask=\(_i\d+\[:, None\] < 200\), sem=", _atomic_line(ragged.get_source("triton")))
 
 
+@tritile.jit
+def block_prefix_sums(M, N, block):
+    """C's row block j += the sum of A's row blocks 0..j: program bx adds its block to C's blocks
+    bx, bx + 1, ... (a loop whose trip count falls as bx grows, like a causal backward's)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), T.float32), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(M, block), threads=128) as bx:
+            A_shared = T.alloc_shared((block, N), T.float32)
+            T.copy(A[bx * block, 0], A_shared)
+            for t in T.serial(T.ceildiv(M, block) - bx):
+                T.atomic_add(C[(bx + t) * block:(bx + t + 1) * block, :], A_shared)
+
+    return main
+
+
+def _block_prefix_reference(a, c, block):
+    blocks = torch.zeros(-(-a.shape[0] // block) * block, a.shape[1], dtype=a.dtype, device=a.device)
+    blocks[:a.shape[0]] = a
+    sums = blocks.reshape(-1, block, a.shape[1]).cumsum(0).reshape(-1, a.shape[1])
+    return c + sums[:a.shape[0]]
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("M", [256, 200])
+def test_tile_atomic_in_a_loop_bounded_by_the_block_matches_torch(M, backend, device, assert_close):
+    if backend == "triton" and device != "cpu":
+        pytest.skip("the triton backend's CPU check (Triton's interpreter)")
+    a = torch.randn(M, 64, device=device)
+    storage = torch.randn(M + 64, 64, device=device)
+    c, after = storage[:M], storage[M:].clone()
+    expected = _block_prefix_reference(a, c, 64)
+    tritile.compile(block_prefix_sums.fn(M, 64, 64), backend=backend)(a, c)
+    assert_close(c, expected)
+    assert torch.equal(storage[M:], after)
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_a_loop_bounded_by_the_block_proves_its_rows_inside(backend):
+    """t < ceildiv(M, 64) - bx keeps (bx + t) * 64 + 63 below M = 256 whatever bx is: a bound
+    intervals alone lose (bx and t each up to 3), `NonNegative.upper_bound` finds it (t at its
+    last value, bx cancels).  M = 200 leaves the last block ragged: the rows keep their test."""
+    exact = tritile.compile(block_prefix_sums.fn(256, 64, 64), target="cuda:90", backend=backend)
+    assert "mask=" not in _atomic_line(exact.get_source(backend))
+    ragged = tritile.compile(block_prefix_sums.fn(200, 64, 64), target="cuda:90", backend=backend)
+    assert re.search(r"mask=\(_i\d+\[:, None\] < 200\), sem=", _atomic_line(ragged.get_source(backend)))
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
 COMPILE_CASES = {f"matmul_splitk-{form}-{M}x{N}": (lambda form=form, M=M, N=N: matmul_splitk(
     M, N, K, 64, 64, 32, SPLIT_K, form)) for form, M, N in SPLITK_CASES}
+COMPILE_CASES.update({f"block_prefix_sums-{M}": (lambda M=M: block_prefix_sums(M, 64, 64)) for M in (256, 200)})
 COMPILE_CASES.update({f"step_accumulate-{dtype}-{M}x{N}": (lambda M=M, N=N, K_=K_, dtype=dtype: step_accumulate(
     M, N, K_, dtype)) for M, N, K_ in STEP_CASES for dtype in ("float32", "float16")})

@@ -658,11 +658,12 @@ def bounds_mask(em, indices, emitted, buf) -> str:
 
 def tile_inside(em, start, extent: int, size) -> bool:
     """Whether the indices `start` .. `start` + `extent` - 1 of a global tile along a dim of
-    `size` stay below it on every run (`signs`' bounds of block indices, loop variables and
-    `Let`s: ``j * 64`` for j < ceildiv(4096, 64)), so that the tile's test against `size` is
-    dropped; the tiles' lower bound (a start >= 0) is the program's, as for every tile copy."""
+    `size` stay below it on every run (`signs.NonNegative.upper_bound` of block indices, loop
+    variables and `Let`s: ``j * 64`` for j < ceildiv(4096, 64)), so that the tile's test
+    against `size` is dropped; the tiles' lower bound (a start >= 0) is the program's, as for
+    every tile copy."""
     analysis = signs.of(em)
-    top, least = analysis.interval(start)[1], analysis.interval(size)[0]
+    top, least = analysis.upper_bound(start), analysis.interval(size)[0]
     return top is not None and least is not None and top + extent - 1 < least
 
 
