@@ -8,6 +8,7 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 """
 from __future__ import annotations
 
+import math
 import os
 
 from tritile.codegen import semantics
@@ -22,6 +23,7 @@ from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded, padded_shape
 from tritile.ir.transform import walk
+from tritile.lowering.shared_memory_budget import allocated_at_once_bytes
 
 # ======================================================================================
 # expressions
@@ -1343,14 +1345,10 @@ def _vector_atomic_layout(em: Emitter, s: ir.AtomicAdd, layout, shape: list):
     vector = want.size_per_thread[-1]
     if vector <= _contiguous_per_thread(layout):
         return None
-    covered = 1
-    for size, threads, warps in zip(want.size_per_thread, want.threads_per_warp, want.warps_per_cta):
-        covered *= size * threads * warps
-    elements = 1
-    for extent in tile:
-        elements *= extent
-    scratch = elements * dtype.bits // 8
-    if covered > elements or em.func.attrs.get("shared_bytes", 0) + scratch > em.target.shared_memory_limit:
+    covered = math.prod(want.size_per_thread) * math.prod(want.threads_per_warp) * math.prod(want.warps_per_cta)
+    # a persistent kernel allocates every buffer at once (lowering/persistent_tiles.py)
+    planned = allocated_at_once_bytes(em.func) if em.tile_loop_var is not None else em.func.attrs.get("shared_bytes", 0)
+    if covered > math.prod(tile) or planned + math.prod(tile) * dtype.bits // 8 > em.target.shared_memory_limit:
         return None
     return want
 
