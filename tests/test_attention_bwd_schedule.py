@@ -86,6 +86,27 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
 
 
+@pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, True)])
+def test_backward_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypatch):
+    """dQ's tile atomic per step: its rows, head and batch (block indices below the grid) stay
+    inside dQ, so it has no mask - the causal loop's rows too, ``(first + j_t - 1) * 64`` for
+    j_t < 64 - first (`NonNegative.upper_bound`), and its last step's, where the trip count is
+    ``max(64 - first, 1)``.  The wgmma accumulator (64 x 128 or 128 x 64 float32, 2 contiguous
+    a thread) is converted to the coalesced layout: 8 `atom...v4.f32` a thread per step (16 in
+    the PTX: the loop and its last step), all unpredicated - where the kernel had 16 v2 ones a
+    step, each behind a branch on `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits
+    beside the buffers."""
+    kernel = flash_bwd_kernel(dim, causal, monkeypatch)
+    atomics = [line.strip() for line in kernel.get_source("gluon").splitlines() if "gl.atomic_add(" in line]
+    assert len(atomics) == 2 and all("mask=" not in a and "gl.convert_layout(dq" in a for a in atomics), atomics
+    ptx = kernel.get_source("ptx")
+    ops = re.findall(r"(?:@(%p\d+)\s+)?((?:atom|red)\.global\S*)", ptx)
+    assert [op for _, op in ops] == ["atom.global.gpu.relaxed.add.v4.f32"] * 16, ops
+    always = set(re.findall(r"mov\.pred\s+(%p\d+), -1;", ptx))
+    assert all(not pred or pred in always for pred, _ in ops), ops
+    assert kernel._codegen(H100).metadata.shared <= H100.shared_memory_limit
+
+
 def test_backward_keeps_its_warps_when_its_fragments_exceed_the_consumer_registers(monkeypatch):
     """With every copy of its loop a TMA copy the backward qualifies for a producer warp, but
     its fragments (256 registers a thread at head dim 128, 288 at 64) exceed the 240 setmaxnreg

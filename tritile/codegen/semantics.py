@@ -464,6 +464,21 @@ def out_of_bounds_literal(buf) -> str:
     return repr(float(value)) if buf.dtype.is_float else repr(int(value))
 
 
+def tile_load_text(lang: str, ptr: str, mask, buf) -> str:
+    """A tile load of global `buf` at pointer text `ptr`: masked (`mask`, from a backend's
+    `global_tile`; out-of-bounds lanes read `out_of_bounds_literal`) or, where `global_tile`
+    proved every lane inside the tensor (mask None), a plain load."""
+    if mask is None:
+        return f"{lang}.load({ptr})"
+    return f"{lang}.load({ptr}, mask={mask}, other={out_of_bounds_literal(buf)})"
+
+
+def mask_argument(mask) -> str:
+    """The `, mask=...` argument of a tile store / copy (none where `global_tile` proved every
+    lane inside the tensor: mask None)."""
+    return "" if mask is None else f", mask={mask}"
+
+
 def reduction_identity(kind: str, dtype) -> str:
     """The value the pad lanes of a padded tile (ir/padding.py) take in a `T.reduce_<kind>`
     over `dtype` (for abssum / absmax: of the |x| tile), so that they change no result."""
@@ -639,6 +654,17 @@ def bounds_mask(em, indices, emitted, buf) -> str:
             tests.append(f"({text.text} >= 0)")
         tests.append(f"({text.text} < {em.shape_text(size)})")
     return " & ".join(tests)
+
+
+def tile_inside(em, start, extent: int, size) -> bool:
+    """Whether the indices `start` .. `start` + `extent` - 1 of a global tile along a dim of
+    `size` stay below it on every run (`signs.NonNegative.upper_bound` of block indices, loop
+    variables and `Let`s: ``j * 64`` for j < ceildiv(4096, 64)), so that the tile's test
+    against `size` is dropped; the tiles' lower bound (a start >= 0) is the program's, as for
+    every tile copy."""
+    analysis = signs.of(em)
+    top, least = analysis.upper_bound(start), analysis.interval(size)[0]
+    return top is not None and least is not None and top + extent - 1 < least
 
 
 def lower_var(em, e: ir.Var) -> Val:

@@ -15,6 +15,17 @@ persistent tile number ``it * P + pid + (it % 2) * (P - 1 - 2 * pid)``) by its s
 value over the corners of its terms' ranges, where a multilinear function takes its
 minimum.  Index arithmetic is assumed not to overflow.
 
+A `max` / `min` whose operands' intervals decide it is its winning operand inside such a
+sum (``max(64 - first, 1)`` for first <= 62 is ``64 - first``).
+
+`upper_bound(e)` tightens the interval's upper end where `e` grows with the variable of a loop
+(``e(v + 1) - e(v) >= 0`` over the ranges): `e` with the variable at its loop's last value,
+``stop - 1``, keeps what intervals lose, that the variable and its stop move together - in a
+loop over ``range(1, 64 - first)`` (a causal backward's query blocks, `first` = 2 * bx)
+``(first + j - 1) * 64`` is at most 62 * 64 whatever `first` is (the form's `first`s cancel).
+Only stops built of Vars, constants and arithmetic (no buffer loads) take part: a Var never
+changes while its loop runs.
+
 Both backends (Gluon, triton.language) emit integer `//` and `%` as Triton's truncating
 division when both operands are proven non-negative (floor and truncation agree there): index arithmetic -
 block and lane indices, loop counters, persistent tile numbers, buffer-version slots -
@@ -27,10 +38,11 @@ from typing import Optional
 
 from tritile.ir import nodes as ir
 from tritile.ir.printer import expr_str
-from tritile.ir.transform import walk
+from tritile.ir.transform import substitute_vars, walk
 
 _BIG = 1 << 40  # stands for an unbounded end when a multilinear form is evaluated at corners
 _MAX_TERMS = 8  # corners evaluated: 2 ** terms
+_MAX_LOOP_DEPTH = 4  # nested loops whose variables `upper_bound` moves to their last value
 
 
 def of(em) -> "NonNegative":
@@ -46,6 +58,7 @@ class NonNegative:
         self.func = func
         self.assumed = set()  # keys of expressions code generation knows to be >= 0 where used
         self.ranges = {}  # id(Var) -> (lo, hi), None = unbounded
+        self.stops = {}  # id(Var) -> (var, stop) of a loop counting up to stop (exclusive)
         for v in func.dynamic_vars:
             self.ranges[id(v)] = (0, None)
         for v, extent in zip(func.kernel.block_vars, func.kernel.grid):
@@ -62,6 +75,8 @@ class NonNegative:
                 if step is not None and step > 0:
                     lo, hi = self.interval(node.start)[0], self.interval(node.stop)[1]
                     self.ranges[id(node.var)] = (lo, None if hi is None else hi - 1)
+                    if not any(isinstance(n, ir.Load) for n in walk(node.stop)):
+                        self.stops[id(node.var)] = (node.var, node.stop)
             elif isinstance(node, ir.Let):
                 self.ranges[id(node.var)] = self.interval(node.value)
 
@@ -74,6 +89,24 @@ class NonNegative:
         """Whether `e` (an IR expression or a Python number) is >= 0 on every run."""
         lo = self.interval(e)[0]
         return lo is not None and lo >= 0
+
+    def upper_bound(self, e, depth: int = 0) -> Optional[int]:
+        """The largest value integer `e` takes (None: unbounded): `interval`'s upper end, or
+        less where `e` grows with a loop's variable (module doc)."""
+        best = self.interval(e)[1]
+        if depth >= _MAX_LOOP_DEPTH or not isinstance(e, ir.Expr):
+            return best
+        loops = {id(n): self.stops[id(n)] for n in walk(e) if isinstance(n, ir.Var) and id(n) in self.stops}
+        for var, stop in loops.values():
+            after = substitute_vars(e, {var: ir.BinOp("+", var, ir.Const(1, var.dtype), var.dtype)})
+            growth = self.interval(ir.BinOp("-", after, e, e.dtype))[0]
+            if growth is None or growth < 0:
+                continue
+            last = self.upper_bound(substitute_vars(e, {var: ir.BinOp("-", stop, ir.Const(1, stop.dtype), stop.dtype)}),
+                                    depth + 1)
+            if last is not None and (best is None or last < best):
+                best = last
+        return best
 
     # ------------------------------------------------------------------ bounds
     def interval(self, e) -> tuple:
@@ -152,9 +185,29 @@ class NonNegative:
             if e.op == "-":
                 return lambda env: a(env) - b(env)
             return lambda env: a(env) * b(env)
+        decided = self._decided_extremum(e)
+        if decided is not None:  # max(64 - first, 1) with first <= 62: 64 - first, still a form
+            return self._form(decided, terms)
         key = _key(e)
         terms[key] = self.interval(e)
         return lambda env: env[key]
+
+    def _decided_extremum(self, e):
+        """The operand a `max` / `min` always returns by the operands' intervals, else None."""
+        if isinstance(e, ir.BinOp) and e.op in ("max", "min"):
+            name, args = e.op, (e.lhs, e.rhs)
+        elif isinstance(e, ir.Call) and e.fn in ("max", "min") and len(e.args) == 2:
+            name, args = e.fn, tuple(e.args)
+        else:
+            return None
+        (alo, ahi), (blo, bhi) = (self.interval(a) for a in args)
+        if name == "min":  # min(a, b) = -max(-a, -b): the same test on the other ends
+            alo, ahi, blo, bhi = (None if x is None else -x for x in (ahi, alo, bhi, blo))
+        if alo is not None and bhi is not None and alo >= bhi:
+            return args[0]
+        if blo is not None and ahi is not None and blo >= ahi:
+            return args[1]
+        return None
 
 
 def _key(e):

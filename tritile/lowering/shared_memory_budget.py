@@ -53,11 +53,16 @@ def barrier_count(func: ir.PrimFunc) -> int:
     return 2 * barriers if "warp_specialization" in func.attrs else barriers
 
 
+def allocated_at_once_bytes(func: ir.PrimFunc) -> int:
+    """The bytes of all the kernel's shared buffers and mbarriers when none shares bytes (a
+    persistent kernel's allocation)."""
+    spans = lifetimes(func.kernel.body, keep_on_top=True)
+    return sum(buffer_bytes(s.buffer) for s in spans) + MBARRIER_BYTES * barrier_count(func)
+
+
 def fits_allocated_at_once(func: ir.PrimFunc, target) -> bool:
     """Do all the kernel's shared buffers and mbarriers fit the target when none shares bytes?"""
-    spans = lifetimes(func.kernel.body, keep_on_top=True)
-    total = sum(buffer_bytes(s.buffer) for s in spans) + MBARRIER_BYTES * barrier_count(func)
-    return total <= target.shared_memory_limit
+    return allocated_at_once_bytes(func) <= target.shared_memory_limit
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:

@@ -166,8 +166,9 @@ def _specialization(func) -> tuple:
     # pointers are compiled as 16-byte aligned (checked at launch); a runtime dim's divisibility
     # is in the IR text (`ir/divisibility.py`: "# dynamic: k (multiple of 16)"); codegen switches that leave the IR text unchanged must still select another kernel
     from tritile.codegen.gluon.rings import codegen_options
+    from tritile.codegen.gluon.rules import vector_atomics_enabled
 
-    return ("ptr-align-16",) + codegen_options()
+    return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),)
 
 
 def _triton_compile(func, target, gen, module):

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tritile.ir import instructions as isel
+from tritile.codegen import semantics
 from tritile.codegen.semantics import HELPER_NAMES, TRITON_DTYPES, Val, cast_text
 from tritile.codegen.source_writer import SourceWriter, paren, static_int
 from tritile.codegen.tma_descriptors import DescriptorArg
@@ -296,7 +297,9 @@ class Emitter(SourceWriter):
     def global_tile(self, region: ir.Region, layout_name: str, loc, shape=None):
         """(pointer text, mask text) of a tile of a global region in a register layout whose
         rank is the tile's rank, or the rank of `shape`: the register tensor's shape when it
-        keeps unit dims (a (1, N) fragment), which must then be the region's trailing extents."""
+        keeps unit dims (a (1, N) fragment), which must then be the region's trailing extents.
+        The mask tests each dim the tile may leave (`semantics.tile_inside`) and the pad lanes;
+        None where nothing is left to test."""
         buf = region.buffer
         tdims = [d for d, e in enumerate(region.extents) if e != 1]
         if shape is not None and len(shape) != len(tdims):
@@ -328,8 +331,9 @@ class Emitter(SourceWriter):
                     self.emit(f"{name} = {_offset(s)}gl.arange(0, {extent}, layout={layout})")
                 idx = name + expand
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
-            masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
-        return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)
+            if not semantics.tile_inside(self, start, extent, buf.shape[d]):
+                masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+        return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None
 
     def descriptor(self, region: ir.Region, layout) -> tuple:
         """(descriptor argument name, coordinate list text) of a TMA tile of a global region

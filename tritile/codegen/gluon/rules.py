@@ -8,6 +8,9 @@ rule meeting a case it cannot lower, raises `CompileError` at the node's locatio
 """
 from __future__ import annotations
 
+import math
+import os
+
 from tritile.codegen import semantics
 from tritile.ir import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, warp_specialize
@@ -20,6 +23,7 @@ from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded, padded_shape
 from tritile.ir.transform import walk
+from tritile.lowering.shared_memory_budget import allocated_at_once_bytes
 
 # ======================================================================================
 # expressions
@@ -694,11 +698,11 @@ def lower_copy(em: Emitter, s):
             have = em.buffer_layout(dst.buffer)
             lname = em.layout_name(have, em.name(dst.buffer))
             ptr, mask = em.global_tile(src, lname, s.loc, shape)
-            em.emit(f"{em.name(dst.buffer)} = {converted(f'gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})')}")
+            em.emit(f"{em.name(dst.buffer)} = {converted(semantics.tile_load_text('gl', ptr, mask, src.buffer))}")
             return
         lname = em.layout_name(blocked)
         ptr, mask = em.global_tile(src, lname, s.loc)
-        value = converted(f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})")
+        value = converted(semantics.tile_load_text("gl", ptr, mask, src.buffer))
         if ds == "shared":
             _wait_for_tma_stores(em, dst.buffer)
             em.emit(f"{em.shared_view(dst, s.loc)}.store({value})")
@@ -707,7 +711,7 @@ def lower_copy(em: Emitter, s):
             tmp = em.tmp("v")
             em.emit(f"{tmp} = {value}")
             ptr, mask = em.global_tile(dst, lname, s.loc)
-            em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+            em.emit(f"gl.store({ptr}, {tmp}{semantics.mask_argument(mask)})")
         return
     if isel.uses_tma_store(s, em.target):
         return _tma_store(em, s)
@@ -726,7 +730,7 @@ def lower_copy(em: Emitter, s):
         tmp = em.tmp("v")
         em.emit(f"{tmp} = {converted(value)}")
         ptr, mask = em.global_tile(dst, lname, s.loc, shape)
-        em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+        em.emit(f"gl.store({ptr}, {tmp}{semantics.mask_argument(mask)})")
     elif ds == "shared":
         _wait_for_tma_stores(em, dst.buffer)
         em.emit(f"{em.shared_view(dst, s.loc, len(shape))}.store({converted(value)})")
@@ -801,7 +805,7 @@ def _copy_fragment_part(em: Emitter, s):
         value = f"{em.shared_view(src, s.loc, len(shape))}.load({want_name})"
     else:
         ptr, mask = em.global_tile(src, want_name, s.loc, shape)
-        value = f"gl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(src.buffer)})"
+        value = semantics.tile_load_text("gl", ptr, mask, src.buffer)
     value = cast_text(value, src.buffer.dtype, dst.buffer.dtype, "gl")  # now in `want`
     if id(dst) in parts:
         _write_part(em, dst, parts[id(dst)], value)
@@ -813,7 +817,7 @@ def _copy_fragment_part(em: Emitter, s):
         tmp = em.tmp("v")
         em.emit(f"{tmp} = {value}")
         ptr, mask = em.global_tile(dst, want_name, s.loc, shape)
-        em.emit(f"gl.store({ptr}, {tmp}, mask={mask})")
+        em.emit(f"gl.store({ptr}, {tmp}{semantics.mask_argument(mask)})")
 
 
 def _write_part(em: Emitter, region: ir.Region, part: tuple, value: str):
@@ -952,7 +956,7 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
     shape = padded_shape(s.dst.tile_shape)
     lname = em.layout_name(lay.blocked_for(shape, s.dst.buffer.dtype.bits, em.num_warps))
     ptr, mask = em.global_tile(s.src, lname, s.loc)
-    em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}, mask={mask})")
+    em.emit(f"cp.async_copy_global_to_shared({em.shared_view(s.dst, s.loc)}, {ptr}{semantics.mask_argument(mask)})")
 
 
 def _ring_position(em, ring, iteration, lane: int) -> tuple:
@@ -1296,10 +1300,13 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     dt = GL_DTYPES[dst.buffer.dtype.name]
     if isinstance(s.value, ir.Region):
         value, layout = _register_tile(em, s.value, s.loc)
-        lname = em.layout_name(layout)
-        ptr, mask = em.global_tile(dst, lname, s.loc)
-        rank = len(s.value.buffer.shape if s.value.buffer.scope == "fragment" else s.value.tile_shape)
-        em.emit(semantics.atomic_text(em, s, ptr, f"{value}.to({dt})", mask, rank))
+        shape = list(s.value.buffer.shape if s.value.buffer.scope == "fragment" else s.value.tile_shape)
+        value = f"{value}.to({dt})"
+        vector = _vector_atomic_layout(em, s, layout, shape)
+        if vector is not None:
+            value, layout = f"gl.convert_layout({value}, {em.layout_name(vector)})", vector
+        ptr, mask = em.global_tile(dst, em.layout_name(layout), s.loc)
+        em.emit(semantics.atomic_text(em, s, ptr, value, mask, len(shape)))
         return
     idx = [em.expr(x) for x in dst.starts]
     strides = em.strides(dst.buffer)
@@ -1322,6 +1329,48 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     em.emit(prev + semantics.atomic_text(em, s, ptr, value, mask, len(shape)))
     if s.prev is not None:
         em.let_dims[id(s.prev)] = frozenset(range(len(par.loop.vars)))
+
+
+def _vector_atomic_layout(em: Emitter, s: ir.AtomicAdd, layout, shape: list):
+    """The coalesced layout (`layouts.blocked_for`: 16 contiguous bytes a thread along the last
+    dim, as Triton's coalescing pass gives `tl.atomic_add`) a tile atomic's value is converted
+    to, so that Triton issues vector reductions (sm_90's `red.global.v4.f32` / `.v8.f16` ...:
+    one instruction per 16 bytes, a wgmma accumulator holding 8 bytes a thread contiguous);
+    None where that gains nothing: not an add of a 16- or 32-bit float (the vector forms), a
+    target before sm_90, a layout already as wide, a blocked layout replicating the tile over
+    threads, or a conversion whose shared-memory scratch (the tile, at most) would not fit
+    beside the kernel's buffers (`shared_memory_budget`'s estimate)."""
+    dtype = s.dst.buffer.dtype
+    if not vector_atomics_enabled() or s.kind != "add" or not dtype.is_float or dtype.bits not in (16, 32) \
+            or em.target.arch < 90:
+        return None
+    tile = padded_shape(shape)
+    want = lay.blocked_for(tile, dtype.bits, em.num_warps)
+    vector = want.size_per_thread[-1]
+    if vector <= _contiguous_per_thread(layout):
+        return None
+    covered = math.prod(want.size_per_thread) * math.prod(want.threads_per_warp) * math.prod(want.warps_per_cta)
+    # a persistent kernel allocates every buffer at once (lowering/persistent_tiles.py)
+    planned = allocated_at_once_bytes(em.func) if em.tile_loop_var is not None else em.func.attrs.get("shared_bytes", 0)
+    if covered > math.prod(tile) or planned + math.prod(tile) * dtype.bits // 8 > em.target.shared_memory_limit:
+        return None
+    return want
+
+
+def vector_atomics_enabled() -> bool:
+    """`TRITILE_VECTOR_ATOMICS=0` keeps each tile atomic in its value's own layout (an A/B
+    switch: the conversion costs a shared-memory round trip and a CTA barrier)."""
+    return os.environ.get("TRITILE_VECTOR_ATOMICS", "1").strip() not in ("", "0")
+
+
+def _contiguous_per_thread(layout) -> int:
+    """Elements a thread holds contiguous along the last dim in register `layout` (a blocked
+    layout's vector, a wgmma / mma.sync accumulator's pair of columns; 1 for any other)."""
+    if isinstance(layout, lay.BlockedLayout) and layout.order[0] == layout.rank - 1:
+        return layout.size_per_thread[-1]
+    if isinstance(layout, lay.NVMMADistributedLayout):
+        return 2
+    return 1
 
 
 def lower_cum_extremum(em: Emitter, s: ir.CumExtremum):

@@ -143,7 +143,7 @@ class Emitter(SourceWriter):
         desc = self._descriptor(region, shape, loc)
         if desc is None:
             ptr, mask = self.global_tile(region, shape, loc)
-            return f"tl.load({ptr}, mask={mask}, other={semantics.out_of_bounds_literal(region.buffer)})"
+            return semantics.tile_load_text("tl", ptr, mask, region.buffer)
         value = f"{desc}.load([{self._starts(region)}])"
         return value if list(region.extents) == list(shape) else f"tl.reshape({value}, {list(shape)})"
 
@@ -153,7 +153,7 @@ class Emitter(SourceWriter):
         desc = self._descriptor(region, shape, loc)
         if desc is None:
             ptr, mask = self.global_tile(region, shape, loc)
-            self.emit(f"tl.store({ptr}, {value}, mask={mask})")
+            self.emit(f"tl.store({ptr}, {value}{semantics.mask_argument(mask)})")
             return
         if list(region.extents) != list(shape):
             value = f"tl.reshape({value}, {list(region.extents)})"
@@ -190,7 +190,8 @@ class Emitter(SourceWriter):
 
     def global_tile(self, region: ir.Region, shape: list, loc) -> tuple:
         """(pointer text, mask text) of the tile of global `region` as a tensor of `shape`
-        (`_tile_dims`).  Out-of-bounds lanes are masked off."""
+        (`_tile_dims`).  Out-of-bounds lanes are masked off: the mask tests each dim the tile
+        may leave (`semantics.tile_inside`) and the pad lanes; None where nothing is left to test."""
         buf = region.buffer
         tdims = self._tile_dims(region, shape, loc)
         strides = self.strides(buf)
@@ -210,5 +211,6 @@ class Emitter(SourceWriter):
             else:
                 idx = s
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
-            masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
-        return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks)
+            if not semantics.tile_inside(self, start, extent, buf.shape[d]):
+                masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+        return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None

@@ -540,7 +540,7 @@ def lower_fill(em: Emitter, s: ir.Fill):
     if buf.scope == "global":
         shape = list(s.dst.tile_shape)
         ptr, mask = em.global_tile(s.dst, shape, s.loc)
-        em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}, mask={mask})")
+        em.emit(f"tl.store({ptr}, {em.splat(s.value, v, buf.dtype, shape)}{semantics.mask_argument(mask)})")
         return
     shape = _register_shape(em, s.dst, s.loc)
     filled = _masked_pads(em.splat(s.value, v, buf.dtype, padded_shape(shape)), shape)
