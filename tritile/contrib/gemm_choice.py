@@ -35,15 +35,16 @@ _lock = threading.Lock()
 _memory: dict = {}
 _REPEATS = 20
 _CALLS_PER_SAMPLE = 10
+_HOST_HEAD_START_CYCLES = 2_000_000  # ~1 ms at the H100's clocks
 # tritile takes an op only when at least this much faster in isolation: on the H100 a train step
 # whose ops were each chosen by <= 2 % was 1.5-2.9 % slower than inductor's (bench/NOTES.md,
 # session 19) - an op timed alone does not see the step's L2 contents, clocks and fusions
 MARGIN = 0.97
 # "graph-ops": tritile's side times the operators a compiled graph calls (`tritile.mm_compiled`, ...,
 # without the autograd formula's host time); "margin": the choice needs MARGIN; "cold": each side's
-# time is also taken with the L2 cache flushed (`_median_ms`); choices timed or decided before are
-# measured again
-_METHOD = f"{_CALLS_PER_SAMPLE}-back-to-back-graph-ops-margin{MARGIN}-cold"
+# time is also taken with the L2 cache flushed (`_median_ms`), the host given a head start; choices
+# timed or decided before are measured again
+_METHOD = f"{_CALLS_PER_SAMPLE}-back-to-back-graph-ops-margin{MARGIN}-cold-host-head-start"
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,12 @@ def _median_ms(fn) -> float:
         end.record()
         end.synchronize()
         back_to_back.append(start.elapsed_time(end) / _CALLS_PER_SAMPLE)
-        flush.zero_()  # the GPU is busy with this while the host issues the call: no host time counts
+        flush.zero_()
+        # the GPU waits ~1 ms past the flush while the host issues the call, so the host's path
+        # (an attention's forward and backward: a few hundred microseconds of Python) does not
+        # count: in a compiled step the queue ahead hides it (session 20: the flush alone, ~85 us,
+        # left the fused out-projection 0.159 ms cold against 0.078 with do_bench)
+        torch.cuda._sleep(_HOST_HEAD_START_CYCLES)
         start.record()
         fn()
         end.record()
