@@ -463,3 +463,18 @@ def test_strided_kernels_on_the_gpu(backend, assert_close):
     tritile.compile(gemm_strided(M, N, K, lda, ldc, 64, 64, 32), backend=backend)(a, w.t(), c)
     assert_close(c, (a.float() @ w.float().t()).to(torch.float16))
     assert bool((c_buffer[:, N:] == -5.0).all()) and bool((c_buffer[M] == -5.0).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", [200, 256])
+def test_full_rank_tma_tiles_of_qkv_slices_on_the_gpu(backend, t, assert_close):
+    """Static lengths: the qkv slices and the permuted output take full-rank (4-D) descriptors on sm_90
+    in both backends; 200 clips the last row block at t, where the next batch's rows lie."""
+    bs, H, D = 2, 3, 64
+    kernel = tritile.compile(qkv_combine(bs, H, t, D, 64, t), backend=backend)
+    x = torch.randn(bs, t, 3 * H * D, device="cuda").to(torch.float16)
+    q, k, _ = x.view(bs, t, 3, H, D).permute(2, 0, 3, 1, 4)
+    out = torch.full((bs, t, H, D), float("nan"), dtype=torch.float16, device="cuda")
+    kernel(q, k, out.permute(0, 2, 1, 3))
+    assert_close(out, (q.float() * 2 + k.float()).to(torch.float16).permute(0, 2, 1, 3))
