@@ -9,7 +9,8 @@ tensor's strides.  Checked here on random inputs against torch, with the buffers
 view filled with NaN / sentinels so that a lane read or written off the view shows; the stride
 mismatch (a ValueError naming the argument, before the launch); the CompileErrors at the user's
 line; which copies take TMA on sm_90 (TMA needs the last stride 1 and the others multiples of 16
-bytes, and Gluon's 2-D rows view leading dims that flatten into rows).
+bytes; Gluon takes the 2-D rows view where the leading dims flatten into rows, else a descriptor of
+the tensor's full rank, as the triton.language backend does).
 """
 import pytest
 import torch
@@ -397,10 +398,11 @@ def qkv_view_strides(S, H, D):
 
 
 @pytest.mark.parametrize("kernel", ["fwd", "bwd"])
-def test_gluon_attention_moves_qkv_view_tiles_with_4d_tma(kernel):
+@pytest.mark.parametrize("D", [64, 128])
+def test_gluon_attention_moves_qkv_view_tiles_with_4d_tma(kernel, D):
     from tritile.ops import attention as ops
 
-    B, S, H, D = 2, 256, 4, 64
+    B, S, H = 2, 256, 4
     qkv, rows = qkv_view_strides(S, H, D)
     names = ("Q", "K", "V", "O") if kernel == "fwd" else ("Q", "K", "V", "dO")
     strides = tuple((name, rows if name in ("O", "dO") else qkv) for name in names)
