@@ -9,7 +9,8 @@ tensor's strides.  Checked here on random inputs against torch, with the buffers
 view filled with NaN / sentinels so that a lane read or written off the view shows; the stride
 mismatch (a ValueError naming the argument, before the launch); the CompileErrors at the user's
 line; which copies take TMA on sm_90 (TMA needs the last stride 1 and the others multiples of 16
-bytes, and Gluon's 2-D rows view leading dims that flatten into rows).
+bytes; Gluon takes the 2-D rows view where the leading dims flatten into rows, else a descriptor of
+the tensor's full rank, as the triton.language backend does).
 """
 import pytest
 import torch
@@ -358,11 +359,23 @@ def test_a_stride_symbol_takes_tma_in_the_variant_that_knows_it_a_multiple_of_16
     assert "cp.async.bulk.tensor.2d.shared::cluster.global" in kernel.get_source("ptx", dims={"lda": 96})
 
 
-def test_gluon_rows_view_only_where_the_leading_dims_flatten():
+def test_gluon_full_rank_descriptors_where_the_leading_dims_do_not_flatten():
     b, H, t, D = 2, 2, 64, 64
     permuted = tritile.compile(qkv_combine(b, H, t, D, 64, t), target="cuda:90", backend="gluon")
-    assert "_desc" not in permuted.get_source("gluon")  # (b, H) do not flatten into rows of t
-    assert "cp.async.bulk.tensor" not in permuted.get_source("ptx")
+    source = permuted.get_source("gluon")  # (b, H) do not flatten into rows of t: 4-D descriptors, [1, 1, t, D] boxes
+    assert "(K, K.shape, (24576, 64, 384, 1, ))" in source and "(O, O.shape, (8192, 64, 128, 1, ))" in source
+    assert "tma.async_copy_global_to_shared(K_desc, [bz, by, (bx * 64), 0]" in source
+    assert "tma.async_copy_shared_to_global(O_desc, [bz, by, (bx * 64), 0]" in source
+    assert source.count(".reshape([1, 1, 64, 64])") == 2  # the 2-D shared tiles, viewed in the boxes' shape
+    ptx = permuted.get_source("ptx")
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in ptx and "cp.async.bulk.tensor.4d.global.shared" in ptx
+    assert "cp.async.bulk.tensor.2d" not in ptx
+    ragged = tritile.compile(qkv_combine(b, H, 40, D, 64, 40), target="cuda:90", backend="gluon")
+    assert "cp.async.bulk.tensor.4d" in ragged.get_source("ptx")  # the box clipped at t = 40, as the masks do
+    unknown = tritile.compile(qkv_combine(b, H, T.dynamic("t"), D, 64, T.dynamic("t")), target="cuda:90",
+                              backend="gluon")
+    assert "_desc" not in unknown.get_source("gluon")  # a runtime t may be 0: no descriptor can describe it
+    assert "K_desc" in unknown.get_source("gluon", dims={"t": 256})
 
     @T.prim_func
     def heads(A: T.StridedTensor((b, H, t, D), (H * t * 128, t * 128, 128, 1), T.float16),
@@ -372,9 +385,45 @@ def test_gluon_rows_view_only_where_the_leading_dims_flatten():
             T.copy(A[bz, by, 0:t, :], tile)
             T.copy(tile, B[bz, by, 0:t, :])
 
-    rows = tritile.compile(heads, target="cuda:90", backend="gluon")
+    rows = tritile.compile(heads, target="cuda:90", backend="gluon")  # leading dims that flatten: the rows view
     assert "A.numel() // A.shape[-1], A.shape[-1]), (128, 1))" in rows.get_source("gluon")  # pitch 128, not D
     assert "cp.async.bulk.tensor.2d" in rows.get_source("ptx")
+
+
+def qkv_view_strides(S, H, D):
+    """The attention kernels' strides for q / k / v sliced out of a fused [B, S, 3 * H * D] projection, and
+    for the output / its gradient laid out [B, S, H, D] (tritile/ops/attention.py's views)."""
+    qkv, rows = (S * 3 * H * D, D, 3 * H * D, 1), (S * H * D, D, H * D, 1)
+    return qkv, rows
+
+
+@pytest.mark.parametrize("kernel", ["fwd", "bwd"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_gluon_attention_moves_qkv_view_tiles_with_4d_tma(kernel, D):
+    from tritile.ops import attention as ops
+
+    B, S, H = 2, 256, 4
+    qkv, rows = qkv_view_strides(S, H, D)
+    names = ("Q", "K", "V", "O") if kernel == "fwd" else ("Q", "K", "V", "dO")
+    strides = tuple((name, rows if name in ("O", "dO") else qkv) for name in names)
+    build = ops.flashattn_fwd if kernel == "fwd" else ops.flashattn_bwd
+    func = build.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D)[kernel])
+    compiled = tritile.compile(func, out_idx=[3, 4] if kernel == "fwd" else [6, 7, 8], target="cuda:90",
+                               backend="gluon")
+    source, ptx = compiled.get_source("gluon"), compiled.get_source("ptx")
+    params = ("Q", "K", "V", "Output") if kernel == "fwd" else names
+    for param, (_, declared) in zip(params, strides):  # full-rank descriptors over the declared strides
+        assert f"({param}, {param}.shape, ({''.join(f'{s}, ' for s in declared)}))" in source, param
+    loaded = ("Q", "K", "V") if kernel == "fwd" else ("Q", "K", "V", "dO")
+    for name in loaded:
+        assert f"tma.async_copy_global_to_shared({name}_desc, [bz, by, " in source, name
+    if kernel == "fwd":
+        assert "tma.async_copy_shared_to_global(Output_desc, [bz, by, " in source
+    assert "cp.async_copy_global_to_shared" not in source and "gl.load(Q" not in source and "gl.load(K" not in source
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global" in ptx
+    assert "cp.async.cg" not in ptx and "cp.async.ca" not in ptx  # no cp.async left for them
+    if kernel == "fwd":
+        assert "cp.async.bulk.tensor.4d.global.shared" in ptx
 
 
 def test_triton_descriptors_take_the_declared_strides():
@@ -416,3 +465,18 @@ def test_strided_kernels_on_the_gpu(backend, assert_close):
     tritile.compile(gemm_strided(M, N, K, lda, ldc, 64, 64, 32), backend=backend)(a, w.t(), c)
     assert_close(c, (a.float() @ w.float().t()).to(torch.float16))
     assert bool((c_buffer[:, N:] == -5.0).all()) and bool((c_buffer[M] == -5.0).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", [200, 256])
+def test_full_rank_tma_tiles_of_qkv_slices_on_the_gpu(backend, t, assert_close):
+    """Static lengths: the qkv slices and the permuted output take full-rank (4-D) descriptors on sm_90
+    in both backends; 200 clips the last row block at t, where the next batch's rows lie."""
+    bs, H, D = 2, 3, 64
+    kernel = tritile.compile(qkv_combine(bs, H, t, D, 64, t), backend=backend)
+    x = torch.randn(bs, t, 3 * H * D, device="cuda").to(torch.float16)
+    q, k, _ = x.view(bs, t, 3, H, D).permute(2, 0, 3, 1, 4)
+    out = torch.full((bs, t, H, D), float("nan"), dtype=torch.float16, device="cuda")
+    kernel(q, k, out.permute(0, 2, 1, 3))
+    assert_close(out, (q.float() * 2 + k.float()).to(torch.float16).permute(0, 2, 1, 3))

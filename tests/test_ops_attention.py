@@ -103,6 +103,23 @@ def test_attention_on_the_gpu(dtype, dim, causal, heads_kv):
         torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dim, causal", [(64, True), (128, False), (128, True)])
+def test_attention_on_views_of_a_fused_projection_on_the_gpu(dtype, dim, causal):
+    """q / k / v permuted slices of one projection and a transposed [batch, seq, heads, dim] output
+    gradient: on sm_90 their tiles move by 4-D TMA (Gluon's full-rank descriptors)."""
+    batch, seq, heads = 2, 1024, 16
+    q, k, v, qkv = qkv_views(batch, seq, heads, dim, dtype, device="cuda")
+    grad = torch.randn(batch, seq, heads * dim, device="cuda", dtype=dtype)
+    out = attention(q, k, v, causal)
+    out.transpose(1, 2).reshape(batch, seq, heads * dim).backward(grad)
+    expected = reference(q, k, v, grad.view(batch, seq, heads, dim).transpose(1, 2), is_causal=causal)
+    expected_qkv = torch.stack([g.transpose(1, 2) for g in expected[1:]], dim=2).reshape(qkv.shape)
+    torch.testing.assert_close(out.float(), expected[0], rtol=3e-2, atol=3e-2)
+    torch.testing.assert_close(qkv.grad.float(), expected_qkv, rtol=3e-2, atol=3e-2)
+
+
 def _cuda_kernel(kernel, dim, causal, groups, dtype="bfloat16"):
     from tritile.ops import attention as ops
 

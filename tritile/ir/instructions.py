@@ -18,8 +18,10 @@ Paths:
   rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`; a 1-D tile
   along a tensor's last dim (the backward's per-row LSE / Delta) through `tma_row_vector`.
   A `T.StridedTensor` qualifies where its declared strides allow it (`strides_allow_rows`:
-  last stride 1, the others multiples of 16 bytes, leading dims that flatten into the rows
-  view); otherwise its copies take pointer loads / stores.
+  last stride 1, the others multiples of 16 bytes): through the rows view where its leading
+  dims flatten into rows, else through a descriptor of its full rank (`tma_full_rank`: a
+  fused projection's permuted q / k / v slices); otherwise its copies take pointer loads /
+  stores.
 * `uses_tma_store`: a whole fragment -> rank-2 global tile (the GEMM epilogue), staged
   through an NVMMA shared tile and written with one TMA store.
 * `tma_store_sources`: the shared buffers whose copies to global memory are TMA stores
@@ -177,9 +179,33 @@ def tma_rows_view(region) -> bool:
             and offset + block_rows <= min(coefficients | {rows}))
 
 
+def tma_full_rank(buf: ir.Buffer) -> bool:
+    """Is global `buf` addressed by TMA through descriptors of its full rank (block ``[1, ...,
+    1, rows, cols]``, every start a coordinate) rather than the 2-D rows view?  A
+    `T.StridedTensor` of 3 to 5 dims (TMA's limit) whose leading dims do not flatten into rows
+    (a fused projection's ``qkv.view(b, t, 3, H, D).permute(2, 0, 3, 1, 4)`` slices: [B, H, S, D]
+    with strides (S*3*H*D, D, 3*H*D, 1)), but whose strides a descriptor takes (last 1, the
+    others multiples of 16 bytes), and whose dims are provably positive (a descriptor cannot
+    describe an empty dim).  The hardware clips every dim at its own size, so a row block may
+    end anywhere.  Contiguous tensors and flattening strided ones keep the rows view."""
+    if buf.strides is None or not 3 <= len(buf.shape) <= 5 or not all(known_positive(d) for d in buf.shape):
+        return False
+    per = 16 // math.gcd(16, buf.dtype.itemsize)
+    return strides_allow_rows(buf, per) and not strides_allow_rows(buf, per, rows_view=True)
+
+
+def known_positive(dim) -> bool:
+    """Is a tensor dim provably positive: a static one, or a runtime one in the variant that knows
+    it a multiple of 16 (`ir/divisibility.py`), a positive multiple?"""
+    if isinstance(dim, int):
+        return dim > 0
+    return isinstance(dim, ir.Var) and dim.multiple_of > 1
+
+
 def _tma_tile_ok(region, box) -> bool:
     """A TMA descriptor for `region` of a global tensor with block `box`: rank 2 (or a
-    `tma_rows_view`), a row pitch provably a multiple of 16 bytes (a static last dim, or a
+    `tma_rows_view`, or unit leading extents of a `tma_full_rank` tensor), a row pitch provably a
+    multiple of 16 bytes (a static last dim, or a
     runtime one specialised as a multiple of 16 elements: the host descriptor is encoded from
     the tensor's actual shape and strides at launch, and clips the edge tiles; a
     `T.StridedTensor`'s declared strides, `_pitches_ok`), a box row of
@@ -188,8 +214,12 @@ def _tma_tile_ok(region, box) -> bool:
     elem = global_buf.dtype.itemsize
     if is_padded(box):  # a box fills whole shared tiles: padded ones take masked loads / stores
         return False
-    return ((len(global_buf.shape) == 2 or tma_rows_view(region)) and len(box) == 2
-            and global_buf.dtype.bits in (8, 16, 32) and _pitches_ok(global_buf, 16 // math.gcd(16, elem))
+    if tma_full_rank(global_buf):
+        addressed = all(e == 1 for e in region.extents[:-2])
+    else:
+        addressed = ((len(global_buf.shape) == 2 or tma_rows_view(region))
+                     and _pitches_ok(global_buf, 16 // math.gcd(16, elem)))
+    return (addressed and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
             and box[-1] * elem >= 16 and all(b <= 256 for b in box))
 
 

@@ -50,8 +50,8 @@ def emit_issue(em, copy: ir.Copy):
     em.emit(f"{em.early_loads[id(copy)]} = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())")
     em.emit(f"mbarrier.init({bar}, count=1)")
     em.emit(f"mbarrier.expect({bar}, {rings.tile_bytes(copy)})")
-    desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
-    em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(copy.dst, copy.loc)})")
+    desc, coords, block = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
+    em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(copy.dst, copy.loc, block)})")
 
 
 def emit_waits(em, stmt):

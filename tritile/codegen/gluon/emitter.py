@@ -336,15 +336,21 @@ class Emitter(SourceWriter):
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None
 
     def descriptor(self, region: ir.Region, layout) -> tuple:
-        """(descriptor argument name, coordinate list text) of a TMA tile of a global region
-        stored in shared memory with `layout`; rank-3+ tensors are addressed through their 2-D
-        rows view (instructions.tma_rows_view), and a 1-D tile (a rank-1 `layout`,
-        instructions.tma_row_vector) as a (1, n) block of the rows view of any other rank: its
-        shared tile is viewed as (1, n) (`tma_shared_view`) in a rank-2 layout of the same bytes."""
+        """(descriptor argument name, coordinate list text, block shape) of a TMA tile of a global
+        region stored in shared memory with `layout`; rank-3+ tensors are addressed through their
+        2-D rows view (instructions.tma_rows_view), or at their full rank, block ``[1, ..., 1,
+        rows, cols]`` (instructions.tma_full_rank), and a 1-D tile (a rank-1 `layout`,
+        instructions.tma_row_vector) as a (1, n) block of the rows view of any other rank.  The
+        shared tile moved is viewed in the block's shape (`tma_view`): a reshape that keeps the
+        NVMMA encoding of the same bytes, at the block's rank."""
         buf = region.buffer
+        full_rank = layout.rank != 1 and isel.tma_full_rank(buf)
         if layout.rank == 1:
             rows_view, block = len(buf.shape) != 2, (1, region.extents[-1])
             layout = replace(layout, rank=2)
+        elif full_rank:
+            rows_view, block = False, (1,) * (len(buf.shape) - 2) + tuple(region.extents[-2:])
+            layout = replace(layout, rank=len(buf.shape))
         else:
             rows_view = len(buf.shape) > 2
             block = tuple(region.extents[-2:]) if rows_view else tuple(region.extents)
@@ -359,14 +365,17 @@ class Emitter(SourceWriter):
             for start, dim in zip(starts[1:-1], buf.shape[1:-1]):
                 row = f"({row}) * {self.shape_text(dim)} + {start}"
             starts = [row, starts[-1]]
-        return self.descriptors[key].name, ", ".join(starts)
+        return self.descriptors[key].name, ", ".join(starts), block
 
-    def tma_shared_view(self, region: ir.Region, loc) -> str:
-        """The shared view a TMA copy of `descriptor` moves: a 1-D tile as (1, n)."""
-        view = self.shared_view(region, loc)
-        if len(region.buffer.tile_shape) == 1:
-            view += f".reshape([1, {region.buffer.tile_shape[0]}])"
-        return view
+    def tma_shared_view(self, region: ir.Region, loc, block: tuple) -> str:
+        """The shared view of `region` a TMA copy of a `block` (`descriptor`) moves."""
+        return self.tma_view(self.shared_view(region, loc), len(region.buffer.tile_shape), block)
+
+    @staticmethod
+    def tma_view(view: str, rank: int, block: tuple) -> str:
+        """A shared view `view` of a `rank`-D tile in the shape of a TMA `block`: a 1-D tile as (1, n),
+        a 2-D tile of a full-rank descriptor as [1, ..., 1, rows, cols]."""
+        return view if rank == len(block) else f"{view}.reshape({list(block)})"
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e) -> Val:

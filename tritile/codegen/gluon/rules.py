@@ -917,7 +917,8 @@ def _tma_store_deferred(em: Emitter) -> bool:
 
 
 def _issue_tma_store(em: Emitter, dst: ir.Region, layout, source: str, deferred: bool):
-    desc, coords = em.descriptor(dst, layout)
+    desc, coords, block = em.descriptor(dst, layout)
+    source = em.tma_view(source, len(dst.tile_shape), block)
     em.emit(f"tma.async_copy_shared_to_global({desc}, [{coords}], {source})")
     if deferred:
         em.deferred_tma_stores = True
@@ -943,12 +944,12 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
         return warp_specialize.emit_release(em, s)  # the producer partition issues the copy
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
-        desc, coords = em.descriptor(s.src, layout)
+        desc, coords, block = em.descriptor(s.src, layout)
         group = em.copy_group.get(id(s), s.iteration)
         for lane, nbytes in enumerate(em.expect_bytes.get(id(s), ())):
             em.emit(f"mbarrier.expect({_ring_position(em, ring, group, lane)[0]}, {nbytes})")
         bar = _ring_position(em, ring, group, em.copy_lane[id(s)])[0]
-        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(s.dst, s.loc)})")
+        em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {em.tma_shared_view(s.dst, s.loc, block)})")
         return
     if s.src.buffer.scope != "global" or s.dst.buffer.scope != "shared" or s.src.buffer.dtype != s.dst.buffer.dtype \
             or not isel.uses_cp_async(s):

@@ -202,9 +202,9 @@ def _emit_producer_tile_load(em: Emitter, copy: ir.Copy, parts: Partitions, tile
             t = em.name(tile_var)
             em.emit(f"mbarrier.wait({free}.index({slot}), ({t} & 1) ^ 1, pred={t} > 0)")
         em.emit(f"mbarrier.expect({loaded}.index({slot}), {rings.tile_bytes(c)})")
-        desc, coords = em.descriptor(c.src, em.buffer_layout(c.dst.buffer))
+        desc, coords, block = em.descriptor(c.src, em.buffer_layout(c.dst.buffer))
         em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {loaded}.index({slot}), "
-                f"{em.tma_shared_view(c.dst, c.loc)})")
+                f"{em.tma_shared_view(c.dst, c.loc, block)})")
 
 
 def _used_before(em: Emitter, ring, top: list) -> bool:
@@ -332,8 +332,8 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
         em.emit(f"mbarrier.expect({bar}, {sum(rings.tile_bytes(c) for c in copies)})")
     for copy in copies:
         signs.of(em).assume_nonnegative(copy.iteration)  # the copy runs only for iterations >= 0
-        desc, coords = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
-        dst = em.tma_shared_view(copy.dst, copy.loc)
+        desc, coords, block = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
+        dst = em.tma_shared_view(copy.dst, copy.loc, block)
         if parts.full_arrivals[id(ring)] == 1:
             em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {dst})")
             continue

@@ -39,7 +39,7 @@ import math
 
 from tritile.codegen.semantics import POINTER_TYPES
 from tritile.ir import nodes as ir
-from tritile.ir.instructions import is_multiple_of, strides_allow_rows
+from tritile.ir.instructions import is_multiple_of, known_positive, strides_allow_rows
 from tritile.ir.padding import is_padded
 from tritile.ir.transform import walk, written_buffer
 from tritile.switches import schedule_switch
@@ -94,7 +94,7 @@ def tensor_ok(buf: ir.Buffer) -> bool:
     dtype = buf.dtype
     if dtype.kind == "bool" or dtype.bits not in (8, 16, 32) or dtype.lanes != 1 or dtype.name not in POINTER_TYPES:
         return False
-    if not 1 <= len(buf.shape) <= MAX_RANK or not all(_known_positive(d) for d in buf.shape):
+    if not 1 <= len(buf.shape) <= MAX_RANK or not all(known_positive(d) for d in buf.shape):
         return False
     per = ALIGN // math.gcd(ALIGN, dtype.itemsize)  # elements in 16 bytes
     if buf.strides is not None:  # a T.StridedTensor: its declared strides
@@ -105,12 +105,6 @@ def tensor_ok(buf: ir.Buffer) -> bool:
         if factor % per:
             return False
     return True
-
-
-def _known_positive(dim) -> bool:
-    if isinstance(dim, int):
-        return dim > 0
-    return isinstance(dim, ir.Var) and dim.multiple_of > 1  # the divisible variant: a positive multiple
 
 
 def _read_only_or_stored_once(body) -> set:
