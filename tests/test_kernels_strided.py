@@ -426,6 +426,24 @@ def test_gluon_attention_moves_qkv_view_tiles_with_4d_tma(kernel, D):
         assert "cp.async.bulk.tensor.4d.global.shared" in ptx
 
 
+def test_the_attention_backward_reads_views_by_cp_async():
+    """TRITILE_FULL_RANK_TMA=off (what the attention op's backward is built under, its measured
+    choice) leaves the views' tiles to cp.async: no 4-D descriptor, in the generated code and its
+    cache key alike."""
+    from tritile import switches
+    from tritile.ops import attention as ops
+
+    B, S, H, D = 2, 256, 4, 64
+    qkv, rows = qkv_view_strides(S, H, D)
+    strides = (("Q", qkv), ("K", qkv), ("V", qkv), ("dO", rows))
+    func = ops.flashattn_bwd.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D)["bwd"])
+    with switches.overridden(ops.BACKWARD_SWITCHES):
+        compiled = tritile.compile(func, out_idx=[6, 7, 8], target="cuda:90", backend="gluon")
+        source, ptx = compiled.get_source("gluon"), compiled.get_source("ptx")
+    assert "cp.async_copy_global_to_shared" in source and "Q_desc" not in source and "dO_desc" not in source
+    assert "cp.async.bulk.tensor.4d" not in ptx
+
+
 def test_triton_descriptors_take_the_declared_strides():
     kernel = tritile.compile(qkv_combine(2, 2, 64, 64, 64, 64), target="cuda:90", backend="triton")
     source = kernel.get_source("triton")

@@ -49,6 +49,7 @@ from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded_shape
 from tritile.ir.transform import walk, written_buffer
 from tritile.ir.verifier import gemm_mnk
+from tritile.switches import schedule_switch
 
 
 def _is_tensor_core_dtype(dtype) -> bool:
@@ -187,7 +188,12 @@ def tma_full_rank(buf: ir.Buffer) -> bool:
     with strides (S*3*H*D, D, 3*H*D, 1)), but whose strides a descriptor takes (last 1, the
     others multiples of 16 bytes), and whose dims are provably positive (a descriptor cannot
     describe an empty dim).  The hardware clips every dim at its own size, so a row block may
-    end anywhere.  Contiguous tensors and flattening strided ones keep the rows view."""
+    end anywhere.  Contiguous tensors and flattening strided ones keep the rows view.
+    `TRITILE_FULL_RANK_TMA=0` leaves such tensors to cp.async / pointer accesses (an A/B switch:
+    the attention backward on views measured slower with these descriptors, bench/NOTES.md
+    session 20)."""
+    if schedule_switch("TRITILE_FULL_RANK_TMA") == "off":
+        return False
     if buf.strides is None or not 3 <= len(buf.shape) <= 5 or not all(known_positive(d) for d in buf.shape):
         return False
     per = 16 // math.gcd(16, buf.dtype.itemsize)

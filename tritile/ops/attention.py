@@ -34,6 +34,7 @@ import torch
 
 import tritile
 import tritile.language as T
+from tritile import switches
 from tritile.ops import registration
 from tritile.ops.signatures import MISSES, Remembered, signature
 
@@ -42,6 +43,10 @@ LOG2E = 1.44269504
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 GPU_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = {"cuda": (64, 128), "cpu": (16, 32, 64, 128)}
+# the backward reads the tiles of views (q / k / v of a fused projection, a transposed dO) by
+# cp.async rather than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal on the
+# H100, where the forward gains from them (0.182 against 0.201; bench/NOTES.md session 20)
+BACKWARD_SWITCHES = {"TRITILE_FULL_RANK_TMA": "off"}
 
 
 def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
@@ -388,8 +393,9 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     grad_kv_dtype = q.dtype if groups == 1 else torch.float32
     dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
     config = tile_config(q.device.type, dim)["bwd"]
-    flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(q, k, v, grad_out, lse,
-                                                                                         delta, dq, dk, dv)
+    with switches.overridden(BACKWARD_SWITCHES):  # read when the kernel is planned and generated (its first call)
+        flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(
+            q, k, v, grad_out, lse, delta, dq, dk, dv)
     if groups > 1:  # per query head -> per K/V head
         dk, dv = (t.view(batch, heads // groups, groups, *t.shape[2:]).sum(2).to(q.dtype) for t in (dk, dv))
     return dq.to(q.dtype), dk, dv

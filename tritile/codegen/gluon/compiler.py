@@ -167,8 +167,10 @@ def _specialization(func) -> tuple:
     # is in the IR text (`ir/divisibility.py`: "# dynamic: k (multiple of 16)"); codegen switches that leave the IR text unchanged must still select another kernel
     from tritile.codegen.gluon.rings import codegen_options
     from tritile.codegen.gluon.rules import vector_atomics_enabled
+    from tritile.switches import schedule_switch
 
-    return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),)
+    return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),
+                                                     ("full_rank_tma", schedule_switch("TRITILE_FULL_RANK_TMA")))
 
 
 def _triton_compile(func, target, gen, module):
