@@ -322,6 +322,24 @@ def test_expression_programs_three_ways(program, seed):
     assert E.same(triton, expected, program), f"{program.source}\nTriton interpreter {triton}\nexpected {expected}"
 
 
+_A8, _U8 = ("load", "A", "int8"), ("cast", "uint8", ("load", "A", "int8"))
+_DOUBLED = ("bin", "+", "int8", ("bin", "max", "int8", _A8, ("const", -128, "int8")), _A8)  # wraps in int8
+_NEGATED = ("neg", "uint8", ("bin", "max", "uint8", _U8, ("const", 0, "uint8")))
+
+
+@pytest.mark.parametrize("program", [
+    E.Program("parallel", "int8", "int8", "int8", ("bin", "//", "int8", _A8, ("select", "int8", (
+        "==", _DOUBLED, ("const", 0, "int8")), ("const", 1, "int8"), _DOUBLED)), "", True, False),
+    E.Program("parallel", "int8", "int8", "uint8", ("bin", "//", "uint8", _U8, ("select", "uint8", (
+        "==", _NEGATED, ("const", 0, "uint8")), ("const", 1, "uint8"), _NEGATED)), "", True, False),
+], ids=["int8-wraps-past-a-library-call", "uint8-divides-by-a-select"])
+def test_narrow_integer_constants_keep_their_type(program):
+    """Found by the generated programs: a bare literal next to an int8 / uint8 tensor in
+    `maximum` / `where` was Triton's int32, so int8 sums stopped wrapping (all-zero quotients) and
+    uint8 // int32 was a TypeError; narrow-integer constants are typed scalars now."""
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
+
+
 def _pipeline_program_three_ways(program, seed, target=Target("cuda", 90)):
     """A generated pipeline program (tests/pipeline_programs.py: sibling pipelined GEMM loops,
     guards, runtime trip counts, manual schedules) through the tile-IR interpreter (its final IR)
