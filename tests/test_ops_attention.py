@@ -70,6 +70,19 @@ def test_attention_reads_views_of_a_fused_projection_in_place(dtype, causal, mon
     assert any("Q: T.StridedTensor" in text and "Output: T.StridedTensor" in text for text in sources)
 
 
+def test_attention_on_an_unaligned_view_copies_it_with_its_strides():
+    """A view 2 bytes off 16-byte alignment (kernels are compiled for aligned addresses) after an
+    aligned one of the same strides: copied with those strides, so the kernel the signature
+    remembered takes it, and the results match SDPA."""
+    batch, seq, heads, dim = 1, 32, 2, 16
+    for offset in (0, 1):  # elements of fp32: 0 and 4 bytes
+        qkv = torch.randn(batch * seq * 3 * heads * dim + offset)[offset:].view(batch, seq, 3 * heads * dim)
+        q, k, v = qkv.view(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4)
+        assert (q.data_ptr() % 16 == 0) == (offset == 0)
+        torch.testing.assert_close(attention(q, k, v, True), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                   rtol=2e-4, atol=2e-4)
+
+
 def test_the_forward_returns_the_log_sum_exp():
     q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
     out, lse = torch.ops.tritile.attention(q, k, v, False, None)

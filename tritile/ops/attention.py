@@ -319,8 +319,14 @@ def check_attention_arguments(q, k, v, is_causal: bool) -> None:
 def as_passed(t: torch.Tensor) -> torch.Tensor:
     """`t` as the kernels take it: as it is when its rows are contiguous (a view whose head dim
     has stride 1: q / k / v sliced out of a fused projection, a transposed [batch, seq, heads,
-    dim] tensor), else a contiguous copy."""
-    return t if t.is_contiguous() or t.stride(-1) == 1 else t.contiguous()
+    dim] tensor) - a copy with the same strides where its address is not 16-byte aligned, as
+    kernels are compiled to assume -, else a contiguous copy.  The strides alone decide which,
+    so every call of one signature passes what its remembered kernel declares."""
+    if t.stride(-1) != 1:
+        return t.contiguous()
+    if t.is_contiguous() or t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 def views_of(**tensors) -> tuple:
@@ -333,7 +339,7 @@ def output_strides(q: torch.Tensor) -> Optional[tuple]:
     """The output's strides: None (contiguous) for a contiguous q, else those of a [batch, seq,
     heads, dim] layout (FlashAttention's and SDPA's for a query view), whose `transpose(1, 2)
     .reshape(batch, seq, heads * dim)` is free."""
-    if as_passed(q).is_contiguous():
+    if q.is_contiguous() or q.stride(-1) != 1:
         return None
     batch, heads, seq, dim = q.shape
     return (seq * heads * dim, dim, heads * dim, 1)
