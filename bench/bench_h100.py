@@ -125,25 +125,22 @@ def finish_row(row: dict, ms: dict, flops: float, libraries: tuple, not_run: tup
     return row
 
 
-def tritile_gemm(M: int, N: int, K: int, dtype: torch.dtype, backend: str):
-    """What `tritile.mm` runs for this shape, compiled by one backend: the library GEMM
+def tritile_gemm(a: torch.Tensor, b: torch.Tensor, backend: str):
+    """What `tritile.mm` runs for a @ b, compiled by one backend: the library GEMM
     (`tritile.ops.matmul`, what examples/gemm.py runs) with its CUDA tiles, or where
     `split_k_config` plans a split, the one-kernel split-K GEMM of tritile/ops/split_k.py."""
     import tritile
     import tritile.language as T
     from tritile.ops.matmul import matmul, tile_config
-    from tritile.ops.split_k import SplitKGemm, matmul_split_k, split_k_config, split_k_workspace
+    from tritile.ops.split_k import SplitKGemm, matmul_split_k, split_k_config
 
-    t_dtype = T.bfloat16 if dtype == torch.bfloat16 else T.float16
-    plan = split_k_config("cuda", M, N, K, dtype)
+    (M, K), N = a.shape, b.shape[1]
+    t_dtype = T.bfloat16 if a.dtype == torch.bfloat16 else T.float16
+    plan = split_k_config("cuda", M, N, K, a.dtype)
     if plan is None:
         return tritile.jit(matmul.fn, backend=backend).compile(M=M, N=N, K=K, dtype=t_dtype,
-                                                               **tile_config("cuda", M, N, K, dtype))
-    kernel = tritile.jit(matmul_split_k.fn, backend=backend).compile(M=M, N=N, K=K, dtype=t_dtype, **plan)
-    workspace = split_k_workspace(torch.device("cuda", torch.cuda.current_device()), plan["splits"], M, N,
-                                  -(-M // plan["block_M"]), -(-N // plan["block_N"]))
-    placeholders = tuple(torch.empty(shape, dtype=dtype, device="cuda") for shape in ((1,), (1, 1), (1, 1)))
-    return SplitKGemm(kernel, *workspace, placeholders)
+                                                               **tile_config("cuda", M, N, K, a.dtype))
+    return SplitKGemm.build(a, b, plan, t_dtype, split_gemm=tritile.jit(matmul_split_k.fn, backend=backend))
 
 
 def tritile_flash_attention(B: int, H: int, S: int, D: int, causal: bool, backend: str):
@@ -187,7 +184,7 @@ def gemm_rows(shapes, dtypes, log, peer):
                 row["tilelang_config"] = tilelang_peer.gemm_config(M, N, K)
                 add_candidate(row, timers, "tilelang", lambda: tilelang_peer.gemm(M, N, K, dtype), (a, b), ref)
             for name, backend in zip(TRITILE, ("gluon", "triton")):
-                add_candidate(row, timers, name, lambda backend=backend: tritile_gemm(M, N, K, dtype, backend), (a, b),
+                add_candidate(row, timers, name, lambda backend=backend: tritile_gemm(a, b, backend), (a, b),
                               ref)
             ms = median_of_rotations(timers)
             log(finish_row(row, ms, 2.0 * M * N * K, GEMM_LIBRARIES, () if peer["available"] else ("tilelang",)))

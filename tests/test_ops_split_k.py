@@ -132,6 +132,20 @@ def test_split_gemms_of_one_shape_share_the_kept_workspace(split_everywhere):
     assert first.workspace is second.workspace and first.counters is second.counters
 
 
+def test_a_split_gemm_builds_from_the_function_given():
+    """`SplitKGemm.build(..., split_gemm=)`: the split kernel of another build of the same function
+    (bench/bench_h100.py's per-backend columns), with the kept workspace of the shape."""
+    import tritile
+
+    a, b = torch.randn(40, 256).half(), torch.randn(256, 48).half()
+    config = dict(block_M=32, block_N=32, block_K=32, num_stages=2, threads=128, splits=3)
+    on_triton = tritile.jit(matmul_split_k.fn, backend="triton")
+    gemm = SplitKGemm.build(a, b, config, "float16", split_gemm=on_triton)
+    assert gemm.kernel.backend == "triton"
+    torch.testing.assert_close(gemm(a, b).float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+    assert int(gemm.counters.abs().sum()) == 0
+
+
 def test_tritile_linear_keeps_its_epilogue_when_split(split_everywhere):
     x, weight = torch.randn(2, 9, 128).bfloat16(), torch.randn(80, 128).bfloat16()
     bias, residual = torch.randn(80).bfloat16(), torch.randn(2, 9, 80).bfloat16()

@@ -146,17 +146,20 @@ class SplitKGemm:
 
     @classmethod
     def build(cls, a: torch.Tensor, b: torch.Tensor, config: dict, dtype, trans_A: bool = False,
-              trans_B: bool = False, epilogue_operands: tuple = (), **epilogue) -> "SplitKGemm":
+              trans_B: bool = False, epilogue_operands: tuple = (), split_gemm=None, **epilogue) -> "SplitKGemm":
         """The kernel for operands `a`, `b` (as the kernel takes them: transposed ones already
         swapped back) with `config` (split_k_config's), the epilogue's flags (`has_bias`,
         `activation`, `has_residual`, `keep_pre`) and its operands (Bias, Residual, Pre; none:
-        placeholders), and the (device, shape)'s workspace and counters."""
+        placeholders), and the (device, shape)'s workspace and counters.  `split_gemm` builds
+        the kernel instead of `matmul_split_k` (the same function on one backend:
+        bench/bench_h100.py)."""
         M, N = (a.shape[1] if trans_A else a.shape[0]), (b.shape[0] if trans_B else b.shape[1])
         workspace, counters = split_k_workspace(a.device, config["splits"], M, N, -(-M // config["block_M"]),
                                                 -(-N // config["block_N"]))
         placeholders = (a.new_empty(1), a.new_empty((1, 1)), a.new_empty((1, 1)))
-        kernel = matmul_split_k.kernel_for(a, b, *(epilogue_operands or placeholders), workspace, counters,
-                                           dtype=dtype, trans_A=trans_A, trans_B=trans_B, **config, **epilogue)
+        kernel = (split_gemm or matmul_split_k).kernel_for(a, b, *(epilogue_operands or placeholders), workspace,
+                                                           counters, dtype=dtype, trans_A=trans_A, trans_B=trans_B,
+                                                           **config, **epilogue)
         return cls(kernel, workspace, counters, placeholders)
 
 
