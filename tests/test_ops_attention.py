@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tritile.ops.attention import attention
+from tritile.ops.attention import as_passed, attention
 
 TOLERANCE = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
@@ -79,6 +79,9 @@ def test_attention_on_an_unaligned_view_copies_it_with_its_strides():
         qkv = torch.randn(batch * seq * 3 * heads * dim + offset)[offset:].view(batch, seq, 3 * heads * dim)
         q, k, v = qkv.view(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4)
         assert (q.data_ptr() % 16 == 0) == (offset == 0)
+        passed = as_passed(q)  # what the kernels get (the interpreter does not check alignment)
+        assert passed.data_ptr() % 16 == 0 and passed.stride() == q.stride() and torch.equal(passed, q)
+        assert (passed is q) == (offset == 0)
         torch.testing.assert_close(attention(q, k, v, True), F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                    rtol=2e-4, atol=2e-4)
 
