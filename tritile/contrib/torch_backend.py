@@ -34,6 +34,10 @@ Contract:
 * On a GPU every rewrite of either stage happens only where tritile's kernel is not slower than
   the one it replaces on that shape and layout (`gemm_choice`: measured once, cached; static
   shapes only); `options={"gemms": "tritile"}` skips the measurement.
+* On a GPU, with static shapes, a graph where the rewrites chose a tritile op is also compiled
+  without them (inductor's own graph), and on its first call the two are timed, step against
+  step, the faster kept (`graph_choice`: ops each faster alone do not promise a faster step);
+  `options={"graph_choice": "off"}` keeps tritile's graph untimed.
 * `options={"fallback": "eager"}` runs the same rewrite in AOTAutograd and everything else in
   eager PyTorch (debugging a model without inductor); any other option is an inductor config
   patch (`options={"max_autotune": True}`), as with `backend="inductor"`.
@@ -46,8 +50,11 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import copy
+import itertools
 import operator
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -57,9 +64,10 @@ from torch._dynamo.backends import registry
 from torch._dynamo.backends.common import aot_autograd
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils import _pytree as pytree
 
 import tritile
-from tritile.contrib import gemm_choice
+from tritile.contrib import gemm_choice, graph_choice
 from tritile.ops import attention as tritile_attention  # registers torch.ops.tritile.attention
 from tritile.ops import linear as tritile_linear  # registers torch.ops.tritile.linear
 from tritile.ops.matmul import SUPPORTED_DTYPES, is_transposed_contiguous  # registers tritile.mm, tritile.bmm
@@ -68,6 +76,7 @@ from tritile.ops.registration import COMPILED_TWINS
 BACKEND_NAME = "tritile"
 FALLBACKS = ("inductor", "eager")
 GEMM_POLICIES = ("measured", "tritile")
+GRAPH_POLICIES = ("measured", "off")
 
 aten = torch.ops.aten
 
@@ -396,17 +405,63 @@ def rewrite_dynamo_graph(gm: torch.fx.GraphModule, measured: bool = True) -> lis
 
 
 _recording = None  # the list `explain` collects decisions into, while it runs
+_recording_graphs = None  # and the graphs' timed choices
 _recording_lock = threading.Lock()
 
 
-class TritileOpsPass(CustomGraphPass):
-    """Inductor's post-grad pass that hands tritile's ops to tritile (`rewrite_graph`)."""
+class GraphRewrites:
+    """What the rewrites chose in one Dynamo graph: its own rewrite's decisions and those of each
+    run of the post-grad pass on the ATen graphs inductor made of it (the pass finds this object
+    by `key`: inductor may copy the pass with its config for the backward's compilation)."""
 
-    def __init__(self, measured: bool = True):
+    _next_key = itertools.count()
+    _live: "weakref.WeakValueDictionary[int, GraphRewrites]" = weakref.WeakValueDictionary()
+
+    def __init__(self, dynamo_graph_decisions: list):
+        self.key = next(GraphRewrites._next_key)
+        self.dynamo_graph_decisions = dynamo_graph_decisions
+        self.post_grad_runs: list = []
+        GraphRewrites._live[self.key] = self
+
+    @classmethod
+    def of(cls, key) -> Optional["GraphRewrites"]:
+        return cls._live.get(key) if key is not None else None
+
+    def decisions(self) -> list:
+        return self.dynamo_graph_decisions + [d for run in self.post_grad_runs for d in run]
+
+    def chosen(self, graphs: int) -> Optional[bool]:
+        """Whether a tritile op was chosen, once `graphs` ATen graphs were compiled (None: unknown,
+        the pass did not see them all - an FX graph cache hit)."""
+        if any(d.kernel for d in self.decisions()):
+            return True
+        return False if len(self.post_grad_runs) >= graphs else None
+
+    def settle(self, kept_tritile: bool, why: str) -> None:
+        """The graph's timed choice (`graph_choice`): when inductor's own graph runs instead, no
+        decision of this graph ran as a tritile kernel; `explain` lists the outcome."""
+        if not kept_tritile:
+            for decision in self.decisions():
+                if decision.kernel:
+                    decision.kernel, decision.reason = None, why
+        with _recording_lock:
+            if _recording_graphs is not None:
+                _recording_graphs.append(why)
+
+
+class TritileOpsPass(CustomGraphPass):
+    """Inductor's post-grad pass that hands tritile's ops to tritile (`rewrite_graph`), telling
+    the graph's `GraphRewrites` (`rewrites_key`) what it chose."""
+
+    def __init__(self, measured: bool = True, rewrites_key: Optional[int] = None):
         self.measured = measured
+        self.rewrites_key = rewrites_key
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        rewrite_graph(graph, self.measured)
+        decisions = rewrite_graph(graph, self.measured)
+        rewrites = GraphRewrites.of(self.rewrites_key)
+        if rewrites is not None:
+            rewrites.post_grad_runs.append(decisions)
 
     def uuid(self):
         return (get_hash_for_files((__file__, gemm_choice.__file__)), tritile.__version__, self.measured)
@@ -423,29 +478,69 @@ def _eager_backend(measured: bool):
 
 
 def tritile_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[dict] = None, mode=None):
-    """Dynamo backend: inductor with `TritileOpsPass` (default), or `options={"fallback": "eager"}`."""
+    """Dynamo backend: inductor with `TritileOpsPass` (default), or `options={"fallback": "eager"}`;
+    on CUDA the graph with tritile's ops is timed against inductor's own on its first call
+    (`graph_choice`) unless `options={"graph_choice": "off"}`."""
     options = dict(options or {})
     fallback = options.pop("fallback", "inductor")
     gemms = options.pop("gemms", "measured")
-    for name, value, valid in (("fallback", fallback, FALLBACKS), ("gemms", gemms, GEMM_POLICIES)):
+    graph_policy = options.pop("graph_choice", "measured")
+    for name, value, valid in (("fallback", fallback, FALLBACKS), ("gemms", gemms, GEMM_POLICIES),
+                               ("graph_choice", graph_policy, GRAPH_POLICIES)):
         if value not in valid:
             raise ValueError(f"torch.compile(backend='tritile'): options['{name}'] must be one of {valid}, "
                              f"got {value!r}")
     measured = gemms == "measured"
-    rewrite_dynamo_graph(gm, measured)
     if fallback == "eager":
+        rewrite_dynamo_graph(gm, measured)
         if options:
             raise ValueError(f"torch.compile(backend='tritile'): options {sorted(options)} are inductor options; "
                              f"they mean nothing with fallback='eager'")
         return _eager_backend(measured)(gm, example_inputs)
     from torch._inductor.compile_fx import compile_fx
 
-    patches = dict(options, post_grad_custom_post_pass=TritileOpsPass(measured))
+    inductor_patches = dict(options)
     if mode is not None:
         from torch._inductor import list_mode_options
 
-        patches = {**list_mode_options(mode), **patches}
-    return compile_fx(gm, example_inputs, config_patches=patches)
+        inductor_patches = {**list_mode_options(mode), **inductor_patches}
+    timed = graph_policy == "measured" and measured and _graph_choice_applies(gm, example_inputs, inductor_patches)
+    inductor_gm = _copy_graph_module(gm) if timed else None
+    rewrites = GraphRewrites(rewrite_dynamo_graph(gm, measured))
+    tritile_graph = compile_fx(gm, example_inputs, config_patches=dict(
+        inductor_patches, post_grad_custom_post_pass=TritileOpsPass(measured, rewrites.key)))
+    if not timed or (rewrites.chosen(graphs=1) is False and not _needs_backward(gm)):
+        return tritile_graph
+    inductor_graph = compile_fx(inductor_gm, example_inputs, config_patches=inductor_patches)
+    choice = graph_choice.GraphChoice(tritile_graph, inductor_graph, rewrites.chosen, rewrites.settle)
+    choice.rewrites = rewrites  # kept alive with the graph: the backward's pass finds it by key
+    return choice
+
+
+def _graph_choice_applies(gm: torch.fx.GraphModule, example_inputs, inductor_patches: dict) -> bool:
+    """Timing both graphs needs a CUDA input, static shapes (one choice per compiled graph) and
+    no CUDA graphs (their recorded input addresses would not be the timed copies')."""
+    if inductor_patches.get("triton.cudagraphs"):
+        return False
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if not any(t.device.type == "cuda" for t in tensors):
+        return False
+    metas = [_tensor_meta(node) for node in gm.graph.nodes]
+    return _is_static(*tensors, *[m for m in metas if m is not None])
+
+
+def _needs_backward(gm: torch.fx.GraphModule) -> bool:
+    outputs = next(node for node in reversed(gm.graph.nodes) if node.op == "output").args[0]
+    metas = [_tensor_meta(node) for node in pytree.tree_leaves(outputs)]
+    return any(m is not None and m.requires_grad for m in metas)
+
+
+def _copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A second GraphModule of Dynamo's graph (its nodes copied, their metadata and the module's
+    attributes shared), which the rewrites leave alone."""
+    copy_ = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    copy_.meta = dict(gm.meta)
+    return copy_
 
 
 @dataclass
@@ -454,6 +549,7 @@ class Explanation:
 
     decisions: list = field(default_factory=list)
     fallback: str = "inductor"
+    graph_choices: list = field(default_factory=list)  # each timed graph's outcome (`graph_choice`)
 
     @property
     def tritile_ops(self) -> list:
@@ -469,17 +565,18 @@ class Explanation:
         for d in self.decisions:
             where = d.kernel if d.kernel else f"{self.fallback}: {d.reason}"
             lines.append(f"  {d.op} {' x '.join(map(str, d.shapes))} {'/'.join(sorted(set(d.dtypes)))} -> {where}")
+        lines += [f"  graph: {outcome}" for outcome in self.graph_choices]
         return "\n".join(lines)
 
 
 def explain(model, *inputs, fallback: str = "inductor", gemms: str = "measured", backward: bool = None) -> Explanation:
     """Compile `model` with backend="tritile" on `inputs` (running it once, and its backward when
     an output requires grad, unless `backward` says otherwise) and report what went where."""
-    global _recording
+    global _recording, _recording_graphs
     torch._dynamo.reset()  # a fresh compile, so every graph passes through the rewrite
-    decisions = []
+    decisions, graph_choices = [], []
     with _recording_lock:
-        _recording = decisions
+        _recording, _recording_graphs = decisions, graph_choices
     try:
         with _no_fx_graph_cache():
             compiled = torch.compile(model, backend=BACKEND_NAME, options={"fallback": fallback, "gemms": gemms})
@@ -491,9 +588,9 @@ def explain(model, *inputs, fallback: str = "inductor", gemms: str = "measured",
                 sum(o.float().sum() for o in outputs if o.requires_grad).backward()
     finally:
         with _recording_lock:
-            _recording = None
+            _recording = _recording_graphs = None
         torch._dynamo.reset()
-    return Explanation(decisions, fallback)
+    return Explanation(decisions, fallback, graph_choices)
 
 
 @contextlib.contextmanager
