@@ -19,11 +19,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from timing import load_example, median_ms, save
 
-SHAPES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True)]
-# backward tiles (block_M keys, block_N queries, threads, stages) tried by --sweep: the example's own
-# and TileLang's (example_mha_bwd_bhsd: 64 x 64 at head dim 64, 64 x 32 at 128, one warpgroup)
-SWEEP = [(64, 64, 128, 2), (64, 32, 128, 2), (128, 64, 256, 2), (128, 128, 256, 2), (64, 64, 128, 1),
-         (128, 32, 256, 2)]
+SHAPES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True),
+          (8, 16, 2048, 64, True)]  # the last: bench/torch_compile_h100.py's train step
+# backward tiles (block_M keys, block_N queries, threads, stages) tried by --sweep, per head dim: the
+# example's neighbours (a third stage, the other query step) and TileLang's (example_mha_bwd_bhsd: 64 x 64
+# at head dim 64, 64 x 32 at 128, one warpgroup)
+SWEEP = {64: [(128, 128, 256, 3), (128, 64, 256, 2), (128, 64, 256, 3), (64, 64, 128, 2)],
+         128: [(128, 64, 256, 3), (128, 32, 256, 2), (128, 32, 256, 3), (64, 32, 128, 2)]}
 
 
 def on_backend(jit_function, backend):
@@ -91,12 +93,12 @@ def run_shape(F, batch, heads, seq, dim, causal, bwd_config=None) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--sweep", action="store_true", help="also time every backward tile config of SWEEP")
+    parser.add_argument("--sweep", action="store_true", help="also time the backward tile configs of SWEEP")
     args = parser.parse_args(argv)
     F = load_example("flash_attention_bwd")
     rows = []
     for shape in SHAPES:
-        for bwd_config in [None] + (SWEEP if args.sweep else []):
+        for bwd_config in [None] + (SWEEP[shape[3]] if args.sweep else []):
             try:
                 row = run_shape(F, *shape, bwd_config=bwd_config)
             except Exception as err:  # a config that does not compile or fit is a row with its error

@@ -443,7 +443,7 @@ class GraphRewrites:
         if not kept_tritile:
             for decision in self.decisions():
                 if decision.kernel:
-                    decision.kernel, decision.reason = None, why
+                    decision.kernel, decision.reason = None, f"{why}; alone it went to {decision.kernel}"
         with _recording_lock:
             if _recording_graphs is not None:
                 _recording_graphs.append(why)
