@@ -20,6 +20,11 @@ def overridden(settings: dict):
         _overrides.reset(token)
 
 
+def current_overrides() -> tuple:
+    """The settings `overridden` holds here, as a hashable key."""
+    return tuple(sorted(_overrides.get().items()))
+
+
 def schedule_switch(variable: str, default: str = "auto") -> str:
     """"on", "off" or "auto" from an override, else environment variable `variable` (unset: `default`)."""
     value = str(_overrides.get().get(variable, os.environ.get(variable, default))).strip().lower()

@@ -43,10 +43,20 @@ LOG2E = 1.44269504
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 GPU_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = {"cuda": (64, 128), "cpu": (16, 32, 64, 128)}
-# the backward reads the tiles of views (q / k / v of a fused projection, a transposed dO) by
-# cp.async rather than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal on the
-# H100, where the forward gains from them (0.182 against 0.201; bench/NOTES.md session 20)
-BACKWARD_SWITCHES = {"TRITILE_FULL_RANK_TMA": "off"}
+def backward_switches(dim: int, is_causal: bool, groups: int = 1) -> dict:
+    """The schedule switches the backward is built under, measured on the H100 (bench/NOTES.md):
+    * the tiles of views (q / k / v of a fused projection, a transposed dO) by cp.async rather
+      than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal, where the forward
+      gains from them (0.182 against 0.201; session 20);
+    * at head dim 128, causal, a producer warp: `auto` refuses it there by its register bound
+      (the fragments, 256 registers a thread, over the 240 setmaxnreg leaves the consumers), but
+      ptxas fits the causal kernel in 240 without a spill, and it ran 3.18 against 3.56 ms at
+      4x32x4096x128 (1.01x cuDNN against 0.87; session 21).  Non-causal spills there and ran
+      7.51 against 6.39 ms: it keeps its warps (and so does GQA's kernel, not measured)."""
+    chosen = {"TRITILE_FULL_RANK_TMA": "off"}
+    if dim == 128 and is_causal and groups == 1:
+        chosen["TRITILE_WARP_SPECIALIZE"] = "on"
+    return chosen
 
 
 def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
@@ -399,7 +409,7 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     grad_kv_dtype = q.dtype if groups == 1 else torch.float32
     dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
     config = tile_config(q.device.type, dim)["bwd"]
-    with switches.overridden(BACKWARD_SWITCHES):  # read when the kernel is planned and generated (its first call)
+    with switches.overridden(backward_switches(dim, is_causal, groups)):  # read when the kernel is planned and generated
         flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(
             q, k, v, grad_out, lse, delta, dq, dk, dv)
     if groups > 1:  # per query head -> per K/V head

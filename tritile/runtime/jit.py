@@ -37,6 +37,7 @@ from collections import namedtuple
 import torch
 
 import tritile.language as T
+from tritile import switches
 from tritile.errors import CompileError
 from tritile.frontend import parse_kernel, probe_const_dims
 from tritile.frontend.source import FunctionSource, GlobalReads, globals_unchanged
@@ -131,7 +132,10 @@ class JITFunction:
         return {**{k: self.options[k] for k in COMPILE_OPTIONS}, **overrides}
 
     def _cached(self, key, build) -> JITKernel:
-        """The kernel cached under `key` whose globals still hold, built by `build()` on a miss."""
+        """The kernel cached under `key` and the schedule switches overridden around the call
+        (`switches.overridden`: a kernel built under others is another schedule) whose globals
+        still hold, built by `build()` on a miss."""
+        key = (key, switches.current_overrides())
         variants = self._kernels.get(key)
         for kernel in variants or ():
             if globals_unchanged(kernel.globals_read):
@@ -212,7 +216,8 @@ class EagerJIT(JITFunction):
 
     def __call__(self, *args, **kwargs):
         key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
-               tuple((k, _argument_kind(v, k in self.scalar_params)) for k, v in kwargs.items()))
+               tuple((k, _argument_kind(v, k in self.scalar_params)) for k, v in kwargs.items()),
+               switches.current_overrides())
         try:
             kernel, sources, guards = self._calls[key]
             if guards and not globals_unchanged(guards):
