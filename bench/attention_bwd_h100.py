@@ -45,7 +45,7 @@ def tritile_backward(F, q, k, v, do, causal, bwd_config=None, backend=None):
     of the forward of q, k, v (run once here) -> (dq, dk, dv); `bwd_config` (block_M, block_N,
     threads, num_stages) replaces the example's backward tiles."""
     batch, heads, seq, dim = q.shape
-    config = F.tile_config("cuda", dim)
+    config = F.tile_config("cuda", dim, causal)
     if bwd_config is not None:
         config["bwd"] = dict(zip(("block_M", "block_N", "threads", "num_stages"), bwd_config))
     o, lse = on_backend(F.flashattn_fwd, backend)(batch, heads, seq, dim, causal, **config["fwd"])(q, k, v)

@@ -66,7 +66,8 @@ def flash_bwd_kernel(dim, causal, monkeypatch, warp_specialize="0"):
     from tritile.ops.attention import flashattn_bwd, tile_config
 
     monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", warp_specialize)
-    return JITKernel(flashattn_bwd.fn(4, 32, 4096, dim, causal, **tile_config("cuda", dim)["bwd"]), target=H100)
+    return JITKernel(flashattn_bwd.fn(4, 32, 4096, dim, causal, **tile_config("cuda", dim, causal)["bwd"]),
+                     target=H100)
 
 
 @pytest.mark.parametrize("dim, causal", [(128, False), (64, True)])
@@ -80,7 +81,7 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     assert "cp.async" not in source and "cp.wait_group" not in loop and "gl.thread_barrier()" not in loop
     from tritile.ops.attention import tile_config
 
-    block_N = tile_config("cuda", dim)["bwd"]["block_N"]
+    block_N = tile_config("cuda", dim, causal)["bwd"]["block_N"]
     lse_copy = rf"tma\.async_copy_global_to_shared\(LSE_desc, .*lse\.index\(.*\)\.reshape\(\[1, {block_N}\]\)\)"
     assert re.search(lse_copy, loop)
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
@@ -92,8 +93,9 @@ def test_backward_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypa
     inside dQ, so it has no mask - the causal loop's rows too, ``(first + j_t - 1) * 64`` for
     j_t < 64 - first (`NonNegative.upper_bound`), and its last step's, where the trip count is
     ``max(64 - first, 1)``.  The wgmma accumulator (64 x 128 or 128 x 64 float32, 2 contiguous
-    a thread) is converted to the coalesced layout: 8 `atom...v4.f32` a thread per step (16 in
-    the PTX: the loop and its last step), all unpredicated - where the kernel had 16 v2 ones a
+    a thread) is converted to the coalesced layout: 8 `atom...v4.f32` a thread per step at head
+    dim 128 (16 in the PTX: the loop and its last step; 4 and 8 for 64 x 64 causal at head dim
+    64), all unpredicated - where the kernel had 16 v2 ones a
     step, each behind a branch on `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits
     beside the buffers."""
     kernel = flash_bwd_kernel(dim, causal, monkeypatch)
@@ -101,7 +103,11 @@ def test_backward_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypa
     assert len(atomics) == 2 and all("mask=" not in a and "gl.convert_layout(dq" in a for a in atomics), atomics
     ptx = kernel.get_source("ptx")
     ops = re.findall(r"(?:@(%p\d+)\s+)?((?:atom|red)\.global\S*)", ptx)
-    assert [op for _, op in ops] == ["atom.global.gpu.relaxed.add.v4.f32"] * 16, ops
+    from tritile.ops.attention import tile_config
+
+    config = tile_config("cuda", dim, causal)["bwd"]
+    per_step = config["block_N"] * dim // (config["threads"] * 4)  # 4 float32 an atomic
+    assert [op for _, op in ops] == ["atom.global.gpu.relaxed.add.v4.f32"] * (2 * per_step), ops
     always = set(re.findall(r"mov\.pred\s+(%p\d+), -1;", ptx))
     assert all(not pred or pred in always for pred, _ in ops), ops
     assert kernel._codegen(H100).metadata.shared <= H100.shared_memory_limit

@@ -41,7 +41,7 @@ def flash_attention_cuda_config(is_causal: bool):
 def flash_attention_bwd_cuda_config(kernel: str, is_causal: bool):
     """A kernel examples/flash_attention_bwd.py's main() launches on CUDA."""
     module = load_example("flash_attention_bwd")
-    config = module.tile_config("cuda", 64)
+    config = module.tile_config("cuda", 64, is_causal)
     if kernel == "fwd":
         return module.flashattn_fwd(2, 4, 1024, 64, is_causal, **config["fwd"])
     if kernel == "preprocess":

@@ -407,7 +407,7 @@ def test_gluon_attention_moves_qkv_view_tiles_with_4d_tma(kernel, D):
     names = ("Q", "K", "V", "O") if kernel == "fwd" else ("Q", "K", "V", "dO")
     strides = tuple((name, rows if name in ("O", "dO") else qkv) for name in names)
     build = ops.flashattn_fwd if kernel == "fwd" else ops.flashattn_bwd
-    func = build.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D)[kernel])
+    func = build.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D, True)[kernel])
     compiled = tritile.compile(func, out_idx=[3, 4] if kernel == "fwd" else [6, 7, 8], target="cuda:90",
                                backend="gluon")
     source, ptx = compiled.get_source("gluon"), compiled.get_source("ptx")
@@ -436,7 +436,7 @@ def test_the_attention_backward_reads_views_by_cp_async():
     B, S, H, D = 2, 256, 4, 64
     qkv, rows = qkv_view_strides(S, H, D)
     strides = (("Q", qkv), ("K", qkv), ("V", qkv), ("dO", rows))
-    func = ops.flashattn_bwd.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D)["bwd"])
+    func = ops.flashattn_bwd.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D, True)["bwd"])
     with switches.overridden(ops.backward_switches(D, True)):
         compiled = tritile.compile(func, out_idx=[6, 7, 8], target="cuda:90", backend="gluon")
         source, ptx = compiled.get_source("gluon"), compiled.get_source("ptx")

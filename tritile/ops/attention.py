@@ -275,16 +275,18 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
     return main
 
 
-def tile_config(device_type: str, dim: int) -> dict:
+def tile_config(device_type: str, dim: int, is_causal: bool = False) -> dict:
     """Small tiles for the CPU interpreter.  On CUDA the backward runs two warpgroups on 128-key
-    blocks: 128-query steps at head dim <= 64, 64 at head dim 128 (dK and dV, 128 x 128 float32
-    each, fill the registers) - the best of seven configurations on an H100 (bench/NOTES.md,
-    session 16: 76 and 78 TFLOP/s, against 43 and 74 for one warpgroup on 64x64 / 128x32)."""
+    blocks: 128-query steps at head dim <= 64 (64 when causal), 64 at head dim 128 (dK and dV,
+    128 x 128 float32 each, fill the registers) - the best of seven configurations on an H100
+    (bench/NOTES.md, session 16: 76 and 78 TFLOP/s, against 43 and 74 for one warpgroup on 64x64
+    / 128x32); causal at head dim 64, 64-query steps ran 0.89-0.91x the time of 128 (session 21:
+    0.598 against 0.673 ms at 8x16x2048, 1.015 against 1.140 at 4x16x4096), non-causal 1.36x."""
     if device_type != "cuda":
         return dict(fwd=dict(block_M=32, block_N=32), bwd=dict(block_M=32, block_N=32))
     if dim <= 64:
         return dict(fwd=dict(block_M=64, block_N=64, num_stages=2),
-                    bwd=dict(block_M=128, block_N=128, num_stages=2, threads=256))
+                    bwd=dict(block_M=128, block_N=64 if is_causal else 128, num_stages=2, threads=256))
     return dict(fwd=dict(block_M=128, block_N=128, num_stages=2, threads=256),
                 bwd=dict(block_M=128, block_N=64, num_stages=2, threads=256))
 
@@ -408,7 +410,7 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     groups = args["groups"]
     grad_kv_dtype = q.dtype if groups == 1 else torch.float32
     dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
-    config = tile_config(q.device.type, dim)["bwd"]
+    config = tile_config(q.device.type, dim, is_causal)["bwd"]
     with switches.overridden(backward_switches(dim, is_causal, groups)):  # read when the kernel is planned and generated
         flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(
             q, k, v, grad_out, lse, delta, dq, dk, dv)
