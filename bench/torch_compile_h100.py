@@ -129,7 +129,8 @@ def main(argv=None):
         # the same graph (decode, session 20), more than the gaps measured
         samples = {backend: [] for backend in args.backends.split(",")}
         for r in range(args.rounds):
-            for backend in samples:
+            backends = list(samples)
+            for backend in backends[r % len(backends):] + backends[:r % len(backends)]:  # rotated: no backend always follows another
                 run = measure(workload, backend, model, inputs, args.repeats)
                 samples[backend].append(run["step_ms"])
                 if r == 0:

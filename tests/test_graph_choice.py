@@ -29,7 +29,7 @@ def inputs():
 def test_the_faster_graph_is_kept_and_the_real_call_runs_once(tritile_delay, inductor_delay, kept):
     calls, settled = [], []
     choice = graph_choice.GraphChoice(make_graph(tritile_delay, calls, "tritile"),
-                                      make_graph(inductor_delay, calls, "inductor"),
+                                      lambda: make_graph(inductor_delay, calls, "inductor"),
                                       lambda graphs: True, lambda kept, why: settled.append(kept))
     x, w, counter = inputs()
     torch.manual_seed(1)
@@ -52,25 +52,27 @@ def test_the_faster_graph_is_kept_and_the_real_call_runs_once(tritile_delay, ind
 def test_a_tie_goes_to_inductor(monkeypatch):
     monkeypatch.setattr(graph_choice, "_alternating_medians", lambda steps, device: {"tritile": 1.0, "inductor": 1.0})
     calls = []
-    choice = graph_choice.GraphChoice(make_graph(0, calls, "tritile"), make_graph(0, calls, "inductor"),
+    choice = graph_choice.GraphChoice(make_graph(0, calls, "tritile"), lambda: make_graph(0, calls, "inductor"),
                                       lambda graphs: True, lambda kept, why: None)
     choice(*inputs())
     assert calls[-1] == "inductor"
 
 
-def test_no_timing_when_no_op_went_to_tritile():
-    calls, asked = [], []
-    choice = graph_choice.GraphChoice(make_graph(0.004, calls, "tritile"), make_graph(0, calls, "inductor"),
+def test_no_timing_nor_second_compilation_when_no_op_went_to_tritile():
+    calls, asked, compiled = [], [], []
+    choice = graph_choice.GraphChoice(make_graph(0.004, calls, "tritile"),
+                                      lambda: compiled.append(1) or make_graph(0, calls, "inductor"),
                                       lambda graphs: asked.append(graphs) or False,
                                       lambda kept, why: None)
     choice(*inputs())
-    assert "inductor" not in calls and asked == [2]  # forward and backward compiled by the warm-up
+    assert not compiled and "inductor" not in calls
+    assert asked == [2]  # forward and backward compiled by the warm-up
     assert "no op went to tritile" in choice.outcome
 
 
 def test_an_input_that_overlaps_itself_is_not_timed():
     calls = []
-    choice = graph_choice.GraphChoice(make_graph(0.004, calls, "tritile"), make_graph(0, calls, "inductor"),
+    choice = graph_choice.GraphChoice(make_graph(0.004, calls, "tritile"), lambda: make_graph(0, calls, "inductor"),
                                       lambda graphs: True, lambda kept, why: None)
     _, w, counter = inputs()
     choice(torch.randn(16).expand(8, 16), w, counter)  # stride 0: no copy can have its strides
@@ -84,7 +86,7 @@ def test_a_sliced_input_is_timed_on_a_copy_with_its_strides():
         seen.append(x.stride())
         return (x @ w,)
 
-    choice = graph_choice.GraphChoice(graph, graph, lambda graphs: True, lambda kept, why: None)
+    choice = graph_choice.GraphChoice(graph, lambda: graph, lambda graphs: True, lambda kept, why: None)
     x, w, counter = inputs()
     wide = torch.randn(8, 40)
     (out,) = choice(wide[:, 3:19], w, counter)

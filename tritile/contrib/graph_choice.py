@@ -41,15 +41,17 @@ _MAX_CALLS_PER_SAMPLE = 64
 
 class GraphChoice:
     """A compiled graph's callable that, on its first call, times `tritile_graph` against
-    `inductor_graph` and then runs the faster one.  `rewrites_chosen(graphs)`: whether tritile's
+    inductor's own (`compile_inductor_graph()`, compiled only when tritile's graph holds a
+    tritile op) and then runs the faster one.  `rewrites_chosen(graphs)`: whether tritile's
     graph holds a tritile op, once its first run has compiled `graphs` ATen graphs (forward, and
     backward) - None when it cannot tell (an FX graph cache hit skips the rewrite);
     `on_choice(kept_tritile, why)` is told the outcome."""
 
-    def __init__(self, tritile_graph: Callable, inductor_graph: Callable,
+    def __init__(self, tritile_graph: Callable, compile_inductor_graph: Callable[[], Callable],
                  rewrites_chosen: Callable[[int], Optional[bool]], on_choice: Callable[[bool, str], None]):
         self._tritile_graph = tritile_graph
-        self._inductor_graph = inductor_graph
+        self._compile_inductor_graph = compile_inductor_graph
+        self._inductor_graph = None
         self._rewrites_chosen = rewrites_chosen
         self._on_choice = on_choice
         self._chosen = None
@@ -70,11 +72,12 @@ class GraphChoice:
             return True, f"tritile's graph kept untimed: {refusal}"
         with _random_state_restored(tensors):
             copies = [_copy(a) if isinstance(a, torch.Tensor) else a for a in args]
-            steps = {name: _Step(graph, copies) for name, graph in
-                     (("tritile", self._tritile_graph), ("inductor", self._inductor_graph))}
+            steps = {"tritile": _Step(self._tritile_graph, copies)}
             steps["tritile"].warm_up()  # compiles the backward: every rewrite has run after it
             if self._rewrites_chosen(1 + steps["tritile"].ran_backward) is False:
                 return True, "no op went to tritile: its graph is inductor's"
+            self._inductor_graph = self._compile_inductor_graph()
+            steps["inductor"] = _Step(self._inductor_graph, copies)
             steps["inductor"].warm_up()
             device = next((t.device for t in tensors if t.device.type == "cuda"), tensors[0].device)
             medians = _alternating_medians(steps, device)

@@ -35,8 +35,8 @@ Contract:
   the one it replaces on that shape and layout (`gemm_choice`: measured once, cached; static
   shapes only); `options={"gemms": "tritile"}` skips the measurement.
 * On a GPU, with static shapes, a graph where the rewrites chose a tritile op is also compiled
-  without them (inductor's own graph), and on its first call the two are timed, step against
-  step, the faster kept (`graph_choice`: ops each faster alone do not promise a faster step);
+  without them (inductor's own graph, on the graph's first call, once the backward's rewrite has
+  run too), and the two are timed, step against step, the faster kept (`graph_choice`: ops each faster alone do not promise a faster step);
   `options={"graph_choice": "off"}` keeps tritile's graph untimed.
 * `options={"fallback": "eager"}` runs the same rewrite in AOTAutograd and everything else in
   eager PyTorch (debugging a model without inductor); any other option is an inductor config
@@ -511,8 +511,9 @@ def tritile_backend(gm: torch.fx.GraphModule, example_inputs, options: Optional[
         inductor_patches, post_grad_custom_post_pass=TritileOpsPass(measured, rewrites.key)))
     if not timed or (rewrites.chosen(graphs=1) is False and not _needs_backward(gm)):
         return tritile_graph
-    inductor_graph = compile_fx(inductor_gm, example_inputs, config_patches=inductor_patches)
-    choice = graph_choice.GraphChoice(tritile_graph, inductor_graph, rewrites.chosen, rewrites.settle)
+    choice = graph_choice.GraphChoice(
+        tritile_graph, lambda: compile_fx(inductor_gm, example_inputs, config_patches=inductor_patches),
+        rewrites.chosen, rewrites.settle)
     choice.rewrites = rewrites  # kept alive with the graph: the backward's pass finds it by key
     return choice
 
