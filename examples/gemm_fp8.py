@@ -13,8 +13,11 @@ groups issued back to back, each into its own partial, and adds the first partia
 second group runs:
 * ``"k_pairs"``: the k-steps in pairs (steps 2k and 2k+1, each in its own tiles; a ring slot
   holds a pair);
-* ``"n_halves"``: each k-step as its two halves of the tile's columns (two n/2 wgmmas).
-Either adds the same partials in the same order as ``promote_every=1`` (bit-identical results).
+* ``"n_halves"``: each k-step as its two halves of the tile's columns (two n/2 wgmmas);
+* ``"n_pieces"``: each k-step as ``pieces`` gemms over the tile's columns through ``partials``
+  fragments in turn (``n_halves`` is 2 and 2; 1 and 1 is DeepGEMM's form; 2 and 1 holds a
+  128x256 tile in three 64-register accumulators), also with ``promote_every`` > 1.
+Each adds the same partials in the same order as ``promote_every=1`` (bit-identical results).
 bench/NOTES.md (issue #19) has the generated schedules and their register budgets.
 """
 import torch
