@@ -9,7 +9,8 @@ times with the candidates' order rotated between rounds, the median kept.
 
     PYTHONPATH=$PWD python bench/gemm_fp8_h100.py --variants
 
-runs SWEEP (session 21's candidates) into bench/results/gemm_fp8_variants_h100.json;
+runs SWEEP (session 21's candidates) into bench/results/gemm_fp8_variants_h100.json (or
+$OUT/gemm_fp8_variants_h100.json when OUT is set, as bench_h100.py);
 `--variants default,p1-4st` a few variants by label, `--variants all` every one; `--sizes 4096`
 one size; `--out` another file.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -151,7 +153,8 @@ def _plain_candidate(n: int, label: str, config: dict, a8, b8) -> tuple:
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gemm_fp8_variants_h100.json"))
+    results = os.environ.get("OUT") or Path(__file__).resolve().parent / "results"  # as bench_h100.py
+    parser.add_argument("--out", default=str(Path(results) / "gemm_fp8_variants_h100.json"))
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--variants", nargs="?", const=",".join(SWEEP), default=",".join(SWEEP),
                         help="labels, comma-separated; 'all': every variant; alone or absent: SWEEP")
@@ -206,10 +209,10 @@ def main(argv=None):
             print(json.dumps({"size": n, **entry}), flush=True)
         print(json.dumps({"size": n, "cublaslt": row["cublaslt"], "tilelang": row["tilelang"]}), flush=True)
         rows.append(row)
+        save(args.out, rows)  # after each size: a later size's failure keeps the earlier ones
         del exact
         torch.cuda.empty_cache()
     print(f"total {time.time() - began:.0f} s", flush=True)
-    save(args.out, rows)
 
 
 if __name__ == "__main__":

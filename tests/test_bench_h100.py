@@ -127,7 +127,7 @@ def test_fp8_sweep_checks_and_times_every_variant(bench, monkeypatch, tmp_path):
         if not entry["variant"].startswith("plain"):
             assert entry["max_rel_to_max"] < 2e-3 and entry["producer"], entry
     assert row["cublaslt"]["max_rel_to_max"] < 2e-3 and row["tilelang"]["max_rel_to_max"] < 2e-2
-    assert len(timed) == 3 * (len(gemm_fp8_h100.SWEEP) + 2)  # bench_h100.ROTATIONS rounds of every candidate
+    assert len(timed) == bench.ROTATIONS * (len(gemm_fp8_h100.SWEEP) + 2)  # every candidate, every round
 
 
 def test_decode_row_reads_bandwidth_and_the_copy(bench):
