@@ -52,6 +52,9 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
         tiles = (M, N, K, block_M, block_N, block_K, num_stages, threads)
         if overlap_promotion == "n_pieces":
             return _n_pieces(*tiles, pieces, partials, promote_every)
+        if (pieces, partials) != (2, 2):
+            raise ValueError(f"pieces and partials are overlap_promotion='n_pieces' settings, not "
+                             f"{overlap_promotion!r}'s (pieces={pieces!r}, partials={partials!r})")
         if promote_every != 1:
             raise ValueError(f"overlap_promotion={overlap_promotion!r} promotes every k-step: promote_every must be "
                              f"1, not {promote_every}")
@@ -126,10 +129,11 @@ def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2,
     in turn.  Piece p's gemm (cleared by the wgmma: no register clear) is issued once the piece
     before it in the same fragment was added, so with two fragments a piece's promotion runs
     under the next piece's wgmma: pipeline injection retires the groups one at a time
-    (``wait(1)``).  `pieces=2, partials=2` is ``"n_halves"``; `pieces=4, partials=2` holds a
-    128x256 tile's four totals and two partials in 192 registers a thread (64 rows of a
-    warpgroup, 32 a piece); `pieces=1, partials=1` is DeepGEMM's form (only the other
-    warpgroup's wgmmas run under a promotion).  The ring is the plain one (one k-step a slot);
+    (``wait(1)``).  `pieces=2, partials=2` is ``"n_halves"``; `pieces=1, partials=1` is
+    DeepGEMM's form (only the other warpgroup's wgmmas run under a promotion); `pieces=2,
+    partials=1` holds a 128x256 tile in 192 registers a thread (a warpgroup's 64x128 partial and
+    two totals).  `pieces=4, partials=2` would too, but ptxas gives each cleared n64 wgmma fresh
+    registers and issues it early: four partials live, spills (bench/NOTES.md, session 21).  The ring is the plain one (one k-step a slot);
     narrower wgmmas read each warpgroup's A rows from shared memory once per piece.
     `promote_every` > 1 (each piece its own partial) accumulates that many k-steps into the
     partials before promoting them all (cleared by register moves), as the default program does:

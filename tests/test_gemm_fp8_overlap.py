@@ -93,6 +93,7 @@ def test_column_pieces_promoting_every_few_steps_match_the_default_program(promo
     (dict(overlap_promotion="n_pieces", pieces=0), "pieces must be a positive divisor"),
     (dict(overlap_promotion="n_pieces", pieces=2, partials=3), "partials must be an int from 1 to pieces=2"),
     (dict(overlap_promotion="n_pieces", pieces=2, partials=1, promote_every=2), "partials must be pieces=2, not 1"),
+    (dict(overlap_promotion="n_halves", pieces=4), "pieces and partials are overlap_promotion='n_pieces' settings"),
 ])
 def test_overlap_promotion_arguments(changes, message):
     config = {**CPU_TILES, "num_stages": 2, **changes}
