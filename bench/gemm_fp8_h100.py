@@ -82,6 +82,15 @@ VARIANTS = [
     ("p1-256x128-4wg-h1-4st", dict(block_M=256, threads=512, num_stages=4, overlap_promotion="n_pieces", pieces=2,
                                    partials=1), {}),
     ("p2-n_halves-5st", dict(num_stages=5, overlap_promotion="n_pieces", pieces=2, partials=2, promote_every=2), {}),
+    # "-ahead": TRITILE_RELEASE_AHEAD=1 (lowering/release_ahead.py), the slot a step read released
+    # in that step: S stages keep S loads ahead instead of S - 1
+    ("default-ahead", {}, {"TRITILE_RELEASE_AHEAD": "1"}),
+    ("p1-w1-6st-ahead", dict(num_stages=6, overlap_promotion="n_pieces", pieces=1, partials=1),
+     {"TRITILE_RELEASE_AHEAD": "1"}),
+    ("p1-128x256-h1-3st-ahead", dict(block_N=256, num_stages=3, overlap_promotion="n_pieces", pieces=2, partials=1),
+     {"TRITILE_RELEASE_AHEAD": "1"}),
+    ("p1-128x256-h1-4st-ahead", dict(block_N=256, num_stages=4, overlap_promotion="n_pieces", pieces=2, partials=1),
+     {"TRITILE_RELEASE_AHEAD": "1"}),
 ]
 
 
@@ -94,21 +103,24 @@ PLAIN = [("plain-128x256-3st", dict(block_M=128, block_N=256, block_K=128, num_s
 
 # session 21's one-call sweep (bench/NOTES.md): the default, the candidates ptxas compiles for sm_90
 # without spills in the k-loop or serialized wgmmas, the accuracy cost of promoting every 2 k-steps,
-# and the unpromoted 128x256 tile (the mainloop's ceiling at that tile).  The four-warpgroup tile
-# ("p1-256x128-4wg-h1-4st": one register's spill per k-step in three consumers; four consumer
-# warpgroups behind a producer never ran on a GPU before) goes in a process of its own
+# the slots released a step earlier (TRITILE_RELEASE_AHEAD=1) on the default, DeepGEMM's form and
+# the 128x256 tiles, and the unpromoted 128x256 tile (the mainloop's ceiling at that tile).  The
+# four-warpgroup tile ("p1-256x128-4wg-h1-4st": one register's spill per k-step in three
+# consumers; four consumer warpgroups behind a producer never ran on a GPU) goes in a process of
+# its own
 SWEEP = ["default", "p1-w1-5st", "p1-w1-6st", "p1-128x256-h1-3st", "p1-128x256-h1-4st", "p2-n_halves-5st",
-         "plain-128x256-3st"]
+         "default-ahead", "p1-w1-6st-ahead", "p1-128x256-h1-3st-ahead", "p1-128x256-h1-4st-ahead", "plain-128x256-3st"]
 
 
 def _schedule(kernel) -> dict:
     """What the passes made of the kernel: consumer partitions, producer warp, persistence, the
-    consumer's pipeline epilogue folded into its loop."""
+    consumer's pipeline epilogue folded into its loop, its slots released a step earlier."""
     attrs = kernel.func.attrs
     split = next((n.count for n in walk(kernel.func.kernel.body) if isinstance(n, ir.ConsumerPartitions)), 1)
+    loops = [n for n in walk(kernel.func.kernel.body) if isinstance(n, ir.For)]
     return {"partitions": split, "producer": "warp_specialization" in attrs,
-            "persistent": "persistent_programs" in attrs,
-            "folded": any(isinstance(n, ir.For) and n.trips is not None for n in walk(kernel.func.kernel.body))}
+            "persistent": "persistent_programs" in attrs, "folded": any(n.trips is not None for n in loops),
+            "released_ahead": any(n.release_ahead for n in loops)}
 
 
 def _build(G, n: int, label: str, changes: dict, switch: dict):
