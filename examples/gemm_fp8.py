@@ -13,8 +13,11 @@ groups issued back to back, each into its own partial, and adds the first partia
 second group runs:
 * ``"k_pairs"``: the k-steps in pairs (steps 2k and 2k+1, each in its own tiles; a ring slot
   holds a pair);
-* ``"n_halves"``: each k-step as its two halves of the tile's columns (two n/2 wgmmas).
-Either adds the same partials in the same order as ``promote_every=1`` (bit-identical results).
+* ``"n_halves"``: each k-step as its two halves of the tile's columns (two n/2 wgmmas);
+* ``"n_pieces"``: each k-step as ``pieces`` gemms over the tile's columns through ``partials``
+  fragments in turn (``n_halves`` is 2 and 2; 1 and 1 is DeepGEMM's form; 2 and 1 holds a
+  128x256 tile in three 64-register accumulators), also with ``promote_every`` > 1.
+Each adds the same partials in the same order as ``promote_every=1`` (bit-identical results).
 bench/NOTES.md (issue #19) has the generated schedules and their register budgets.
 """
 import torch
@@ -40,15 +43,22 @@ def store_scaled(total, C, Scales, row, col, rows, cols):
 
 @tritile.jit(out_idx=[3])
 def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4,
-             overlap_promotion=None):
+             overlap_promotion=None, pieces=2, partials=2):
     in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
     if overlap_promotion is not None:
         if overlap_promotion not in OVERLAPPED:
             raise ValueError(f"overlap_promotion must be one of {sorted(OVERLAPPED)} or None, "
                              f"not {overlap_promotion!r}")
+        tiles = (M, N, K, block_M, block_N, block_K, num_stages, threads)
+        if overlap_promotion == "n_pieces":
+            return _n_pieces(*tiles, pieces, partials, promote_every)
+        if (pieces, partials) != (2, 2):
+            raise ValueError(f"pieces and partials are overlap_promotion='n_pieces' settings, not "
+                             f"{overlap_promotion!r}'s (pieces={pieces!r}, partials={partials!r})")
         if promote_every != 1:
-            raise ValueError(f"overlap_promotion promotes every k-step: promote_every must be 1, not {promote_every}")
-        return OVERLAPPED[overlap_promotion](M, N, K, block_M, block_N, block_K, num_stages, threads)
+            raise ValueError(f"overlap_promotion={overlap_promotion!r} promotes every k-step: promote_every must be "
+                             f"1, not {promote_every}")
+        return OVERLAPPED[overlap_promotion](*tiles)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
@@ -113,15 +123,31 @@ def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads):
     return main
 
 
-def _n_halves(M, N, K, block_M, block_N, block_K, num_stages, threads):
-    """Promotion every k-step, each k-step as two gemms over the halves of the tile's columns
-    (B's rows), each into its own partial and total: the left half's promotion runs under the
-    right half's wgmma.  The ring is the plain one (one k-step a slot); the wgmmas are n/2 wide,
-    so each reads its warpgroup's A rows from shared memory twice per k-step."""
-    if block_N % 2:
-        raise ValueError(f"overlap_promotion='n_halves' needs an even block_N, not {block_N}")
+def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2, partials=2, promote_every=1):
+    """Promotion every k-step, each k-step as `pieces` gemms over equal column pieces of the tile
+    (B's rows), each promoted into its own total; the pieces' partials take `partials` fragments
+    in turn.  Piece p's gemm (cleared by the wgmma: no register clear) is issued once the piece
+    before it in the same fragment was added, so with two fragments a piece's promotion runs
+    under the next piece's wgmma: pipeline injection retires the groups one at a time
+    (``wait(1)``).  `pieces=2, partials=2` is ``"n_halves"``; `pieces=1, partials=1` is
+    DeepGEMM's form (only the other warpgroup's wgmmas run under a promotion); `pieces=2,
+    partials=1` holds a 128x256 tile in 192 registers a thread (a warpgroup's 64x128 partial and
+    two totals).  `pieces=4, partials=2` would too, but ptxas gives each cleared n64 wgmma fresh
+    registers and issues it early: four partials live, spills (bench/NOTES.md, session 21).  The ring is the plain one (one k-step a slot);
+    narrower wgmmas read each warpgroup's A rows from shared memory once per piece.
+    `promote_every` > 1 (each piece its own partial) accumulates that many k-steps into the
+    partials before promoting them all (cleared by register moves), as the default program does:
+    fewer additions, less accurate."""
+    if not isinstance(pieces, int) or pieces < 1 or block_N % pieces:
+        raise ValueError(f"pieces must be a positive divisor of block_N={block_N}, not {pieces!r}")
+    if not isinstance(partials, int) or not 1 <= partials <= pieces:
+        raise ValueError(f"partials must be an int from 1 to pieces={pieces}, not {partials!r}")
+    if promote_every != 1 and partials != pieces:
+        raise ValueError(f"promote_every={promote_every} keeps each piece's partial over k-steps: partials must be "
+                         f"pieces={pieces}, not {partials}")
     in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
-    half = block_N // 2
+    width = block_N // pieces
+    order = list(range(pieces))  # a Python list: the frontend unrolls the loops over it
 
     @T.prim_func
     def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
@@ -129,32 +155,45 @@ def _n_halves(M, N, K, block_M, block_N, block_K, num_stages, threads):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             A_shared = T.alloc_shared((block_M, block_K), in_dtype)
             B_shared = T.alloc_shared((block_N, block_K), in_dtype)
-            partial_left = T.alloc_fragment((block_M, half), accum_dtype)
-            partial_right = T.alloc_fragment((block_M, half), accum_dtype)
-            total_left = T.alloc_fragment((block_M, half), accum_dtype)
-            total_right = T.alloc_fragment((block_M, half), accum_dtype)
+            partial = [T.alloc_fragment((block_M, width), accum_dtype) for _ in order[:partials]]
+            total = [T.alloc_fragment((block_M, width), accum_dtype) for _ in order]
             T.use_swizzle(panel_size=10)
-            T.clear(total_left)
-            T.clear(total_right)
+            for piece in order:
+                T.clear(total[piece])
+                if promote_every != 1:
+                    T.clear(partial[piece])
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)
                 T.copy(B[bx * block_N, k * block_K], B_shared)
-                T.clear(partial_left)
-                T.gemm(A_shared, B_shared[0:half, :], partial_left, transpose_B=True)
-                T.clear(partial_right)
-                T.gemm(A_shared, B_shared[half:block_N, :], partial_right, transpose_B=True)
-                promote(total_left, partial_left, block_M, half)  # under the right half's wgmma
-                promote(total_right, partial_right, block_M, half)
-            for i, j in T.Parallel(block_M, half):  # both halves in one loop (the measured program)
-                total_left[i, j] = total_left[i, j] * (Scales[0] * Scales[1])
-                total_right[i, j] = total_right[i, j] * (Scales[0] * Scales[1])
-            T.copy(total_left, C[by * block_M, bx * block_N])
-            T.copy(total_right, C[by * block_M, bx * block_N + half])
+                if promote_every != 1:
+                    for q in order:
+                        T.gemm(A_shared, B_shared[q * width:(q + 1) * width, :], partial[q], transpose_B=True)
+                    if (k + 1) % promote_every == 0:  # one `if`: one per piece made ptxas serialize (C7514)
+                        for r in order:
+                            promote(total[r], partial[r], block_M, width)
+                            T.clear(partial[r])
+                else:
+                    for p in order:
+                        if p >= partials:  # the fragment's previous piece, added under piece p-1's wgmma
+                            promote(total[p - partials], partial[p % partials], block_M, width)
+                        T.clear(partial[p % partials])  # the wgmma clears it
+                        T.gemm(A_shared, B_shared[p * width:(p + 1) * width, :], partial[p % partials],
+                               transpose_B=True)
+                    for last in order[pieces - partials:]:
+                        promote(total[last], partial[last % partials], block_M, width)
+            if promote_every != 1:  # the k-steps after the last promotion
+                for piece in order:
+                    promote(total[piece], partial[piece], block_M, width)
+            for i, j in T.Parallel(block_M, width):  # all pieces in one loop (the measured program)
+                for t in total:
+                    t[i, j] = t[i, j] * (Scales[0] * Scales[1])
+            for piece in order:
+                T.copy(total[piece], C[by * block_M, bx * block_N + piece * width])
 
     return main
 
 
-OVERLAPPED = {"k_pairs": _k_pairs, "n_halves": _n_halves}
+OVERLAPPED = {"k_pairs": _k_pairs, "n_halves": _n_pieces, "n_pieces": _n_pieces}  # n_halves: 2 pieces, 2 partials
 
 
 def tile_config(device_type: str) -> dict:

@@ -38,7 +38,8 @@ class LoopSpec:
     bind_offset: bool = False  # `kk = k * BK` as a replayed scalar Let
     promote_every: int = 0  # after the gemm, `if (k + 1) % n == 0: total += C_local; C_local = 0` (FP8 promotion)
     # how the promotion is written: "branch" (the two statements above), "one" (one T.Parallel
-    # adding and clearing: a guarded statement), "masked" (the condition also reads mask[k])
+    # adding and clearing: a guarded statement), "masked" (the condition also reads mask[k]),
+    # "every_step" (the two statements without the `if`, promote_every 1 as FP8 GEMM writes it)
     promote_form: str = "branch"
 
 
@@ -118,15 +119,17 @@ def _accumulate(dst, src, clear_src: bool = False) -> ir.Parallel:
     return ir.Parallel((i, j), dst.shape, ir.Seq(stores), loc=LOC)
 
 
-def _promotion(spec: LoopSpec, k, kt, mask, total, partial) -> ir.If:
+def _promotion(spec: LoopSpec, k, kt, mask, total, partial) -> list:
     """`spec`'s promotion of the gemm's partial sum into `total` every `promote_every` steps."""
+    clear = ir.Fill(ir.Region.full(partial), ir.Const(0.0, float32))
+    if spec.promote_form == "every_step":
+        return [_accumulate(total, partial), clear]
     due = ir.BinOp("==", ir.BinOp("%", _add(k, 1), ir.Const(spec.promote_every)), ir.Const(0), bool_)
     if spec.promote_form == "masked":
         due = ir.BinOp("or", due, ir.BinOp("<", ir.Load(mask, (kt,), int32), ir.Const(0), bool_), bool_)
     if spec.promote_form == "one":
-        return ir.If(due, ir.Seq([_accumulate(total, partial, clear_src=True)]), loc=LOC)
-    return ir.If(due, ir.Seq([_accumulate(total, partial), ir.Fill(ir.Region.full(partial), ir.Const(0.0, float32))]),
-                 loc=LOC)
+        return [ir.If(due, ir.Seq([_accumulate(total, partial, clear_src=True)]), loc=LOC)]
+    return [ir.If(due, ir.Seq([_accumulate(total, partial), clear]), loc=LOC)]
 
 
 def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_after: bool = False,
@@ -174,7 +177,7 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
             ir.Gemm(ir.Region.full(A_s), ir.Region.full(B_s), ir.Region.full(C_l), loc=LOC),
         ]
         if spec.promote_every:  # inside the block-sparse guard: a loop body of one `if` is distributed
-            stmts.append(_promotion(spec, k, kt, mask, total_l, C_l))
+            stmts += _promotion(spec, k, kt, mask, total_l, C_l)
         if spec.guarded:
             cond = ir.BinOp("!=", ir.Load(mask, (kt,), int32), ir.Const(0), bool_)
             if spec.guard_let:

@@ -109,6 +109,29 @@ def test_fp8_row_measures_accuracy_against_fp64(bench):
     assert row["tilelang_config"]["block_N"] == 256
 
 
+def test_fp8_sweep_checks_and_times_every_variant(bench, monkeypatch, tmp_path):
+    """bench/gemm_fp8_h100.py --variants on the CPU (640^3: five k-steps, more than any sweep
+    kernel's stages, and ragged 128x256 tiles; the interpreter running the sweep's CUDA tiles):
+    every variant of SWEEP, TileLang's kernel and cuBLASLt's `torch._scaled_mm` checked against
+    the fp64 product, timed together (one timer call each per rotation) and written."""
+    import gemm_fp8_h100
+
+    timed = []
+    monkeypatch.setattr(gemm_fp8_h100, "bench", lambda fn: (timed.append(fn), 1.0)[1])  # each was run when built
+    torch.manual_seed(7)
+    out = tmp_path / "variants.json"
+    gemm_fp8_h100.main(["--variants", "--sizes", "640", "--out", str(out)])
+    [row] = json.loads(out.read_text())["rows"]
+    assert [entry["variant"] for entry in row["tritile"]] == gemm_fp8_h100.SWEEP
+    for entry in row["tritile"]:
+        assert "error" not in entry and entry["ms"] == 1.0 and entry["over_best_library"] == 1.0, entry
+        if not entry["variant"].startswith("plain"):
+            assert entry["max_rel_to_max"] < 2e-3 and entry["producer"], entry
+            assert entry["released_ahead"] == entry["variant"].endswith("-ahead"), entry
+    assert row["cublaslt"]["max_rel_to_max"] < 2e-3 and row["tilelang"]["max_rel_to_max"] < 2e-2
+    assert len(timed) == bench.ROTATIONS * (len(gemm_fp8_h100.SWEEP) + 2)  # every candidate, every round
+
+
 def test_decode_row_reads_bandwidth_and_the_copy(bench):
     torch.manual_seed(5)
     [row] = bench.decode_rows([(2, 8, 2, 256, 32)], lambda r: None)

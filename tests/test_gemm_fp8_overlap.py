@@ -1,8 +1,10 @@
 """examples/gemm_fp8.py's overlapped promotion (issue #19): `overlap_promotion="k_pairs"` (the
-k-steps in pairs) and `"n_halves"` (each k-step as two gemms over the halves of the tile's
-columns) promote every k-step as `promote_every=1` does - the same partials added in the same
-order, so the interpreter gives bit-identical results - and on sm_90 each warpgroup issues its
-two wgmma groups back to back and adds the first partial while the second group runs."""
+k-steps in pairs), `"n_halves"` (each k-step as two gemms over the halves of the tile's columns)
+and `"n_pieces"` (any number of column pieces through fewer partial fragments) promote every
+k-step as `promote_every=1` does - the same partials added in the same order, so the interpreter
+gives bit-identical results - and on sm_90 each warpgroup issues its two wgmma groups back to
+back and adds the first partial while the second group runs.  The n_pieces kernels of
+bench/gemm_fp8_h100.py's sweep compile for sm_90 without serialized wgmmas."""
 from __future__ import annotations
 
 import re
@@ -51,10 +53,47 @@ def test_overlapped_promotion_adds_the_same_partials_in_the_same_order(overlap, 
     torch.testing.assert_close(overlapped.double(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
 
 
+# (pieces, partials): DeepGEMM's one piece; two pieces through one partial (128x256's three
+# accumulators); four through two in turn; n_halves
+PIECES = [(1, 1), (2, 1), (4, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("pieces, partials", PIECES)
+@pytest.mark.parametrize("M, N, K", [(64, 128, 256), (40, 64, 160)])  # odd k-steps, ragged M
+def test_column_pieces_add_the_same_partials_in_the_same_order(pieces, partials, M, N, K):
+    """Interpreter: each k-step as `pieces` gemms over the tile's columns, through `partials`
+    fragments, equals promoting every k-step bit for bit, and the fp64 product within fp16."""
+    a8, b8, scales, exact = operands(M, N, K, seed=M + N + K + pieces)
+    tiles = {**CPU_TILES, "block_N": 64}
+    every_step = gemm_fp8(M, N, K, **tiles, num_stages=STAGES[None])(a8, b8, scales)
+    pieced = gemm_fp8(M, N, K, **tiles, num_stages=3, overlap_promotion="n_pieces", pieces=pieces,
+                      partials=partials)(a8, b8, scales)
+    assert torch.equal(pieced, every_step)
+    torch.testing.assert_close(pieced.double(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
+
+
+@pytest.mark.parametrize("promote_every", [2, 3])
+def test_column_pieces_promoting_every_few_steps_match_the_default_program(promote_every):
+    """Interpreter: two pieces, each partial kept over `promote_every` k-steps (5 k-steps: a
+    remainder after the last promotion), equal the one-gemm program promoting as often."""
+    M, N, K = 64, 64, 160
+    a8, b8, scales, exact = operands(M, N, K, seed=promote_every)
+    config = {**CPU_TILES, "num_stages": 3, "promote_every": promote_every}
+    whole = gemm_fp8(M, N, K, **config)(a8, b8, scales)
+    pieced = gemm_fp8(M, N, K, **config, overlap_promotion="n_pieces", pieces=2, partials=2)(a8, b8, scales)
+    assert torch.equal(pieced, whole)
+    torch.testing.assert_close(pieced.double(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
+
+
 @pytest.mark.parametrize("changes, message", [
     (dict(overlap_promotion="k_pairs", promote_every=2), "promote_every must be 1"),
     (dict(overlap_promotion="m_halves"), "overlap_promotion must be one of"),
-    (dict(overlap_promotion="n_halves", block_N=48 + 1), "even block_N"),
+    (dict(overlap_promotion="n_halves", block_N=48 + 1), "pieces must be a positive divisor of block_N=49"),
+    (dict(overlap_promotion="n_pieces", pieces=3), "pieces must be a positive divisor of block_N=32"),
+    (dict(overlap_promotion="n_pieces", pieces=0), "pieces must be a positive divisor"),
+    (dict(overlap_promotion="n_pieces", pieces=2, partials=3), "partials must be an int from 1 to pieces=2"),
+    (dict(overlap_promotion="n_pieces", pieces=2, partials=1, promote_every=2), "partials must be pieces=2, not 1"),
+    (dict(overlap_promotion="n_halves", pieces=4), "pieces and partials are overlap_promotion='n_pieces' settings"),
 ])
 def test_overlap_promotion_arguments(changes, message):
     config = {**CPU_TILES, "num_stages": 2, **changes}
@@ -123,7 +162,7 @@ def test_generated_schedule_adds_one_partial_under_the_other_wgmma(overlap, stag
     source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
     steady = loop_body(function(source, "main_consumer"), "for k_t in range(")
     first, second = (m.start() for m in re.finditer(r"= warpgroup_mma\(", steady))
-    added = "total" if overlap == "k_pairs" else "total_left"
+    added = "total"
     assert first < second < steady.index("warpgroup_mma_wait(num_outstanding=1") < steady.index(f"{added} = ({added} +")
     per_add = 64 if overlap == "k_pairs" else 32
     assert order(ptx_loop(ptx)) == [("wgmma", 4), ("commit", 1), ("wgmma", 4), ("commit", 1), ("wait 1", 1),
@@ -153,3 +192,41 @@ def test_overlapped_promotion_on_the_gpu_is_as_accurate_as_every_step(overlap):
     error, reference_error = ((c - exact).abs().max().item() / top for c in (overlapped, every_step))
     assert error <= 1.1 * reference_error, (error, reference_error)
     torch.testing.assert_close(overlapped, exact, rtol=1e-2, atol=1e-2 * top)
+
+
+# bench/gemm_fp8_h100.py's SWEEP kernels (the example's CUDA tiles with these changes; at
+# 1024x1024x4096, which ptxas allocates as the timed 4096^3 and 8192^3: the shape is in the
+# coordinates only): spill-free where the probe found them so (the four-warpgroup tile keeps one register's
+# spill per k-step in three consumers: only its wgmmas are checked)
+SWEEP_KERNELS = {
+    "w1-6st": (dict(num_stages=6, overlap_promotion="n_pieces", pieces=1, partials=1), True),
+    "128x256-h1-4st": (dict(block_N=256, num_stages=4, overlap_promotion="n_pieces", pieces=2, partials=1), True),
+    "256x128-4wg-h1-4st": (dict(block_M=256, threads=512, num_stages=4, overlap_promotion="n_pieces", pieces=2,
+                                partials=1), False),
+    "p2-n_halves-5st": (dict(num_stages=5, overlap_promotion="n_pieces", pieces=2, partials=2, promote_every=2), True),
+}
+
+
+@pytest.mark.usefixtures("gluon_backend")
+@pytest.mark.parametrize("name", list(SWEEP_KERNELS))
+def test_sweep_kernels_keep_their_wgmmas_pipelined(name, monkeypatch):
+    """sm_90 (CPU): split in one consumer partition per warpgroup behind a producer warp, folded,
+    ptxas keeps the wgmmas pipelined (no C75xx advisory) and - but for the four-warpgroup tile -
+    spills nothing; the mbarrier protocol replayed with the partitions running concurrently has
+    no dead wait."""
+    from pipeline_programs import mbarrier_problems
+
+    for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_CONSUMER_PARTITIONS", "TRITILE_FOLD_CONSUMER"):
+        monkeypatch.delenv(switch, raising=False)
+    changes, spill_free = SWEEP_KERNELS[name]
+    config = {**tile_config("cuda"), **changes}
+    kernel = JITKernel(gemm_fp8(1024, 1024, 4096, **config).stages[0][1], target=H100)
+    source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
+    warpgroups = config["threads"] // 128
+    assert source.count("(main_consumer, ") == warpgroups and "(main_producer, " in source
+    advisories = ptxas_advisories(ptx)
+    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
+    if spill_free:
+        assert "0 bytes spill stores" in "\n".join(advisories), advisories
+    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in kernel.func.params]
+    assert mbarrier_problems(source, args) == []

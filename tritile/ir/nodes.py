@@ -558,7 +558,9 @@ class For(Stmt):
     says that every unit of its body but the async copies runs at the pipeline's last stage
     (its epilogue is its body without the copies, see lowering/consumer_loop_folding.py),
     and `trips`, set when that pass folded the epilogue in, is the pipeline's iteration
-    count n (the loop then runs to ``n + D``; without it, n is `stop`)."""
+    count n (the loop then runs to ``n + D``; without it, n is `stop`).  `release_ahead`: a
+    warp-specialized consumer releases the slot each step read at the step's copies
+    (lowering/release_ahead.py)."""
 
     var: Var
     start: Expr
@@ -573,6 +575,7 @@ class For(Stmt):
     pipelined_from: int = 0
     foldable: bool = False
     trips: Optional[Expr] = None
+    release_ahead: bool = False
     loc: Optional[SourceLoc] = None
 
     @property

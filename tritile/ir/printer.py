@@ -197,6 +197,8 @@ class _Printer:
                 head += f"  # software-pipelined, {s.pipelined_from} stages"
                 if s.trips is not None:
                     head += f", epilogue folded in ({expr_str(s.trips)} iterations)"
+                if s.release_ahead:
+                    head += ", slots released at the step that read them"
         self.emit(d, head)
         self.seq(s.body, d + 1)
 

@@ -21,6 +21,7 @@ PASSES = [
     ("pipeline_injection", "pipeline_injection"),
     ("warp_specialization", "warp_specialization"),
     ("consumer_loop_folding", "consumer_loop_folding"),
+    ("release_ahead", "release_ahead"),
     ("consumer_partitions", "consumer_partitions"),
     ("uniform_selects", "uniform_selects"),
     ("shared_memory_budget", "shared_memory_budget"),

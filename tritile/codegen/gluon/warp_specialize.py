@@ -249,6 +249,11 @@ def emit_release(em: Emitter, copy: ir.AsyncCopy):
     filled = ring.groups_per_tile  # None outside persistent tiles
     if filled is None and ring.loop.trips is not None:
         filled = ir.BinOp("+", ring.loop.trips, ir.Const(ring.span)) if ring.span else ring.loop.trips
+    if ring.loop.release_ahead and not every and filled is not None:
+        # the step's gemms retired before its copies: release the slot it read, that of the
+        # group after this one (lowering/release_ahead.py); the same releases a step earlier
+        first = static_int(group)  # a prologue's group: < S - 1, so still none to release
+        group = ir.BinOp("+", group, ir.Const(1)) if first is None else ir.Const(first + 1)
     g, count = static_int(group), (static_int(filled) if filled is not None else None)
     if g is not None and (not (every or g >= stages) or (count is not None and g >= count)):
         return
