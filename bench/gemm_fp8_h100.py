@@ -34,7 +34,8 @@ from bench_h100 import bench, max_err_of_max, median_of_rotations
 from timing import load_example, save
 
 # the one-k-step-per-stage promoting kernel the variants below change (the example's default up to
-# session 18; its default now is the "p1-n_halves-5st" schedule, timed as "default")
+# session 18; session 19's was the "p1-n_halves-5st" schedule, session 21's is "p1-128x256-h1-4st",
+# timed as "default" - each entry of the results records its config)
 ONE_STEP_PER_STAGE = dict(block_M=128, block_N=128, block_K=128, num_stages=4, threads=256, promote_every=1)
 # (label, ONE_STEP_PER_STAGE with these changes - "default*": the example's tile config -, schedule
 # switches it is compiled under);
@@ -108,7 +109,7 @@ PLAIN = [("plain-128x256-3st", dict(block_M=128, block_N=256, block_K=128, num_s
 # four-warpgroup tile ("p1-256x128-4wg-h1-4st": one register's spill per k-step in three
 # consumers; four consumer warpgroups behind a producer never ran on a GPU) goes in a process of
 # its own
-SWEEP = ["default", "p1-w1-5st", "p1-w1-6st", "p1-128x256-h1-3st", "p1-128x256-h1-4st", "p2-n_halves-5st",
+SWEEP = ["default", "p1-n_halves-5st", "p1-w1-5st", "p1-w1-6st", "p1-128x256-h1-3st", "p1-128x256-h1-4st", "p2-n_halves-5st",
          "default-ahead", "p1-w1-6st-ahead", "p1-128x256-h1-3st-ahead", "p1-128x256-h1-4st-ahead", "plain-128x256-3st"]
 
 

@@ -196,19 +196,28 @@ def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2,
 OVERLAPPED = {"k_pairs": _k_pairs, "n_halves": _n_pieces, "n_pieces": _n_pieces}  # n_halves: 2 pieces, 2 partials
 
 
+# session 19's CUDA tiles (bench/NOTES.md): 128x128x128 on two warpgroups, each k-step as two
+# half-width gemms (`overlap_promotion="n_halves"`: one half's partial is added while the other
+# half's wgmmas run), five stages - 1124 / 1062 TFLOP/s at 4096³ / 8192³ in session 21's sweep
+TILE_128X128_HALVES = dict(block_M=128, block_N=128, block_K=128, num_stages=5, threads=256, promote_every=1,
+                           overlap_promotion="n_halves")
+
+
 def tile_config(device_type: str) -> dict:
-    """Small tiles for the CPU interpreter; on CUDA 128x128x128 tiles on two warpgroups (two
-    float32 accumulators of 64 registers a thread each), promoting every k-step (every 128 of K,
-    DeepGEMM's interval: the only setting as accurate as cuBLASLt on the H100), each k-step as
-    two half-width gemms (`overlap_promotion="n_halves"`: one half's partial is added while the
-    other half's wgmmas run), five stages (spill-free since the consumers' loop is folded,
-    lowering/consumer_loop_folding.py).  bench/NOTES.md, session 19: 1167 / 1190 TFLOP/s at
-    4096³ / 8192³ with cuBLASLt's error (4.37e-4 / 3.43e-4 of max |C|), against 1098 / 1084 for
-    k-step pairs on three stages and 984 / 926 for one k-step per stage on four."""
+    """Small tiles for the CPU interpreter; on CUDA 128x256x128 tiles on two warpgroups,
+    promoting every k-step (every 128 of K, DeepGEMM's interval: the only setting as accurate as
+    cuBLASLt on the H100), each k-step as two column pieces of 64x128 a warpgroup through one
+    partial (`overlap_promotion="n_pieces", pieces=2, partials=1`: a warpgroup holds its 64x256
+    total in two 64-register fragments and one partial; ptxas moves half of a piece's additions
+    under the next piece's wgmmas), four stages.  bench/NOTES.md, session 21 (do_bench, the
+    variants interleaved): 1263 / 1210 TFLOP/s at 4096³ / 8192³ (1.008x / 0.955x cuBLASLt's
+    1253 / 1267; TileLang 1110 / 1186) with cuBLASLt's error (4.37e-4 / 3.43e-4 of max |C|),
+    against 1124 / 1062 for `TILE_128X128_HALVES` and 1129 / 1110 for the 128x256 tile on three
+    stages."""
     if device_type != "cuda":
         return dict(block_M=32, block_N=32, block_K=32, num_stages=1, threads=128, promote_every=2)
-    return dict(block_M=128, block_N=128, block_K=128, num_stages=5, threads=256, promote_every=1,
-                overlap_promotion="n_halves")
+    return dict(block_M=128, block_N=256, block_K=128, num_stages=4, threads=256, promote_every=1,
+                overlap_promotion="n_pieces", pieces=2, partials=1)
 
 
 def quantize(x: torch.Tensor) -> tuple:

@@ -143,9 +143,9 @@ def test_folded_edge_programs(loops, outer, programs_, producer_warp):
 
 
 def _fp8_frontend(overlap, stages, M=1024, N=1024, K=4096):
-    from examples.gemm_fp8 import gemm_fp8, tile_config
+    from examples.gemm_fp8 import TILE_128X128_HALVES, gemm_fp8
 
-    config = {**tile_config("cuda"), "num_stages": stages, "overlap_promotion": overlap}
+    config = {**TILE_128X128_HALVES, "num_stages": stages, "overlap_promotion": overlap}
     return gemm_fp8(M, N, K, **config).stages[0][1]
 
 
@@ -204,15 +204,15 @@ def test_fp8_folded_results_equal_the_unfolded_bit_for_bit(overlap, stages, monk
 def test_fp8_deeper_pipelines_compile_without_spills(overlap, stages, monkeypatch):
     """ptxas on the folded FP8 kernels that spilled with their epilogue (bench/NOTES.md: 5
     stages 2376 bytes and serialized wgmmas, k_pairs on 3 956 bytes and serialized, n_halves
-    on 4 232 bytes; n_halves on 5, the example's CUDA default, 1084 bytes): no spills, the
+    on 4 232 bytes; n_halves on 5, the example's CUDA default of session 19, 1084 bytes): no spills, the
     wgmmas pipelined."""
-    from examples.gemm_fp8 import gemm_fp8, tile_config
+    from examples.gemm_fp8 import TILE_128X128_HALVES, gemm_fp8
     from tritile.runtime.kernel import JITKernel
 
     for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_PERSISTENT", "TRITILE_CONSUMER_PARTITIONS",
                    "TRITILE_FOLD_CONSUMER"):
         monkeypatch.delenv(switch, raising=False)
-    config = {**tile_config("cuda"), "num_stages": stages, "overlap_promotion": overlap}
+    config = {**TILE_128X128_HALVES, "num_stages": stages, "overlap_promotion": overlap}
     kernel = JITKernel(gemm_fp8(1024, 1024, 4096, **config).stages[0][1], target=H100)
     advisories = ptxas_advisories(kernel.get_source("ptx"))
     assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
@@ -246,7 +246,7 @@ def test_folded_fp8_on_the_gpu_is_as_accurate_as_unfolded(overlap, stages, gluon
     """CUDA: the folded deeper pipelines (several tiles a program) give the unfolded kernel's
     result bit for bit, and that is the fp64 product within the example's promotion error (the
     fold is the Gluon backend's: the triton backend starts from the stage before it)."""
-    from examples.gemm_fp8 import gemm_fp8, quantize, tile_config
+    from examples.gemm_fp8 import TILE_128X128_HALVES, gemm_fp8, quantize
 
     M, N, K = 2048, 2048, 4096
     gen = torch.Generator().manual_seed(11)
@@ -254,7 +254,7 @@ def test_folded_fp8_on_the_gpu_is_as_accurate_as_unfolded(overlap, stages, gluon
     b8, sb = quantize(torch.randn(N, K, generator=gen))
     scales = torch.stack([sa.float().reshape(()), sb.float().reshape(())]).cuda()
     exact = (a8.double() @ b8.double().t()) * (sa.double() * sb.double())
-    config = {**tile_config("cuda"), "num_stages": stages, "overlap_promotion": overlap}
+    config = {**TILE_128X128_HALVES, "num_stages": stages, "overlap_promotion": overlap}
     outs = {}
     for fold in ("0", "1"):
         with switches.overridden({"TRITILE_FOLD_CONSUMER": fold}):  # read when the passes run

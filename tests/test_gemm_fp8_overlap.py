@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_consumer_partitions import ptxas_advisories  # noqa: E402
 from test_warp_specialization import function  # noqa: E402
 
-from examples.gemm_fp8 import gemm_fp8, quantize, tile_config  # noqa: E402
+from examples.gemm_fp8 import TILE_128X128_HALVES, gemm_fp8, quantize  # noqa: E402
 
 H100 = Target("cuda", 90)
 OVERLAPS = ["k_pairs", "n_halves"]
@@ -106,7 +106,7 @@ def test_overlap_promotion_arguments(changes, message):
 
 def cuda_kernel(overlap, stages):
     """The example's CUDA tiles (128x128x128, two consumer warpgroups) with `overlap`, for sm_90."""
-    config = {**tile_config("cuda"), "num_stages": stages, "overlap_promotion": overlap}
+    config = {**TILE_128X128_HALVES, "num_stages": stages, "overlap_promotion": overlap}
     return JITKernel(gemm_fp8(1024, 1024, 4096, **config).stages[0][1], target=H100)
 
 
@@ -184,9 +184,9 @@ def test_overlapped_promotion_on_the_gpu_is_as_accurate_as_every_step(overlap):
     M = N = 1024
     K = 4096
     a8, b8, scales, exact = operands(M, N, K, seed=7, device="cuda")
-    one_step_per_stage = {**tile_config("cuda"), "num_stages": STAGES[None], "overlap_promotion": None}
+    one_step_per_stage = {**TILE_128X128_HALVES, "num_stages": STAGES[None], "overlap_promotion": None}
     every_step = gemm_fp8(M, N, K, **one_step_per_stage)(a8, b8, scales).cpu().double()
-    config = {**tile_config("cuda"), "num_stages": STAGES[overlap], "overlap_promotion": overlap}
+    config = {**TILE_128X128_HALVES, "num_stages": STAGES[overlap], "overlap_promotion": overlap}
     overlapped = gemm_fp8(M, N, K, **config)(a8, b8, scales).cpu().double()
     top = exact.abs().max().item()
     error, reference_error = ((c - exact).abs().max().item() / top for c in (overlapped, every_step))
@@ -219,7 +219,7 @@ def test_sweep_kernels_keep_their_wgmmas_pipelined(name, monkeypatch):
     for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_CONSUMER_PARTITIONS", "TRITILE_FOLD_CONSUMER"):
         monkeypatch.delenv(switch, raising=False)
     changes, spill_free = SWEEP_KERNELS[name]
-    config = {**tile_config("cuda"), **changes}
+    config = {**TILE_128X128_HALVES, **changes}
     kernel = JITKernel(gemm_fp8(1024, 1024, 4096, **config).stages[0][1], target=H100)
     source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
     warpgroups = config["threads"] // 128

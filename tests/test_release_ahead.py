@@ -30,7 +30,7 @@ from test_consumer_partitions import ptxas_advisories  # noqa: E402
 from test_warp_specialization import function, gemm_ir  # noqa: E402
 
 import torch  # noqa: E402
-from examples.gemm_fp8 import gemm_fp8, tile_config  # noqa: E402
+from examples.gemm_fp8 import TILE_128X128_HALVES, gemm_fp8  # noqa: E402
 import tritile  # noqa: E402
 from tritile import switches  # noqa: E402
 from tritile.codegen.gluon import emit_module  # noqa: E402
@@ -59,7 +59,7 @@ def default_schedule(monkeypatch):
 
 def fp8_kernel(changes: dict, switch: dict) -> JITKernel:
     with switches.overridden(switch):
-        return JITKernel(gemm_fp8.fn(1024, 1024, 4096, **{**tile_config("cuda"), **changes}), target=H100)
+        return JITKernel(gemm_fp8.fn(1024, 1024, 4096, **{**TILE_128X128_HALVES, **changes}), target=H100)
 
 
 def marked(kernel) -> list:
@@ -159,6 +159,6 @@ def test_released_ahead_on_the_gpu_gives_the_same_bits(name, default_schedule):
     results = []
     for switch in ({}, AHEAD):
         with switches.overridden(switch):
-            kernel = tritile.compile(gemm_fp8.fn(M, N, K, **{**tile_config("cuda"), **changes}), out_idx=[3])
+            kernel = tritile.compile(gemm_fp8.fn(M, N, K, **{**TILE_128X128_HALVES, **changes}), out_idx=[3])
             results.append(kernel(a8, b8, scales))
     assert bool(marked(kernel)) and torch.equal(results[0], results[1])
