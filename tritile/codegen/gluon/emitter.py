@@ -311,7 +311,7 @@ class Emitter(SourceWriter):
         if rank > 2:
             raise unsupported(f"a {rank}-D tile of global tensor {buf.name}", loc)
         strides = self.strides(buf)
-        offs, masks = [], []
+        offs, masks, tile_masked = [], [], False
         for d, (start, extent) in enumerate(zip(region.starts, region.extents)):
             s = self.expr(start).text
             if d not in tdims:
@@ -333,6 +333,12 @@ class Emitter(SourceWriter):
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
             if not semantics.tile_inside(self, start, extent, buf.shape[d]):
                 masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+                tile_masked = tile_masked or d in tdims
+        if masks and not tile_masked and rank:
+            # only a dim outside the tile (a batch index a partition cannot bound) is tested: Gluon's
+            # loads, stores and atomics take a mask of the tile's shape, not a scalar
+            shape = [padded(region.extents[d]) for d in tdims]
+            masks.insert(0, f"gl.full({shape}, 1, gl.int1, layout={layout_name})")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None
 
     def descriptor(self, region: ir.Region, layout) -> tuple:
