@@ -351,7 +351,8 @@ def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
                 groups=heads // k.shape[1], sm_scale=scale, dtype=DTYPES[q.dtype])
 
 
-_forwards = Remembered()  # (signature(q, k, v), is_causal, scale) -> the forward's JITKernel
+# (signature(q, k, v), is_causal, scale) -> the forward's JITKernel, prepared for the signature's tensors
+_forwards = Remembered()
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
@@ -372,11 +373,13 @@ def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
     `_attention` has not seen, remembered."""
     check_attention_arguments(q, k, v, is_causal)
     args = _kernel_args(q, k, is_causal, scale)
+    key = signature(q, k, v), is_causal, scale
     q, k, v = (as_passed(t) for t in (q, k, v))
     out_strides = output_strides(q)
     strides = views_of(Q=q, K=k, V=v) + ((("O", out_strides),) if out_strides else ())
     kernel = flashattn_fwd(**args, strides=strides or None, **tile_config(q.device.type, args["dim"])["fwd"])
-    return _forwards.remember((signature(q, k, v), is_causal, scale), kernel)
+    # the kernel's own checks, once per signature
+    return _forwards.remember(key, kernel.prepare(q, k, v))
 
 
 def _attention_fake(q, k, v, is_causal=False, scale=None):
