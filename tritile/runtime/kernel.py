@@ -320,6 +320,8 @@ class PreparedCall:
                           zip(binder.outputs, self._out_layouts) if strides is None]
         if len(self._appended) != len(self._out_layouts) or binder.inputs != list(range(len(binder.inputs))):
             self._appended = None
+        # the one output's position (what most kernels return), else None: `kernel._returned`
+        self._output = kernel.out_idx[0] if len(kernel.out_idx) == 1 else None
 
     def __call__(self, *args):
         kernel = self.kernel
@@ -334,4 +336,4 @@ class PreparedCall:
         else:
             tensors = kernel._bind.with_outputs(list(args), self._out_layouts)
         kernel._launch(tensors, self._dims, self._runs, self._divisible)
-        return kernel._returned(tensors)
+        return tensors[self._output] if self._output is not None else kernel._returned(tensors)
