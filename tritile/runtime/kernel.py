@@ -22,7 +22,8 @@ whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs
 It returns the outputs (one tensor, or a list when there are several), or None without
 `out_idx`.  `kernel.prepare(*args)` checks a call's arguments and returns a `PreparedCall`, which
 runs the kernel on tensors of their kind (types, dtypes, shapes, strides, devices) without
-checking them again: what a caller that keys its calls by that kind keeps (the torch operators).  `globals_read` holds the guards of the module globals the frontend read
+checking them again: what a caller that keys its calls by that kind keeps (the torch operators).
+`globals_read` holds the guards of the module globals the frontend read
 (`tritile.frontend.source`), which the JIT checks before serving this kernel again.
 
 A function of several kernels (`PrimFunc.parts`: several `with T.Kernel` blocks, or
