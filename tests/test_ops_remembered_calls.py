@@ -198,3 +198,24 @@ def test_a_prepared_call_of_a_kernel_with_scalars_checks_every_call():
         torch.testing.assert_close(prepared(x, shift), x + shift)
     with pytest.raises(TypeError, match="argument 'shift'"):
         prepared(a, "one")
+
+
+def test_a_warm_attention_is_followed_by_other_signatures_with_their_own_answers(first_calls):
+    """Contiguous q, k, v (a remembered call passes them as they are), then views of the same shapes
+    sliced out of a fused projection (other strides: their own kernel, read in place), a shorter
+    key length (contiguous, and sliced views), another dtype: each matches SDPA, every call of
+    each signature."""
+    batch, heads, seq, dim = 2, 2, 32, 16
+    q, k, v = (torch.randn(batch, heads, seq, dim) for _ in range(3))
+    qkv = torch.randn(batch, seq, 3 * heads * dim)
+    views = tuple(qkv.view(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4))
+    short_k, short_v = k[:, :, :24], v[:, :, :24]
+    calls = [(q, k, v), views, (q, short_k.contiguous(), short_v.contiguous()), (q, short_k, short_v),
+             tuple(t.half() for t in (q, k, v))]
+    for _ in range(2):
+        for x, y, z in calls:
+            want = F.scaled_dot_product_attention(x.float(), y.float(), z.float())
+            tol = 2e-4 if x.dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(torch.ops.tritile.attention(x, y, z, False, None)[0].float(), want,
+                                       rtol=tol, atol=tol)
+    assert first_calls == ["_first_attention"] * len(calls)
