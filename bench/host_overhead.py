@@ -28,9 +28,11 @@ Run: ``python bench/host_overhead.py [--iters N]``.
 
 With ``--gpu`` (a CUDA machine) nothing is patched: the same operator calls on CUDA tensors (the
 CUDA tile configs, the real launch), next to the torch calls they stand in for (`torch.mm`,
-`torch.bmm`, `F.linear` + `F.gelu`, `F.scaled_dot_product_attention`), each timed as host time
-per call over back-to-back calls (the queue drained before each run; the kernels, 8-16 µs, keep
-up with the host, so the loop measures the host); ``--out FILE`` writes them as JSON:
+`torch.bmm`, `F.linear` + `F.gelu`, `F.scaled_dot_product_attention`), and `mm_compiled`'s
+pieces (the remembered call's lookup, the prepared kernel call, the output's `torch.empty`, the
+launcher alone), each timed as host time per call over back-to-back calls (the queue drained
+before each run; the kernels, 8-16 µs, keep up with the host, so the loop measures the host);
+``--out FILE`` writes them as JSON:
 ``PYTHONPATH=$PWD python bench/host_overhead.py --gpu --out bench/results/host_overhead_ops_h100.json``.
 """
 from __future__ import annotations
@@ -163,6 +165,27 @@ def _operator_rows(device: str = "cpu", with_torch: bool = False) -> list:
     return rows
 
 
+def _mm_piece_rows(device: str = "cuda") -> list:
+    """`tritile.mm_compiled`'s warm call at 64x1024 @ 1024x1024 on `device`'s tensors, piece by piece:
+    the remembered call's lookup, the prepared kernel call (output + launch), the output's
+    allocation and the launcher alone."""
+    from tritile.ops import matmul as tritile_matmul
+    from tritile.ops.signatures import signature
+
+    a = torch.randn(64, 1024, dtype=torch.float16, device=device)
+    b = torch.randn(1024, 1024, dtype=torch.float16, device=device)
+    out = torch.ops.tritile.mm_compiled.default(a, b)
+    prepared = tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)][0]
+    gluon = prepared.kernel._device_kernel
+    launch_args = _captured_launch(gluon, [a, b, out], {})
+    return [("  mm_compiled: signature + remembered-call lookup",
+             lambda: tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)]),
+            ("  mm_compiled: the prepared kernel call (output + launch)", lambda: prepared(a, b)),
+            ("  mm_compiled: torch.empty of the output",
+             lambda: torch.empty((64, 1024), dtype=a.dtype, device=a.device)),
+            ("  mm_compiled: the launcher alone (DirectLaunch)", lambda: gluon._launcher(*launch_args))]
+
+
 def _gpu_main(opts) -> None:
     """The operators and their torch counterparts on CUDA tensors (see the module docstring)."""
     import json
@@ -170,7 +193,7 @@ def _gpu_main(opts) -> None:
     print(f"host µs per call on {torch.cuda.get_device_name()} (fp16, CUDA tile configs, back-to-back calls), "
           f"best of 40 x {opts.iters}:")
     results = {}
-    for label, fn in _operator_rows("cuda", with_torch=True):
+    for label, fn in _operator_rows("cuda", with_torch=True) + _mm_piece_rows():
         results[label] = per_call_us(fn, opts.iters, drain=torch.cuda.synchronize)
         print(f"{results[label]:8.2f}  {label}")
     if opts.out:
