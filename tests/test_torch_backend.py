@@ -162,6 +162,7 @@ def test_an_operator_runs_behind_torch_compiler_disable_only_under_dynamo(monkey
     assert len(wrapped) == 1
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. Dynamo's for a C function it cannot trace
 def test_an_operator_called_from_a_frame_dynamo_skips_runs_eagerly():
     """An operator called in a frame Dynamo runs without tracing it (its nested frames still
     evaluated by Dynamo): the implementation is not traced, the result matches."""

@@ -47,10 +47,10 @@ Contract:
   stream: they do not).
 * `SplitKGemm` is the kernel with its kept workspace and counters: `gemm(a, b)` -> C;
   `gemm(a, b, bias, residual, pre)` with the epilogue's operands; `gemm.prepare(a, b, ...)` the
-  same with its kernel's checks run once, for calls of those operands' kind.  `SplitKGemm.build(a, b,
-  config, ...)` compiles it for one call's operands (what tritile.mm / tritile.linear remember
-  per call signature) and takes the workspace of its (device, shape) from `split_k_workspace`,
-  allocated once (counters zeroed) and kept.
+  same with its kernel's checks run once, for calls of those operands' kind.
+  `SplitKGemm.build(a, b, config, ...)` compiles it for one call's operands (what tritile.mm /
+  tritile.linear remember per call signature, prepared) and takes the workspace of its (device,
+  shape) from `split_k_workspace`, allocated once (counters zeroed) and kept.
 * `split_k_config(device_type, M, N, K, dtype, num_sms, tiles=None, splits=None)` is the plan:
   the kernel's tiles with `splits`, or None when the GEMM should not split (the rule, measured
   on an H100 with the two-kernel split, is in its docstring).  `tiles` and `splits` name a
