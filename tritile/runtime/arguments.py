@@ -314,7 +314,7 @@ class ArgumentBinder:
         for i, t in zip(self.inputs, args):
             full[i] = t
         for (i, dtype), (shape, strides) in zip(self.outputs, out_layouts):
-            full[i] = (torch.empty(shape, dtype=dtype, device=device) if strides is None
+            full[i] = (empty_output(shape, dtype, device) if strides is None
                        else torch.empty_strided(shape, strides, dtype=dtype, device=device))
         return full
 
@@ -333,6 +333,12 @@ class ArgumentBinder:
             raise TypeError(f"{func.name}() expected {expected} tensors, got {len(args)}")
         tensors = check_tensors(func, range(self.n_params), args, self.written, dim_values)
         return tensors, dim_values, [], any(t is not a for t, a in zip(tensors, args))
+
+
+def empty_output(shape, dtype, device) -> torch.Tensor:
+    """A new contiguous tensor of `shape`, uninitialised: `torch.empty` with the sizes as arguments,
+    which it parses ~0.6 us faster than a shape sequence (a warm call's output)."""
+    return torch.empty(*shape, dtype=dtype, device=device) if shape else torch.empty((), dtype=dtype, device=device)
 
 
 def call_device(tensors) -> torch.device:

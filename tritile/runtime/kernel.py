@@ -41,8 +41,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import torch
-
 from tritile import codegen
 from tritile.errors import CompileError
 from tritile.ir import divisibility
@@ -50,7 +48,8 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, derive_views, written_params
+from tritile.runtime.arguments import (ArgumentBinder, allocate_workspaces, call_device, derive_views, empty_output,
+                                      written_params)
 from tritile.runtime.target import Target, parse_target
 
 # generated source stages; "triton" and "ttir" always from the triton.language backend, the
@@ -333,7 +332,7 @@ class PreparedCall:
         elif self._appended is not None:
             tensors = list(args)
             for shape, dtype in self._appended:
-                tensors.append(torch.empty(shape, dtype=dtype, device=self._device))
+                tensors.append(empty_output(shape, dtype, self._device))
         else:
             tensors = kernel._bind.with_outputs(list(args), self._out_layouts)
         kernel._launch(tensors, self._dims, self._runs, self._divisible)
