@@ -219,3 +219,37 @@ def test_a_warm_attention_is_followed_by_other_signatures_with_their_own_answers
             torch.testing.assert_close(torch.ops.tritile.attention(x, y, z, False, None)[0].float(), want,
                                        rtol=tol, atol=tol)
     assert first_calls == ["_first_attention"] * len(calls)
+
+
+def test_a_prepared_call_places_outputs_in_their_parameters_places():
+    """Outputs before and after the input (out_idx [0, 2]), and trailing outputs of two shapes
+    listed in reverse (out_idx [2, 1]): a prepared call allocates each at its parameter's place and
+    returns them in out_idx order, as the kernel's own call does."""
+    import tritile
+    import tritile.language as T
+
+    @T.prim_func
+    def around(Neg: T.Tensor((64,), T.float32), A: T.Tensor((64,), T.float32), Twice: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=64) as _:
+            for i in T.Parallel(64):
+                Neg[i] = -A[i]
+                Twice[i] = A[i] * 2.0
+
+    @T.prim_func
+    def after(A: T.Tensor((64,), T.float32), Neg: T.Tensor((64,), T.float32), Head: T.Tensor((32,), T.float32)):
+        with T.Kernel(1, threads=64) as _:
+            for i in T.Parallel(64):
+                Neg[i] = -A[i]
+            for i in T.Parallel(32):
+                Head[i] = A[i] * 2.0
+
+    for func, out_idx, expected in ((around, [0, 2], lambda a: (-a, 2 * a)),
+                                    (after, [2, 1], lambda a: (2 * a[:32], -a))):
+        kernel = tritile.compile(func, out_idx=out_idx, target="cpu")
+        prepared = kernel.prepare(torch.randn(64))
+        for _ in range(2):
+            a = torch.randn(64)
+            got = prepared(a)
+            assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in expected(a)]
+            for g, want in zip(got, expected(a)):
+                torch.testing.assert_close(g, want)

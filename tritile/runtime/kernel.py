@@ -315,10 +315,12 @@ class PreparedCall:
         self._dims, self._out_layouts, self._runs, self._divisible = outcome
         binder = kernel._bind
         self._device = call_device(args)
-        # the common layout: the inputs, then contiguous outputs (appended to the arguments)
+        # the common layout: the parameters are the inputs, then contiguous outputs in `out_idx`
+        # order (appended to the arguments)
         self._appended = [(tuple(shape), dtype) for (_, dtype), (shape, strides) in
                           zip(binder.outputs, self._out_layouts) if strides is None]
-        if len(self._appended) != len(self._out_layouts) or binder.inputs != list(range(len(binder.inputs))):
+        in_order = binder.inputs + [i for i, _ in binder.outputs] == list(range(binder.n_params))
+        if len(self._appended) != len(self._out_layouts) or not in_order:
             self._appended = None
         # the one output's position (what most kernels return), else None: `kernel._returned`
         self._output = kernel.out_idx[0] if len(kernel.out_idx) == 1 else None
