@@ -176,7 +176,9 @@ def _mm_piece_rows(device: str = "cuda") -> list:
     b = torch.randn(1024, 1024, dtype=torch.float16, device=device)
     out = torch.ops.tritile.mm_compiled.default(a, b)
     prepared = tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)][0]
-    gluon = prepared.kernel._device_kernel
+    # a tree before session 21 remembers the JITKernel itself (a same-machine baseline: this script
+    # copied into that tree)
+    gluon = getattr(prepared, "kernel", prepared)._device_kernel
     launch_args = _captured_launch(gluon, [a, b, out], {})
     return [("  mm_compiled: signature + remembered-call lookup",
              lambda: tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)]),
