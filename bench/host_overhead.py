@@ -25,6 +25,15 @@ the driver; CPU tensors stand in for CUDA ones (`Tensor.is_cuda` is patched to T
 interpreter dispatch is turned off and kernels are compiled for sm_90), everything else is the
 code a GPU call runs.
 Run: ``python bench/host_overhead.py [--iters N]``.
+
+With ``--gpu`` (a CUDA machine) nothing is patched: the same operator calls on CUDA tensors (the
+CUDA tile configs, the real launch), next to the torch calls they stand in for (`torch.mm`,
+`torch.bmm`, `F.linear` + `F.gelu`, `F.scaled_dot_product_attention`), and `mm_compiled`'s
+pieces (the remembered call's lookup, the prepared kernel call, the output's `torch.empty`, the
+launcher alone), each timed as host time per call over back-to-back calls (the queue drained
+before each run; the kernels, 8-16 µs, keep up with the host, so the loop measures the host);
+``--out FILE`` writes them as JSON:
+``PYTHONPATH=$PWD python bench/host_overhead.py --gpu --out bench/results/host_overhead_ops_h100.json``.
 """
 from __future__ import annotations
 
@@ -73,13 +82,16 @@ def _pretend_cuda() -> None:
     launcher.kernel_launcher = _launcher_without_gpu
 
 
-def per_call_us(fn, iters: int, repeats: int = 40) -> float:
+def per_call_us(fn, iters: int, repeats: int = 40, drain=None) -> float:
     """The best over `repeats` runs of `iters` calls: a shared machine's noise only ever adds time,
-    and many short runs find a quiet moment where a few long ones may not."""
+    and many short runs find a quiet moment where a few long ones may not.  `drain` (GPU: a
+    synchronize) runs before each run, untimed."""
     for _ in range(min(200, iters)):
         fn()
     best = float("inf")
     for _ in range(repeats):
+        if drain is not None:
+            drain()
         start = time.perf_counter()
         for _ in range(iters):
             fn()
@@ -121,10 +133,11 @@ def _kernel_rows(n: int) -> list:
     return rows
 
 
-def _operator_rows() -> list:
-    """The torch operators on the decode step's shapes (see the module docstring)."""
+def _operator_rows(device: str = "cpu", with_torch: bool = False) -> list:
+    """The torch operators on the decode step's shapes (see the module docstring); `with_torch`:
+    the torch calls they stand in for too."""
     def randn(*shape):
-        return torch.randn(*shape, dtype=torch.float16)
+        return torch.randn(*shape, dtype=torch.float16, device=device)
 
     a, b = randn(64, 1024), randn(1024, 1024)
     batch_a, batch_b = randn(16, 64, 64), randn(16, 64, 64)
@@ -139,16 +152,67 @@ def _operator_rows() -> list:
     ]
     # each operator as eager code calls it, and its twin without the autograd formula, which a
     # compiled graph calls (inductor's generated code: `torch.ops.tritile.mm_compiled.default`)
-    return [(f"torch.ops.tritile.{name}{suffix}  {what}",
+    rows = [(f"torch.ops.tritile.{name}{suffix}  {what}",
              lambda op=getattr(ops, name + suffix).default, args=args: op(*args))
             for suffix in ("", "_compiled") for name, what, args in calls]
+    if with_torch:
+        F = torch.nn.functional
+        rows += [("torch.mm", lambda: torch.mm(a, b)),
+                 ("torch.bmm", lambda: torch.bmm(batch_a, batch_b)),
+                 ("F.linear (+ bias), F.gelu", lambda: F.gelu(F.linear(x, weight, bias))),
+                 ("F.linear (+ bias) alone", lambda: F.linear(x, weight, bias)),
+                 ("F.scaled_dot_product_attention", lambda: F.scaled_dot_product_attention(q, k, v))]
+    return rows
+
+
+def _mm_piece_rows(device: str = "cuda") -> list:
+    """`tritile.mm_compiled`'s warm call at 64x1024 @ 1024x1024 on `device`'s tensors, piece by piece:
+    the remembered call's lookup, the prepared kernel call (output + launch), the output's
+    allocation and the launcher alone."""
+    from tritile.ops import matmul as tritile_matmul
+    from tritile.ops.signatures import signature
+
+    a = torch.randn(64, 1024, dtype=torch.float16, device=device)
+    b = torch.randn(1024, 1024, dtype=torch.float16, device=device)
+    out = torch.ops.tritile.mm_compiled.default(a, b)
+    prepared = tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)][0]
+    # a tree before session 21 remembers the JITKernel itself (a same-machine baseline: this script
+    # copied into that tree)
+    gluon = getattr(prepared, "kernel", prepared)._device_kernel
+    launch_args = _captured_launch(gluon, [a, b, out], {})
+    return [("  mm_compiled: signature + remembered-call lookup",
+             lambda: tritile_matmul._gemms[tritile_matmul.matmul, signature(a, b)]),
+            ("  mm_compiled: the prepared kernel call (output + launch)", lambda: prepared(a, b)),
+            ("  mm_compiled: torch.empty of the output",
+             lambda: torch.empty((64, 1024), dtype=a.dtype, device=a.device)),
+            ("  mm_compiled: the launcher alone (DirectLaunch)", lambda: gluon._launcher(*launch_args))]
+
+
+def _gpu_main(opts) -> None:
+    """The operators and their torch counterparts on CUDA tensors (see the module docstring)."""
+    import json
+
+    print(f"host µs per call on {torch.cuda.get_device_name()} (fp16, CUDA tile configs, back-to-back calls), "
+          f"best of 40 x {opts.iters}:")
+    results = {}
+    for label, fn in _operator_rows("cuda", with_torch=True) + _mm_piece_rows():
+        results[label] = per_call_us(fn, opts.iters, drain=torch.cuda.synchronize)
+        print(f"{results[label]:8.2f}  {label}")
+    if opts.out:
+        with open(opts.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "iters": opts.iters, "us_per_call": results}, f,
+                      indent=1)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=500)
     parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--gpu", action="store_true", help="the operators on CUDA tensors, nothing patched")
+    parser.add_argument("--out", help="with --gpu: write the timings to this JSON file")
     opts = parser.parse_args()
+    if opts.gpu:
+        return _gpu_main(opts)
     n = opts.size
     _pretend_cuda()
     rows = _kernel_rows(n)

@@ -174,6 +174,20 @@ def test_interpret_env_forces_interpreter(monkeypatch, assert_close):
     assert_close(kernel(x), x * 5.0)
 
 
+def test_the_interpret_switch_is_read_per_call_as_os_environ_has_it(monkeypatch):
+    """`switches.interpret_requested()` reads os.environ's own dict (a warm call's cheap read):
+    the same answer as `os.environ.get`, every value and unset, changed between calls."""
+    from tritile.switches import interpret_requested
+
+    monkeypatch.delenv("TRITILE_INTERPRET", raising=False)
+    assert interpret_requested() is False
+    for value, on in (("1", True), ("0", False), ("", False), ("yes", True), ("1", True)):
+        monkeypatch.setenv("TRITILE_INTERPRET", value)
+        assert interpret_requested() is on, value
+    monkeypatch.delenv("TRITILE_INTERPRET")
+    assert interpret_requested() is False
+
+
 # ---------------------------------------------------------------- warm-call fast paths
 def test_eager_warm_calls_keep_results_and_statistics(assert_close):
     scale_eager.cache_clear()

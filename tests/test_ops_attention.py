@@ -66,7 +66,7 @@ def test_attention_reads_views_of_a_fused_projection_in_place(dtype, causal, mon
     tol = TOLERANCE[dtype]
     torch.testing.assert_close(out.float(), expected[0], rtol=tol, atol=tol)
     torch.testing.assert_close(qkv.grad.float(), expected_qkv, rtol=tol, atol=tol)
-    sources = [kernel.get_source("tile") for kernel in ops._forwards.values()]
+    sources = [prepared.kernel.get_source("tile") for prepared, _ in ops._forwards.values()]
     assert any("Q: T.StridedTensor" in text and "Output: T.StridedTensor" in text for text in sources)
 
 

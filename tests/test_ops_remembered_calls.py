@@ -135,3 +135,121 @@ def test_a_signature_is_what_the_checks_read():
     for i in range(3):
         memo.remember(i, str(i))
     assert memo == {2: "2"}  # full: starts over
+
+
+def test_a_warm_gemm_is_followed_by_other_signatures_with_their_own_answers(first_calls):
+    """What a remembered call keeps (its kernel prepared for the signature's operands:
+    `JITKernel.prepare`) is keyed by everything the kernel's checks read: a call of another shape,
+    layout or dtype after a warm one runs its own kernel and matches torch."""
+    a, b = torch.randn(40, 48), torch.randn(48, 24)
+    for _ in range(2):
+        torch.testing.assert_close(torch.ops.tritile.mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    others = [(torch.randn(33, 48), torch.randn(48, 24)),  # another M
+              (a, torch.randn(48, 40)),  # another N
+              (a, torch.randn(24, 48).t()),  # b's transpose: same shape, other strides
+              (torch.randn(40, 96)[:, ::2], b),  # a strided view: same shape, copied
+              (a.half(), b.half())]  # another dtype
+    for x, y in others:
+        want = (x.double() @ y.double()).to(x.dtype)
+        tol = 1e-4 if x.dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(torch.ops.tritile.mm(x, y), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(torch.ops.tritile.mm(a, b), a @ b, rtol=1e-4, atol=1e-4)  # the warm one again
+    assert first_calls == ["_first_gemm"] * (1 + len(others))
+
+
+def test_a_prepared_call_runs_new_tensors_of_its_kind():
+    """`JITKernel.prepare(*args)`: the call's checks once (their TypeError / ValueError, before
+    anything runs), then a call per new tensors of that kind, each with a new output."""
+    a, b = torch.randn(40, 48), torch.randn(48, 24)
+    kernel = tritile_matmul.matmul.kernel_for(a, b, dtype="float32", block_M=16, block_N=16, block_K=16)
+    prepared = kernel.prepare(a, b)
+    outputs = []
+    for _ in range(3):
+        x, y = torch.randn(40, 48), torch.randn(48, 24)
+        outputs.append(prepared(x, y))
+        torch.testing.assert_close(outputs[-1], x @ y, rtol=1e-4, atol=1e-4)
+    assert outputs[0].data_ptr() != outputs[1].data_ptr()
+    with pytest.raises(TypeError, match="argument 'B'"):
+        kernel.prepare(a, b.half())
+    with pytest.raises(ValueError, match="argument 'B'"):
+        kernel.prepare(a, torch.randn(40, 24))
+
+
+def test_a_prepared_call_of_a_kernel_with_scalars_checks_every_call():
+    """A kernel with scalar parameters: their values vary from call to call, so the prepared call
+    binds (and checks) each call as the kernel does."""
+    import tritile
+    import tritile.language as T
+
+    @tritile.jit(out_idx=[1])
+    def shifted(n=64, dtype=T.float32):
+        @T.prim_func
+        def main(A: T.Tensor((n,), dtype), B: T.Tensor((n,), dtype), shift: T.float32):
+            with T.Kernel(1, threads=64) as _:
+                for i in T.Parallel(n):
+                    B[i] = A[i] + shift
+
+        return main
+
+    a = torch.randn(64)
+    prepared = shifted().prepare(a, 0.5)
+    for shift in (1.5, -2.0):
+        x = torch.randn(64)
+        torch.testing.assert_close(prepared(x, shift), x + shift)
+    with pytest.raises(TypeError, match="argument 'shift'"):
+        prepared(a, "one")
+
+
+def test_a_warm_attention_is_followed_by_other_signatures_with_their_own_answers(first_calls):
+    """Contiguous q, k, v (a remembered call passes them as they are), then views of the same shapes
+    sliced out of a fused projection (other strides: their own kernel, read in place), a shorter
+    key length (contiguous, and sliced views), another dtype: each matches SDPA, every call of
+    each signature."""
+    batch, heads, seq, dim = 2, 2, 32, 16
+    q, k, v = (torch.randn(batch, heads, seq, dim) for _ in range(3))
+    qkv = torch.randn(batch, seq, 3 * heads * dim)
+    views = tuple(qkv.view(batch, seq, 3, heads, dim).permute(2, 0, 3, 1, 4))
+    short_k, short_v = k[:, :, :24], v[:, :, :24]
+    calls = [(q, k, v), views, (q, short_k.contiguous(), short_v.contiguous()), (q, short_k, short_v),
+             tuple(t.half() for t in (q, k, v))]
+    for _ in range(2):
+        for x, y, z in calls:
+            want = F.scaled_dot_product_attention(x.float(), y.float(), z.float())
+            tol = 2e-4 if x.dtype == torch.float32 else 2e-2
+            torch.testing.assert_close(torch.ops.tritile.attention(x, y, z, False, None)[0].float(), want,
+                                       rtol=tol, atol=tol)
+    assert first_calls == ["_first_attention"] * len(calls)
+
+
+def test_a_prepared_call_places_outputs_in_their_parameters_places():
+    """Outputs before and after the input (out_idx [0, 2]), and trailing outputs of two shapes
+    listed in reverse (out_idx [2, 1]): a prepared call allocates each at its parameter's place and
+    returns them in out_idx order, as the kernel's own call does."""
+    import tritile
+    import tritile.language as T
+
+    @T.prim_func
+    def around(Neg: T.Tensor((64,), T.float32), A: T.Tensor((64,), T.float32), Twice: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=64) as _:
+            for i in T.Parallel(64):
+                Neg[i] = -A[i]
+                Twice[i] = A[i] * 2.0
+
+    @T.prim_func
+    def after(A: T.Tensor((64,), T.float32), Neg: T.Tensor((64,), T.float32), Head: T.Tensor((32,), T.float32)):
+        with T.Kernel(1, threads=64) as _:
+            for i in T.Parallel(64):
+                Neg[i] = -A[i]
+            for i in T.Parallel(32):
+                Head[i] = A[i] * 2.0
+
+    for func, out_idx, expected in ((around, [0, 2], lambda a: (-a, 2 * a)),
+                                    (after, [2, 1], lambda a: (2 * a[:32], -a))):
+        kernel = tritile.compile(func, out_idx=out_idx, target="cpu")
+        prepared = kernel.prepare(torch.randn(64))
+        for _ in range(2):
+            a = torch.randn(64)
+            got = prepared(a)
+            assert [tuple(t.shape) for t in got] == [tuple(t.shape) for t in expected(a)]
+            for g, want in zip(got, expected(a)):
+                torch.testing.assert_close(g, want)

@@ -146,6 +146,37 @@ def test_tritile_mm_rejects_bad_arguments():
         torch.ops.tritile.mm(a, torch.randn(5, 8))
 
 
+def test_an_operator_runs_behind_torch_compiler_disable_only_under_dynamo(monkeypatch):
+    """tritile/ops/registration.py: with no Dynamo frame callback installed (eager code, compiled
+    graphs) the implementation is called directly; with one, behind `torch.compiler.disable`."""
+    from tritile.ops import registration
+
+    wrapped = []
+    monkeypatch.setattr(torch.compiler, "disable", lambda fn: lambda *args: wrapped.append(fn) or fn(*args))
+    call = registration._not_traced(lambda a, b: a @ b)
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    torch.testing.assert_close(call(a, b), a @ b)
+    assert wrapped == []
+    monkeypatch.setattr(registration, "_frame_callback", lambda: object())  # as while Dynamo runs a frame
+    torch.testing.assert_close(call(a, b), a @ b)
+    assert len(wrapped) == 1
+
+
+@pytest.mark.filterwarnings("error::UserWarning")  # e.g. Dynamo's for a C function it cannot trace
+def test_an_operator_called_from_a_frame_dynamo_skips_runs_eagerly():
+    """An operator called in a frame Dynamo runs without tracing it (its nested frames still
+    evaluated by Dynamo): the implementation is not traced, the result matches."""
+    a, b = torch.randn(16, 32), torch.randn(32, 8)
+
+    @torch.compiler.disable(recursive=False)
+    def product(x, y):
+        return torch.ops.tritile.mm(x, y)
+
+    compiled = torch.compile(lambda x, y: product(x, y) + 1, backend="eager")
+    for _ in range(2):
+        assert_close(compiled(a, b), a @ b + 1)
+
+
 @pytest.mark.parametrize("trans_a, trans_b", [(True, False), (False, True), (True, True)])
 def test_transposed_operands_are_read_in_place(trans_a, trans_b, gemm_kernel_requests):
     """The backward's `w.t()` reaches the kernel as the contiguous matrix and a transpose flag."""

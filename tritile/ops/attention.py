@@ -363,7 +363,9 @@ def _kernel_args(q, k, is_causal: bool, scale: Optional[float]) -> dict:
                 groups=heads // k.shape[1], sm_scale=scale, dtype=DTYPES[q.dtype])
 
 
-_forwards = Remembered()  # (signature(q, k, v), is_causal, scale) -> the forward's JITKernel
+# (signature(q, k, v), is_causal, scale) -> (the forward's JITKernel prepared for the signature's
+# tensors, whether q, k, v are all contiguous: passed as they are)
+_forwards = Remembered()
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
@@ -372,10 +374,10 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: boo
     heads), and the base-2 log-sum-exp of each query row (float32 [batch, heads, seq]).  A
     repeated signature runs the kernel its first call chose."""
     try:
-        kernel = _forwards[signature(q, k, v), is_causal, scale]
+        kernel, contiguous = _forwards[signature(q, k, v), is_causal, scale]
     except MISSES:
-        kernel = _first_attention(q, k, v, is_causal, scale)
-    out, lse = kernel(as_passed(q), as_passed(k), as_passed(v))
+        kernel, contiguous = _first_attention(q, k, v, is_causal, scale)
+    out, lse = kernel(q, k, v) if contiguous else kernel(as_passed(q), as_passed(k), as_passed(v))
     return out, lse
 
 
@@ -384,11 +386,14 @@ def _first_attention(q, k, v, is_causal: bool, scale: Optional[float]):
     `_attention` has not seen, remembered."""
     check_attention_arguments(q, k, v, is_causal)
     args = _kernel_args(q, k, is_causal, scale)
+    key = signature(q, k, v), is_causal, scale
+    contiguous = all(t.is_contiguous() for t in (q, k, v))  # `as_passed` keeps each as it is
     q, k, v = (as_passed(t) for t in (q, k, v))
     out_strides = output_strides(q)
     strides = views_of(Q=q, K=k, V=v) + ((("O", out_strides),) if out_strides else ())
     kernel = flashattn_fwd(**args, strides=strides or None, **tile_config(q.device.type, args["dim"])["fwd"])
-    return _forwards.remember((signature(q, k, v), is_causal, scale), kernel)
+    # the kernel's own checks, once per signature
+    return _forwards.remember(key, (kernel.prepare(q, k, v), contiguous))
 
 
 def _attention_fake(q, k, v, is_causal=False, scale=None):

@@ -38,7 +38,7 @@ from tritile.ops.gemm_loop import accumulate_tiles, tile_config
 from tritile.ops.matmul import SUPPORTED_DTYPES
 from tritile.ops.signatures import MISSES, Remembered, signature
 from tritile.ops.split_k import SplitKGemm, sm_count, split_k_config
-from tritile.runtime.kernel import JITKernel
+from tritile.runtime.kernel import PreparedCall
 
 
 @tritile.jit
@@ -101,7 +101,7 @@ class _LinearCall:
     GEMM's rows, the output's shape, the unused operands' placeholders (one element on the
     call's device, never read or written: the kernel takes a tensor for every parameter)."""
 
-    kernel: Optional[Union[JITKernel, SplitKGemm]]
+    kernel: Optional[Union[PreparedCall, SplitKGemm]]  # prepared for the signature's operands
     rows: int
     out_shape: tuple
     keep_pre: bool
@@ -164,7 +164,8 @@ def _first_linear(x, weight, bias, residual, activation, keep_preactivation) -> 
         else:
             kernel = matmul_epilogue.kernel_for(*operands, dtype=dtype, **epilogue,
                                                 **tile_config(x.device.type, M, N, K, x.dtype))
-        call = dataclasses.replace(call, kernel=kernel)
+        # the kernel's own checks, once per signature
+        call = dataclasses.replace(call, kernel=kernel.prepare(*operands))
     return _linears.remember((signature(x, weight, bias, residual), activation, keep_preactivation), call)
 
 

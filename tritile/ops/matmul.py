@@ -115,14 +115,17 @@ def check_mm_arguments(a, b, rank: int = 2) -> None:
                          f"'a' of shape {list(a.shape)}")
 
 
-_gemms = Remembered()  # (kernel function, signature(a, b)) -> (kernel, or None: no tiles; trans_a, trans_b)
+# (kernel function, signature(a, b)) -> (the kernel prepared for the signature's operands, or None:
+# no tiles; trans_a, trans_b)
+_gemms = Remembered()
 
 
 def _gemm(kernel_fn, a, b) -> torch.Tensor:
     """`kernel_fn` (`matmul` / `batched_matmul`) on `a` and `b`, transposed views read in place.
-    What the first call of each signature works out (the checks, the layouts, the tile choice
-    and the eager JIT's specialisation, which cost more host time than a small GEMM's launch) is
-    remembered: a repeated call (every step of a model) only runs the kernel."""
+    What the first call of each signature works out (the checks, the layouts, the tile choice,
+    the eager JIT's specialisation and the kernel's own argument checks, which cost more host time
+    than a small GEMM's launch) is remembered: a repeated call (every step of a model) only
+    allocates the output and runs the kernel."""
     try:
         kernel, trans_a, trans_b = _gemms[kernel_fn, signature(a, b)]
     except MISSES:
@@ -147,6 +150,7 @@ def _first_gemm(kernel_fn, a, b) -> tuple:
         else:
             kernel = kernel_fn.kernel_for(a_operand, b_operand, dtype=dtype, trans_A=trans_a, trans_B=trans_b,
                                           **tile_config(a.device.type, M, N, K, a.dtype))
+        kernel = kernel.prepare(a_operand, b_operand)  # the kernel's own checks, once per signature
     return _gemms.remember((kernel_fn, signature(a, b)), (kernel, trans_a, trans_b))
 
 

@@ -5,9 +5,10 @@ Contract: `define(schema, impl, fake, backward=None, setup_context=None)` define
 `tritile::<name>` of `schema` ("mm(Tensor a, Tensor b) -> Tensor", tagged pt2-compliant as
 `custom_op` tags its operators) and returns its overload `torch.ops.tritile.<name>.default`:
 * `impl` runs it on every device (the CompositeExplicitAutograd key: CPU tensors reach the
-  interpreter, CUDA tensors the compiled kernels), never traced by Dynamo (wrapped in
-  `torch.compiler.disable`, as `custom_op` wraps its implementations: an eager call from a frame
-  Dynamo is processing would otherwise be compiled, launcher and all);
+  interpreter, CUDA tensors the compiled kernels), never traced by Dynamo (called behind
+  `torch.compiler.disable`, as `custom_op` wraps its implementations, whenever Dynamo's frame
+  evaluation is on: an eager call from a frame Dynamo is processing would otherwise be
+  compiled, launcher and all; directly when it is off, where the wrapper changes nothing);
 * `fake` is its fake implementation (`torch.library.register_fake`: Dynamo and AOTAutograd trace
   the operator with it, dynamic shapes included);
 * `backward` / `setup_context`, when given, are its autograd formula
@@ -25,7 +26,8 @@ the outputs' aliasing, `torch._disable_dynamo`'s lazy wrapper) costs ~2-3 us a c
 machine; the formula's layer (a Python autograd kernel that redispatches to the Python
 implementation) another ~5 us, which the twins save compiled graphs (bench/host_overhead.py,
 bench/NOTES.md session 18).  Only public `torch.library` / `torch.compiler` APIs are used
-(torch 2.4 and later).
+(torch 2.4 and later), and `torch._C._dynamo.eval_frame.get_eval_frame_callback` (what
+`torch.compiler.disable` itself reads) where torch has it.
 """
 from __future__ import annotations
 
@@ -59,14 +61,30 @@ def _define(schema: str, impl, fake) -> torch._ops.OpOverload:
 
 
 def _not_traced(impl):
-    """`impl` behind `torch.compiler.disable`, made on the first call: importing Dynamo takes
-    ~1.3 s, which importing tritile's operators should not cost (`custom_op` defers it too)."""
+    """`impl` kept from Dynamo's frame evaluation: called directly where no frame evaluation
+    callback is installed (eager code, and the graphs Dynamo compiled, which it runs behind
+    `disable`), else behind `torch.compiler.disable` (the eager code between graph breaks of a
+    frame Dynamo is processing), made on the first such call: importing Dynamo takes ~1.3 s,
+    which importing tritile's operators should not cost (`custom_op` defers it too).  Where no
+    callback is installed the wrapper would only set it to None and back around `impl`: ~3-4 us
+    a call, the most of it Python (bench/NOTES.md session 21)."""
     disabled = None
 
     def call(*args, **kwargs):
         nonlocal disabled
+        # `is_compiling` first: it is True where Dynamo traces this frame (which it reads as a
+        # constant), so Dynamo never meets the C function
+        if not torch.compiler.is_compiling() and _frame_callback() is None and not torch.compiler.is_exporting():
+            return impl(*args, **kwargs)
         if disabled is None:
             disabled = torch.compiler.disable(impl)
         return disabled(*args, **kwargs)
 
     return call
+
+
+try:  # the C function Dynamo's own `disable` reads; no Dynamo import
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback as _frame_callback
+except ImportError:  # a torch without it: every call behind `torch.compiler.disable`
+    def _frame_callback():
+        return True

@@ -6,8 +6,9 @@ Contract:
   arguments: each one's type, dtype, shape, strides and device (None for an absent optional
   argument).  For an argument that is not a strided tensor it raises one of `MISSES`.
 * `Remembered()` maps a call's signature (with its other arguments) to what the first call of that
-  signature worked out (its compiled kernel, its layout decisions); `remember(key, value)` stores
-  it, starting over past `limit` entries.
+  signature worked out (its compiled kernel, prepared for the tensors the signature's calls pass
+  it - `JITKernel.prepare`, whose checks a warm call then skips too -, its layout decisions);
+  `remember(key, value)` stores it, starting over past `limit` entries.
 An operator looks its call up first (`remembered[key]`, the key built inside `try: ...
 except MISSES`) and on a miss takes its first-call path: the argument checks (TypeError /
 ValueError naming the argument), then `remember`.  An entry is only

@@ -46,10 +46,11 @@ Contract:
   deadlock whatever the residency.  Two launches sharing a workspace must not overlap (one
   stream: they do not).
 * `SplitKGemm` is the kernel with its kept workspace and counters: `gemm(a, b)` -> C;
-  `gemm(a, b, bias, residual, pre)` with the epilogue's operands.  `SplitKGemm.build(a, b,
-  config, ...)` compiles it for one call's operands (what tritile.mm / tritile.linear remember
-  per call signature) and takes the workspace of its (device, shape) from `split_k_workspace`,
-  allocated once (counters zeroed) and kept.
+  `gemm(a, b, bias, residual, pre)` with the epilogue's operands; `gemm.prepare(a, b, ...)` the
+  same with its kernel's checks run once, for calls of those operands' kind.
+  `SplitKGemm.build(a, b, config, ...)` compiles it for one call's operands (what tritile.mm /
+  tritile.linear remember per call signature, prepared) and takes the workspace of its (device,
+  shape) from `split_k_workspace`, allocated once (counters zeroed) and kept.
 * `split_k_config(device_type, M, N, K, dtype, num_sms, tiles=None, splits=None)` is the plan:
   the kernel's tiles with `splits`, or None when the GEMM should not split (the rule, measured
   on an H100 with the two-kernel split, is in its docstring).  `tiles` and `splits` name a
@@ -60,9 +61,10 @@ Contract:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -70,7 +72,7 @@ import tritile
 import tritile.language as T
 from tritile.ops.epilogues import apply_epilogue
 from tritile.ops.gemm_loop import accumulate_tiles, tile_config
-from tritile.runtime.kernel import JITKernel
+from tritile.runtime.kernel import JITKernel, PreparedCall
 from tritile.switches import schedule_switch
 
 # The measured rule (H100, bench/gemm_split_k_h100.py, bench/NOTES.md session 19, measured with
@@ -136,13 +138,19 @@ class SplitKGemm:
     """The split GEMM with its kept workspace and counters; `placeholders` stand for the epilogue
     operands (Bias, Residual, Pre) of a call that has none."""
 
-    kernel: JITKernel
+    kernel: Union[JITKernel, PreparedCall]
     workspace: torch.Tensor
     counters: torch.Tensor
     placeholders: tuple
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, *epilogue_operands) -> torch.Tensor:
         return self.kernel(a, b, *(epilogue_operands or self.placeholders), self.workspace, self.counters)
+
+    def prepare(self, a: torch.Tensor, b: torch.Tensor, *epilogue_operands) -> "SplitKGemm":
+        """This GEMM with its kernel prepared (`JITKernel.prepare`: checked once) for calls with
+        operands of the kind of these."""
+        kernel = self.kernel.prepare(a, b, *(epilogue_operands or self.placeholders), self.workspace, self.counters)
+        return dataclasses.replace(self, kernel=kernel)
 
     @classmethod
     def build(cls, a: torch.Tensor, b: torch.Tensor, config: dict, dtype, trans_A: bool = False,

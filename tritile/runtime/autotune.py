@@ -64,6 +64,7 @@ from typing import Any, Callable, Optional
 import torch
 
 import tritile
+from tritile import switches
 from tritile.errors import CompileError
 from tritile.runtime import cache
 from tritile.runtime.arguments import laid_out
@@ -517,8 +518,7 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         name = f"cuda:{torch.cuda.get_device_name(device)}"
         # interpreter timings on a GPU say nothing about the compiled kernels
-        interpreted = os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0")
-        return name + (" (interpreted)" if interpreted else "")
+        return name + (" (interpreted)" if switches.interpret_requested() else "")
     return device.type
 
 

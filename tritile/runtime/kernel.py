@@ -20,7 +20,10 @@ triton.language; triton.language on AMD); the pass list runs as far as the chose
 start.  With backend "triton", CPU tensors run the generated kernel in Triton's interpreter.  A call
 whose runtime grid has no block (a `T.dynamic` extent of 0: an empty batch) runs nothing.
 It returns the outputs (one tensor, or a list when there are several), or None without
-`out_idx`.  `globals_read` holds the guards of the module globals the frontend read
+`out_idx`.  `kernel.prepare(*args)` checks a call's arguments and returns a `PreparedCall`, which
+runs the kernel on tensors of their kind (types, dtypes, shapes, strides, devices) without
+checking them again: what a caller that keys its calls by that kind keeps (the torch operators).
+`globals_read` holds the guards of the module globals the frontend read
 (`tritile.frontend.source`), which the JIT checks before serving this kernel again.
 
 A function of several kernels (`PrimFunc.parts`: several `with T.Kernel` blocks, or
@@ -36,7 +39,6 @@ after another.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 
 from tritile import codegen
@@ -46,7 +48,8 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile import switches, transform
 from tritile.lowering import PASS_NAMES, run_passes
-from tritile.runtime.arguments import ArgumentBinder, allocate_workspaces, call_device, derive_views, written_params
+from tritile.runtime.arguments import (ArgumentBinder, allocate_workspaces, call_device, derive_views, empty_output,
+                                      written_params)
 from tritile.runtime.target import Target, parse_target
 
 # generated source stages; "triton" and "ttir" always from the triton.language backend, the
@@ -125,10 +128,22 @@ class JITKernel:
     # ---------------------------------------------------------------- running
     def __call__(self, *args):
         tensors, dim_values, runs, divisible = self._bind(args)
+        self._launch(tensors, dim_values, runs, divisible)
+        return self._returned(tensors)
+
+    def prepare(self, *args) -> "PreparedCall":
+        """`self(*args)`'s checks (its TypeError / ValueError), and a `PreparedCall` that runs
+        this kernel on tensors of `args`' kind without them."""
+        return PreparedCall(self, args, self._bind.outcome_of_kind(args))
+
+    def _launch(self, tensors: list, dim_values: dict, runs: bool, divisible: tuple) -> None:
         if self._parts:
             self._run_parts(tensors, dim_values, divisible)
         elif runs:
             self._run(tensors, dim_values, divisible)
+
+    def _returned(self, tensors: list):
+        """What a call returns: its one output, a list of several, or None."""
         outputs = [tensors[i] for i in self.out_idx]
         if not outputs:
             return None
@@ -140,7 +155,7 @@ class JITKernel:
         # the binder checked that every tensor is on one device kind, CUDA or CPU (`is_cuda` is
         # cheaper than `device.type`)
         if self._interprets("cuda" if tensors and tensors[0].is_cuda else "cpu"):
-            if self.backend == "triton" and os.environ.get("TRITILE_INTERPRET", "0") in ("", "0"):
+            if self.backend == "triton" and not switches.interpret_requested():
                 # the generated triton.language kernel in Triton's interpreter: a second oracle
                 return self._triton_kernel(variant, self.plan_target).interpret(tensors, variant.dims(dim_values))
             from tritile.interpreter import execute
@@ -179,7 +194,7 @@ class JITKernel:
 
     def _interprets(self, device_kind: str) -> bool:
         """Run on the reference interpreter: CPU tensors, or `TRITILE_INTERPRET=1` (read per call)."""
-        return device_kind == "cpu" or os.environ.get("TRITILE_INTERPRET", "0") not in ("", "0")
+        return device_kind == "cpu" or switches.interpret_requested()
 
     def _device_target(self) -> Target:
         return self.target if self.target.kind in ("cuda", "hip") else parse_target("auto")
@@ -279,3 +294,48 @@ class JITKernel:
 
     def __repr__(self) -> str:
         return f"JITKernel({self.func.name}, target={self.target})"
+
+
+class PreparedCall:
+    """`kernel(*args)` for calls whose tensors are all of one kind (types, dtypes, shapes,
+    strides, devices), checked once: `JITKernel.prepare` ran the argument checks and kept what
+    they bind (`ArgumentBinder.outcome_of_kind`: runtime dims, output layouts, whether the grid
+    has blocks, divisibility key); a call only allocates the outputs and runs the kernel.  Where
+    calls of the kind do not all bind alike (scalar parameters, a tensor the checks copy) each
+    call is `kernel(*args)`.  The caller vouches that each call's tensors are of the kind it was
+    prepared for: the torch operators keep one per call signature (tritile/ops/signatures.py),
+    which fixes the kind of every tensor they pass.  What the launch checks (16-byte alignment)
+    and TRITILE_INTERPRET are still checked per call."""
+
+    def __init__(self, kernel: JITKernel, args, outcome):
+        self.kernel = kernel
+        self._outcome = outcome
+        if outcome is None:
+            return
+        self._dims, self._out_layouts, self._runs, self._divisible = outcome
+        binder = kernel._bind
+        self._device = call_device(args)
+        # the common layout: the parameters are the inputs, then contiguous outputs in `out_idx`
+        # order (appended to the arguments)
+        self._appended = [(tuple(shape), dtype) for (_, dtype), (shape, strides) in
+                          zip(binder.outputs, self._out_layouts) if strides is None]
+        in_order = binder.inputs + [i for i, _ in binder.outputs] == list(range(binder.n_params))
+        if len(self._appended) != len(self._out_layouts) or not in_order:
+            self._appended = None
+        # the one output's position (what most kernels return), else None: `kernel._returned`
+        self._output = kernel.out_idx[0] if len(kernel.out_idx) == 1 else None
+
+    def __call__(self, *args):
+        kernel = self.kernel
+        if self._outcome is None:
+            return kernel(*args)
+        if not self._out_layouts:  # every tensor passed
+            tensors = list(args)
+        elif self._appended is not None:
+            tensors = list(args)
+            for shape, dtype in self._appended:
+                tensors.append(empty_output(shape, dtype, self._device))
+        else:
+            tensors = kernel._bind.with_outputs(list(args), self._out_layouts)
+        kernel._launch(tensors, self._dims, self._runs, self._divisible)
+        return tensors[self._output] if self._output is not None else kernel._returned(tensors)

@@ -84,8 +84,8 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
     grid = [host_expr(g, em) for g in k.grid]
-    ranks = [len(p.shape) for p in func.params] + [1] * len(tables)
-    out.append(launcher_text(grid, params + tables, ranks, descs, dims))
+    shapes = [p.shape for p in func.params] + [(len(table.values),) for _, table in em.tables.values()]
+    out.append(launcher_text(grid, params + tables, shapes, descs, dims))
     return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
 
 

@@ -76,7 +76,7 @@ def emit_module(func: ir.PrimFunc, target, warp_size: int = 32) -> GeneratedKern
     out.extend(line + "\n" for line in em.lines)
     out.append("\n\n")
     grid = [host_expr(g, em) for g in k.grid]
-    out.append(launcher_text(grid, params, [len(p.shape) for p in func.params], descs, dims))
+    out.append(launcher_text(grid, params, [p.shape for p in func.params], descs, dims))
     return GeneratedKernel("".join(out), kernel_name, arg_names, signature, descs, em.num_warps)
 
 
