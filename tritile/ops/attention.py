@@ -48,13 +48,14 @@ def backward_switches(dim: int, is_causal: bool, groups: int = 1) -> dict:
     * the tiles of views (q / k / v of a fused projection, a transposed dO) by cp.async rather
       than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal, where the forward
       gains from them (0.182 against 0.201; session 20);
-    * at head dim 128, causal, a producer warp: `auto` refuses it there by its register bound
-      (the fragments, 256 registers a thread, over the 240 setmaxnreg leaves the consumers), but
-      ptxas fits the causal kernel in 240 without a spill, and it ran 3.18 against 3.56 ms at
-      4x32x4096x128 (1.01x cuDNN against 0.87; session 21).  Non-causal spills there and ran
-      7.51 against 6.39 ms: it keeps its warps (and so does GQA's kernel, not measured)."""
+    * at head dim 128 a producer warp: `auto` refuses it there by its register bound (the
+      fragments, 256 registers a thread, over the 240 setmaxnreg leaves the consumers), but ptxas
+      fits the kernel in 240 without a spill, and it ran 3.18 against 3.56 ms at 4x32x4096x128
+      causal (1.01x cuDNN against 0.87), 5.98 against 6.41 non-causal (0.93x against 0.86;
+      session 21).  At head dim 64 it is slower (0.662 against 0.616 ms at 16x16x1024); GQA's
+      kernel keeps its warps (not measured)."""
     chosen = {"TRITILE_FULL_RANK_TMA": "off"}
-    if dim == 128 and is_causal and groups == 1:
+    if dim == 128 and groups == 1:
         chosen["TRITILE_WARP_SPECIALIZE"] = "on"
     return chosen
 
