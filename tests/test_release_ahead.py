@@ -143,6 +143,7 @@ def test_random_programs_releasing_ahead_compute_the_reference_and_replay_clean(
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("gluon_backend")  # a pass of the Gluon backend's schedule
 @pytest.mark.parametrize("name", list(FP8))
 def test_released_ahead_on_the_gpu_gives_the_same_bits(name, default_schedule):
     """CUDA: the kernel releasing its slots a step earlier computes exactly what it computes
