@@ -11,7 +11,9 @@ name is cuBLAS's, so profile it by launch number: ``--launch-skip 2 --launch-cou
 two randn kernels; `attention`: B=4 H=32 S=4096 D=128, non-causal;
 `causal`: the same, causal; `d64`: B=16 H=16 S=1024 D=64; `attention_cudnn`, `causal_cudnn`,
 `d64_cudnn`: cuDNN's
-SDPA on those, for the side-by-side view - profile them with ``-k regex:'cudnn|flash|fmha'``.)
+SDPA on those, for the side-by-side view - profile them with ``-k regex:'cudnn|flash|fmha'``;
+`fp8` / `fp8_cublaslt`: the FP8 GEMM at 8192³ (examples/gemm_fp8.py's CUDA default / torch._scaled_mm),
+its timed launch alone between cudaProfilerStart / Stop - profile it with ``--profile-from-start off``.)
 Each case is launched twice: the first launch compiles, the second is the one profiled.
 """
 import os
@@ -55,8 +57,26 @@ def main(case: str):
                     sdpa(q, k, v, is_causal=causal)
             else:
                 tritile_attention(q, k, v, causal)
+    elif case in ("fp8", "fp8_cublaslt"):
+        from examples.gemm_fp8 import quantize, tritile_gemm_fp8
+
+        a8, scale_a = quantize(torch.randn(8192, 8192, device="cuda"))
+        b8, scale_b = quantize(torch.randn(8192, 8192, device="cuda"))
+        if case == "fp8":
+            def run():
+                tritile_gemm_fp8(a8, b8, scale_a, scale_b)
+        else:
+            def run():
+                torch._scaled_mm(a8, b8.t(), scale_a=scale_a.float(), scale_b=scale_b.float(), out_dtype=torch.float16)
+        run()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        run()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
     else:
-        raise SystemExit(f"unknown case {case!r}: use one of {sorted(GEMM)} (+ '_cublas') or {sorted(ATTENTION)}")
+        raise SystemExit(f"unknown case {case!r}: use one of {sorted(GEMM)} (+ '_cublas'), {sorted(ATTENTION)}, "
+                         f"fp8, fp8_cublaslt")
     torch.cuda.synchronize()
 
 
