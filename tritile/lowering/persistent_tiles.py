@@ -152,7 +152,12 @@ def persist(func: ir.PrimFunc, num_programs: int, alternate: bool = True, balanc
         trips = ir.TableRead(table, pid)
         dealt = ir.TableRead(table, ir.BinOp("+", ir.BinOp("+", P, ir.BinOp("*", pid, c(stride))), tile_iter))
     else:
-        dealt = ir.BinOp("+", ir.BinOp("*", tile_iter, P), snake(tile_iter))
+        # `min` with the last tile is the identity (`trips` stops each program before it runs out of
+        # tiles) but bounds the tile for the codegen's interval analysis, which cannot see that a
+        # round's snake and `trips` depend on pid together: block indices decoded from the tile then
+        # provably stay inside the grid, and tile accesses along them need no mask
+        dealt = ir.BinOp("min", ir.BinOp("+", ir.BinOp("*", tile_iter, P), snake(tile_iter)),
+                         ir.BinOp("-", tiles, c(1)))
         rounds = ir.BinOp("//", tiles, P)  # full rounds; the last, partial one has tiles % P tiles
         in_last = ir.BinOp("min", ir.BinOp("max", ir.BinOp("-", ir.BinOp("%", tiles, P), snake(rounds)), c(0)), c(1))
         trips = ir.BinOp("+", rounds, in_last)
