@@ -241,8 +241,9 @@ def measure_attention(batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv:
 
     def ours():
         # what the compiled graphs call: the forward's twin without the autograd formula, then
-        # (the backward graph) the backward op itself - the formula's layer costs ~0.35 ms of host
-        # time a step on the H100 machine (bench/NOTES.md, session 21), which a graph never pays
+        # (the backward graph) the backward op itself - autograd's layer (the engine and the formula)
+        # cost ~0.35 ms of host time a step on the H100 machine (bench/NOTES.md, session 21), which a
+        # compiled graph does not pay
         with torch.no_grad():
             out, lse = torch.ops.tritile.attention_compiled(q, k, v, is_causal, scale)
             if backward:
