@@ -143,6 +143,19 @@ def order(ptx_text: str) -> list:
     return runs
 
 
+def assert_pipelined_and_replayable(kernel, source: str, ptx: str, spill_free: bool) -> None:
+    """ptxas keeps the wgmmas pipelined (no C75xx advisory), spills nothing where `spill_free`,
+    and the generated mbarrier protocol, replayed, has no dead wait."""
+    from pipeline_programs import mbarrier_problems
+
+    advisories = ptxas_advisories(ptx)
+    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
+    if spill_free:
+        assert "0 bytes spill stores" in "\n".join(advisories), advisories
+    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in kernel.func.params]
+    assert mbarrier_problems(source, args) == []
+
+
 @pytest.mark.usefixtures("gluon_backend")
 @pytest.mark.parametrize("overlap, stages, spill_free", [("k_pairs", 2, True), ("n_halves", 3, True),
                                                        ("n_halves", 4, False)])
@@ -154,8 +167,6 @@ def test_generated_schedule_adds_one_partial_under_the_other_wgmma(overlap, stag
     k_pairs on 2 stages and n_halves on 3 without spills (n_halves on 4 spills a few registers:
     bench/NOTES.md); the mbarrier protocol replayed with the partitions running concurrently has
     no dead wait."""
-    from pipeline_programs import mbarrier_problems
-
     monkeypatch.delenv("TRITILE_CONSUMER_PARTITIONS", raising=False)
     monkeypatch.delenv("TRITILE_WARP_SPECIALIZE", raising=False)
     kernel = cuda_kernel(overlap, stages)
@@ -167,12 +178,7 @@ def test_generated_schedule_adds_one_partial_under_the_other_wgmma(overlap, stag
     per_add = 64 if overlap == "k_pairs" else 32
     assert order(ptx_loop(ptx)) == [("wgmma", 4), ("commit", 1), ("wgmma", 4), ("commit", 1), ("wait 1", 1),
                                     ("add", per_add), ("wait 0", 1), ("add", per_add)]
-    advisories = ptxas_advisories(ptx)
-    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
-    if spill_free:
-        assert "0 bytes spill stores" in "\n".join(advisories), advisories
-    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in kernel.func.params]
-    assert mbarrier_problems(source, args) == []
+    assert_pipelined_and_replayable(kernel, source, ptx, spill_free)
 
 
 @pytest.mark.gpu
@@ -214,8 +220,6 @@ def test_sweep_kernels_keep_their_wgmmas_pipelined(name, monkeypatch):
     ptxas keeps the wgmmas pipelined (no C75xx advisory) and - but for the four-warpgroup tile -
     spills nothing; the mbarrier protocol replayed with the partitions running concurrently has
     no dead wait."""
-    from pipeline_programs import mbarrier_problems
-
     for switch in ("TRITILE_WARP_SPECIALIZE", "TRITILE_CONSUMER_PARTITIONS", "TRITILE_FOLD_CONSUMER"):
         monkeypatch.delenv(switch, raising=False)
     changes, spill_free = SWEEP_KERNELS[name]
@@ -224,9 +228,4 @@ def test_sweep_kernels_keep_their_wgmmas_pipelined(name, monkeypatch):
     source, ptx = kernel.get_source("gluon"), kernel.get_source("ptx")
     warpgroups = config["threads"] // 128
     assert source.count("(main_consumer, ") == warpgroups and "(main_producer, " in source
-    advisories = ptxas_advisories(ptx)
-    assert not [line for line in advisories if "C75" in line or "serialized" in line], advisories
-    if spill_free:
-        assert "0 bytes spill stores" in "\n".join(advisories), advisories
-    args = [torch.zeros(p.shape, dtype=p.dtype.torch) for p in kernel.func.params]
-    assert mbarrier_problems(source, args) == []
+    assert_pipelined_and_replayable(kernel, source, ptx, spill_free)

@@ -9,12 +9,15 @@ import contextlib
 import contextvars
 import os
 
-_overrides = contextvars.ContextVar("tritile_schedule_overrides", default={})
+# (the settings `overridden` holds here, the same as a sorted tuple: the key a kernel cache takes
+# on every call, built once per `overridden` rather than per call)
+_overrides = contextvars.ContextVar("tritile_schedule_overrides", default=({}, ()))
 
 
 @contextlib.contextmanager
 def overridden(settings: dict):
-    token = _overrides.set({**_overrides.get(), **settings})
+    merged = {**_overrides.get()[0], **settings}
+    token = _overrides.set((merged, tuple(sorted(merged.items()))))
     try:
         yield
     finally:
@@ -23,12 +26,12 @@ def overridden(settings: dict):
 
 def current_overrides() -> tuple:
     """The settings `overridden` holds here, as a hashable key."""
-    return tuple(sorted(_overrides.get().items()))
+    return _overrides.get()[1]
 
 
 def schedule_switch(variable: str, default: str = "auto") -> str:
     """"on", "off" or "auto" from an override, else environment variable `variable` (unset: `default`)."""
-    value = str(_overrides.get().get(variable, os.environ.get(variable, default))).strip().lower()
+    value = str(_overrides.get()[0].get(variable, os.environ.get(variable, default))).strip().lower()
     if value in ("0", "off", "false", ""):
         return "off"
     return "on" if value in ("1", "on", "true") else "auto"
