@@ -8,6 +8,7 @@ largest difference of tritile's dq / dk / dv from cuDNN's.
 
     python bench/attention_bwd_h100.py --out bench/results/attention_bwd_h100.json
     python bench/attention_bwd_h100.py --out ... --sweep   # also every config of SWEEP, per shape
+    python bench/attention_bwd_h100.py --out ... --kernels # also each call's kernels (torch.profiler)
 """
 from __future__ import annotations
 
@@ -80,7 +81,25 @@ def sdpa_backward(q, k, v, do, causal, backend=SDPBackend.CUDNN_ATTENTION):
     return backward
 
 
-def run_shape(F, batch, heads, seq, dim, causal, bwd_config=None) -> dict:
+def kernel_times(fn, calls: int = 5) -> list:
+    """[kernel name, microseconds a call] of the CUDA kernels (memsets and copies too) `fn`
+    launches, averaged over `calls` profiled calls after a warm-up: where a backward's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / calls
+    return [[name[:90], round(us, 1)] for name, us in sorted(totals.items(), key=lambda item: -item[1])]
+
+
+def run_shape(F, batch, heads, seq, dim, causal, bwd_config=None, kernels=False) -> dict:
     q, k, v, do = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16) for _ in range(4))
     ours = tritile_backward(F, q, k, v, do, causal, bwd_config)
     cudnn = sdpa_backward(q, k, v, do, causal)
@@ -91,20 +110,22 @@ def run_shape(F, batch, heads, seq, dim, causal, bwd_config=None) -> dict:
     return {"shape": [batch, heads, seq, dim], "causal": causal, "bwd_config": ours.config,
             "tritile_ms": round(ours_ms, 4), "cudnn_ms": round(cudnn_ms, 4),
             "tritile_tflops": round(flops / ours_ms / 1e9, 1), "cudnn_tflops": round(flops / cudnn_ms / 1e9, 1),
-            "ratio": round(cudnn_ms / ours_ms, 3), "max_abs_diff": {n: round(e, 4) for n, e in errors.items()}}
+            "ratio": round(cudnn_ms / ours_ms, 3), "max_abs_diff": {n: round(e, 4) for n, e in errors.items()},
+            **({"tritile_kernels_us": kernel_times(ours), "cudnn_kernels_us": kernel_times(cudnn)} if kernels else {})}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--sweep", action="store_true", help="also time the backward tile configs of SWEEP")
+    parser.add_argument("--kernels", action="store_true", help="also list each call's kernels and their times")
     args = parser.parse_args(argv)
     F = load_example("flash_attention_bwd")
     rows = []
     for shape in SHAPES:
         for bwd_config in [None] + (SWEEP[shape[3]] if args.sweep else []):
             try:
-                row = run_shape(F, *shape, bwd_config=bwd_config)
+                row = run_shape(F, *shape, bwd_config=bwd_config, kernels=args.kernels and bwd_config is None)
             except Exception as err:  # a config that does not compile or fit is a row with its error
                 row = {"shape": list(shape[:4]), "causal": shape[4], "bwd_config": bwd_config,
                        "error": f"{type(err).__name__}: {str(err).splitlines()[-1] if str(err) else ''}"}
