@@ -13,7 +13,10 @@ two randn kernels; `attention`: B=4 H=32 S=4096 D=128, non-causal;
 `d64_cudnn`: cuDNN's
 SDPA on those, for the side-by-side view - profile them with ``-k regex:'cudnn|flash|fmha'``;
 `fp8` / `fp8_cublaslt`: the FP8 GEMM at 8192³ (examples/gemm_fp8.py's CUDA default / torch._scaled_mm),
-its timed launch alone between cudaProfilerStart / Stop - profile it with ``--profile-from-start off``.)
+its timed launch alone between cudaProfilerStart / Stop - profile it with ``--profile-from-start off``;
+`bwd` / `bwd_causal` / `bwd_d64`: the FlashAttention backward kernel (examples/flash_attention_bwd.py,
+its preprocess outside the profiled range) at 4x32x4096x128 (causal) / 16x16x1024x64, and
+`bwd_cudnn`, ...: SDPA's cuDNN backward there, the same way.)
 Each case is launched twice: the first launch compiles, the second is the one profiled.
 """
 import os
@@ -32,6 +35,11 @@ ATTENTION = {"attention": ((4, 32, 4096, 128), False, False),
              "attention_cudnn": ((4, 32, 4096, 128), False, True),
              "causal": ((4, 32, 4096, 128), True, False), "causal_cudnn": ((4, 32, 4096, 128), True, True),
              "d64": ((16, 16, 1024, 64), False, False), "d64_cudnn": ((16, 16, 1024, 64), False, True)}
+
+
+# case -> (q/k/v shape, causal) of a backward
+BACKWARD = {"bwd": ((4, 32, 4096, 128), False), "bwd_causal": ((4, 32, 4096, 128), True),
+            "bwd_d64": ((16, 16, 1024, 64), False)}
 
 
 # case -> (M, N, K) of an fp16 GEMM
@@ -74,9 +82,24 @@ def main(case: str):
         run()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
+    elif case.removesuffix("_cudnn") in BACKWARD:
+        sys.path.insert(0, os.path.dirname(__file__))
+        from attention_bwd_h100 import sdpa_backward, tritile_backward
+        from timing import load_example
+
+        shape, causal = BACKWARD[case.removesuffix("_cudnn")]
+        q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.float16) for _ in range(4))
+        run = (sdpa_backward(q, k, v, do, causal) if case.endswith("_cudnn")
+               else tritile_backward(load_example("flash_attention_bwd"), q, k, v, do, causal).kernel_alone)
+        run()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        run()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
     else:
         raise SystemExit(f"unknown case {case!r}: use one of {sorted(GEMM)} (+ '_cublas'), {sorted(ATTENTION)}, "
-                         f"fp8, fp8_cublaslt")
+                         f"fp8, fp8_cublaslt, {sorted(BACKWARD)} (+ '_cudnn')")
     torch.cuda.synchronize()
 
 

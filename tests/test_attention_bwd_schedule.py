@@ -87,17 +87,50 @@ def test_flash_attention_backward_loads_lse_and_delta_by_tma(dim, causal, monkey
     assert "tma.async_copy_global_to_shared(Delta_desc, [(bz) * 32 + by, " in loop
 
 
+@pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, False), (64, True)])
+def test_backward_adds_dq_by_one_tma_reduce_a_step(dim, causal, monkeypatch):
+    """dQ's tile atomic per step is one TMA reduce of the float32 dq tile staged in shared
+    memory (codegen/gluon/tma_reduce.py: 0.90 -> 1.00x cuDNN at 4x32x4096x128 on the H100,
+    bench/NOTES.md session 22): its rows, head and batch stay inside dQ (block indices below the
+    grid; the causal loop's rows ``(first + j_t - 1) * 64`` for j_t < 64 - first,
+    `NonNegative.upper_bound`), which the rows view of dQ needs.  No atomic per element, no
+    conversion of the wgmma accumulator; in the PTX one `cp.reduce.async.bulk.tensor` per
+    reduce statement (the steady loop, and the last step where it is peeled)."""
+    kernel = flash_bwd_kernel(dim, causal, monkeypatch)
+    source = kernel.get_source("gluon")
+    reduces = re.findall(r"async_reduce_add\(dQ_desc, \[\(\(bz\) \* 32 \+ by\) \* 4096 \+ .*\], _stage\d+\)", source)
+    assert reduces and "atomic_add(" not in source.replace("async_reduce_add(", ""), source
+    ops = re.findall(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add", kernel.get_source("ptx"))
+    assert len(ops) == len(reduces)
+
+
+def test_backward_reduce_staging_outlives_the_epilogue_buffers():
+    """A kernel that is neither persistent nor warp specialized (grouped-query attention's) ends
+    its loop with a reduce still reading the staging tile, then allocates the dK / dV epilogue's
+    tiles: the staging tile's last use comes after them (a wait, then a store into it), so
+    Triton's allocator cannot give them its bytes - it did, and dQ came out wrong on the H100
+    (test_attention_on_the_gpu, head dim 128 with 4 K/V heads)."""
+    from tritile.ops.attention import flashattn_bwd, tile_config
+
+    kernel = JITKernel(flashattn_bwd.fn(2, 16, 1024, 128, False, groups=4, **tile_config("cuda", 128, False)["bwd"]),
+                       target=H100, backend="gluon")
+    body = kernel.get_source("gluon")
+    body = body[body.index("def main("):body.index("def tritile_launch(")]
+    stage = re.search(r"async_reduce_add\(dQ_desc, \[.*\], (_stage\d+)\)", body).group(1)
+    last_use = body.rindex(f"{stage}.store(gl.zeros(")
+    assert body.rindex("tma.store_wait(0)", 0, last_use) > body.rindex("gl.allocate_shared_memory(") > body.rindex(
+        "async_reduce_add(")
+
+
 @pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, True)])
-def test_backward_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypatch):
-    """dQ's tile atomic per step: its rows, head and batch (block indices below the grid) stay
-    inside dQ, so it has no mask - the causal loop's rows too, ``(first + j_t - 1) * 64`` for
-    j_t < 64 - first (`NonNegative.upper_bound`), and its last step's, where the trip count is
-    ``max(64 - first, 1)``.  The wgmma accumulator (64 x 128 or 128 x 64 float32, 2 contiguous
-    a thread) is converted to the coalesced layout: 8 `atom...v4.f32` a thread per step at head
-    dim 128 (16 in the PTX: the loop and its last step; 4 and 8 for 64 x 64 causal at head dim
-    64), all unpredicated - where the kernel had 16 v2 ones a
-    step, each behind a branch on `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits
-    beside the buffers."""
+def test_backward_without_tma_reduce_adds_dq_by_16_byte_atomics_without_masks(dim, causal, monkeypatch):
+    """Under `TRITILE_TMA_REDUCE=0` (the per-element path other tile atomics keep): no mask (the
+    indices stay inside dQ, as above), the wgmma accumulator (64 x 128 or 128 x 64 float32, 2
+    contiguous a thread) converted to the coalesced layout: 8 `atom...v4.f32` a thread per step
+    at head dim 128 (16 in the PTX: the loop and its last step; 4 and 8 for 64 x 64 causal at
+    head dim 64), all unpredicated - where the kernel had 16 v2 ones a step, each behind a
+    branch on `bz < 4 & by < 32`.  The conversion's scratch (32 KB) fits beside the buffers."""
+    monkeypatch.setenv("TRITILE_TMA_REDUCE", "0")
     kernel = flash_bwd_kernel(dim, causal, monkeypatch)
     atomics = [line.strip() for line in kernel.get_source("gluon").splitlines() if "gl.atomic_add(" in line]
     assert len(atomics) == 2 and all("mask=" not in a and "gl.convert_layout(dq" in a for a in atomics), atomics
@@ -276,9 +309,8 @@ def test_head_dim_128_backward_gets_a_producer_warp_without_spills(dim, causal):
                            target=H100, backend="gluon")
         ptx = kernel.get_source("ptx")
     assert "warp_specialization" in kernel.func.attrs
-    # its persistent tiles are bounded by the last tile, so dQ's atomic needs no test of the batch
-    atomics = [line for line in kernel.get_source("gluon").splitlines() if "gl.atomic_add(" in line]
-    assert atomics and all("mask=" not in a for a in atomics), atomics
+    # its persistent tiles are bounded by the last tile, so dQ's tiles provably stay inside dQ: a TMA reduce
+    assert "async_reduce_add(dQ_desc" in kernel.get_source("gluon")
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
     advisories = "\n".join(ptxas_advisories(ptx))
     assert "0 bytes spill stores" in advisories and "C75" not in advisories, advisories

@@ -112,10 +112,40 @@ def _atomic_line(source: str) -> str:
     return next(line.strip() for line in source.splitlines() if "atomic_add(" in line)
 
 
+@pytest.fixture
+def per_element_atomics(monkeypatch, gluon_backend):
+    """The per-element path of sm_90's tile atomics, which serves the tiles a TMA reduce does
+    not take (`TRITILE_TMA_REDUCE=0` gives it those too)."""
+    monkeypatch.setenv("TRITILE_TMA_REDUCE", "0")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("M, N", [(128, 128), (200, 136)])
+def test_sm90_tile_atomic_of_a_fragment_is_one_tma_reduce(M, N, dtype, gluon_backend):
+    """A whole fragment added into a 2-D tile is one TMA reduce of the tile staged in shared
+    memory, ragged edge tiles too (the hardware drops the elements past 200 x 136, as the
+    per-element masks did; test_tile_atomic_per_step_matches_torch checks on the GPU that no row
+    past C changes): no atomic per element, no mask.  The staging tile is allocated once at the
+    top of the kernel and waited on before each write; the kernel waits for the last reduce and
+    then stores into it, its last use for Triton's allocator."""
+    kernel = tritile.compile(step_accumulate.fn(M, N, 96, dtype), target="cuda:90")
+    source = kernel.get_source("gluon")
+    body = source[source.index("def main("):source.index("def tritile_launch(")]
+    assert "atomic_add(" not in source and body.count("async_reduce_add(C_desc, [") == 2, source
+    stage = re.search(r"^    (_stage\d+) = gl\.allocate_shared_memory\(", body, flags=re.M).group(1)
+    assert body.index(f"{stage} = gl.allocate_shared_memory(") < body.index("for k_t in range(")
+    assert re.search(rf"tma\.store_wait\(0\)\n\s+{stage}\.store\(acc\.to\(", body)
+    # the last reduce waited for, then the staging tile's last use (so no later buffer takes its bytes early)
+    assert re.search(rf"tma\.store_wait\(0\)\n\s+{stage}\.store\(gl\.zeros\(\[64, 64\], gl\.\w+, layout=\w+\)\)\s*$", body)
+    ptx = kernel.get_source("ptx")
+    assert not _atomics(ptx)
+    assert re.search(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add", ptx)
+
+
 @pytest.mark.parametrize("dtype, op", [("float32", "atom.global.gpu.relaxed.add.v4.f32"),
                                        ("float16", "atom.global.gpu.relaxed.add.noftz.v8.f16"),
                                        ("bfloat16", "atom.global.gpu.relaxed.add.noftz.v8.bf16")])
-def test_sm90_tile_atomic_is_16_bytes_wide_and_unmasked_inside_the_tensor(dtype, op, gluon_backend):
+def test_sm90_tile_atomic_is_16_bytes_wide_and_unmasked_inside_the_tensor(dtype, op, per_element_atomics):
     """128 x 128: every tile stays inside C (by, bx below the grid), so the Gluon atomic has no
     mask and its 64 x 64 tile (32 elements a thread of 128) is 8 16-byte vectors per thread and
     step (twice in the PTX: the pipelined loop and its last step)."""
@@ -128,7 +158,7 @@ def test_sm90_tile_atomic_is_16_bytes_wide_and_unmasked_inside_the_tensor(dtype,
     assert all(always for _, always in atomics), atomics
 
 
-def test_sm90_ragged_tile_atomic_keeps_the_mask_of_the_dims_it_may_leave(gluon_backend):
+def test_sm90_ragged_tile_atomic_keeps_the_mask_of_the_dims_it_may_leave(per_element_atomics):
     """200 x 136: by's last tile passes row 200 and bx's column 136 - both tested, each alone."""
     kernel = tritile.compile(step_accumulate.fn(200, 136, 96, "float32"), target="cuda:90")
     line = _atomic_line(kernel.get_source("gluon"))
@@ -140,7 +170,7 @@ def test_sm90_ragged_tile_atomic_keeps_the_mask_of_the_dims_it_may_leave(gluon_b
     assert re.search(r"mask=\(_i\d+\[:, None\] < 200\), sem=", line), line
 
 
-def test_sm90_tile_atomic_of_a_runtime_dim_keeps_its_mask(gluon_backend):
+def test_sm90_tile_atomic_of_a_runtime_dim_keeps_its_mask(per_element_atomics):
     """Nothing bounds a T.dynamic dim but 0: its test stays; the static dim's goes."""
     M = T.dynamic("m")
     kernel = tritile.compile(step_accumulate.fn(M, 128, 96, "float32"), target="cuda:90")
@@ -148,7 +178,7 @@ def test_sm90_tile_atomic_of_a_runtime_dim_keeps_its_mask(gluon_backend):
     assert re.search(r"mask=\(_i\d+\[:, None\] < m\), sem=", line), line
 
 
-def test_vector_atomics_switch_keeps_the_accumulator_layout(monkeypatch, gluon_backend):
+def test_vector_atomics_switch_keeps_the_accumulator_layout(monkeypatch, per_element_atomics):
     """`TRITILE_VECTOR_ATOMICS=0` (an A/B switch): no conversion, the accumulator's pairs."""
     monkeypatch.setenv("TRITILE_VECTOR_ATOMICS", "0")
     kernel = tritile.compile(step_accumulate.fn(128, 128, 96, "float32"), target="cuda:90")
@@ -243,7 +273,8 @@ def batch_edge_accumulate(batches: int, grid_batches: int, M=64, N=64, K=32):
 def test_a_tile_atomic_tested_only_outside_the_tile(device, assert_close):
     """The batch index is the only dim tested: Gluon takes a mask of the tile's shape, not the
     scalar test (it failed to compile: the head-dim-128 FlashAttention backward on a producer
-    warp fell back to the triton backend, bench/NOTES.md session 21); programs past C add nothing."""
+    warp fell back to the triton backend, bench/NOTES.md session 21); programs past C add nothing.
+    No TMA reduce: C's rows view would clip only at its end, so bz = 3, 4 would reach past C."""
     a = torch.randn(64, 32, device=device).to(torch.float16)
     b = torch.randn(32, 64, device=device).to(torch.float16)
     c = torch.randn(3, 64, 64, device=device)

@@ -281,6 +281,28 @@ def uses_tma_store(copy, target) -> bool:
     return _tma_tile_ok(dst, tuple(dst.tile_shape))
 
 
+# the element types `cp.reduce.async.bulk.tensor ... .add` takes that a tile atomic adds
+TMA_REDUCE_ADD_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def uses_tma_reduce(atomic, target) -> bool:
+    """A relaxed tile `T.atomic_add` of a whole fragment into a global tile that TMA can address
+    (`_tma_tile_ok`: the hardware drops the elements past the tensor's edges, as the atomic's
+    bounds test does), of float32 / float16 / bfloat16: one TMA reduce of the fragment staged in
+    shared memory rather than an atomic per element from the registers (the FlashAttention
+    backward's dQ, bench/NOTES.md session 22).  Its old value unused (no `return_prev`)."""
+    dst, value = atomic.dst, atomic.value
+    if not target.has_tma or atomic.kind != "add" or atomic.sem != "relaxed" or atomic.prev is not None:
+        return False
+    if not isinstance(value, ir.Region) or value.buffer.scope != "fragment" or dst.buffer.scope != "global":
+        return False
+    if dst.buffer.dtype.name not in TMA_REDUCE_ADD_DTYPES:
+        return False
+    if tuple(value.extents) != tuple(value.buffer.shape) or tuple(dst.tile_shape) != tuple(value.buffer.shape):
+        return False
+    return _tma_tile_ok(dst, tuple(dst.tile_shape))
+
+
 def _whole_version(region) -> bool:
     """Does a shared region cover one whole version of its buffer (the stage index aside)?"""
     tile = region.buffer.tile_shape

@@ -170,7 +170,8 @@ def _specialization(func) -> tuple:
     from tritile.switches import schedule_switch
 
     return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),
-                                                     ("full_rank_tma", schedule_switch("TRITILE_FULL_RANK_TMA")))
+                                                     ("full_rank_tma", schedule_switch("TRITILE_FULL_RANK_TMA")),
+                                                     ("tma_reduce", schedule_switch("TRITILE_TMA_REDUCE")))
 
 
 def _triton_compile(func, target, gen, module):

@@ -21,6 +21,8 @@ before launching.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 from tritile.ir import instructions as isel
@@ -172,6 +174,9 @@ class Emitter(SourceWriter):
         self.tile_loop_depth = None
         self.tile_loop_prefix = None
         self.deferred_tma_stores = False  # a TMA store is still reading its staging tile
+        # staging tiles allocated once at the top of the kernel body (tma_reduce.py):
+        # (dtype, shape, layout) -> (name, allocation line, bytes)
+        self.body_prefix = {}
         # ids of shared buffers TMA-stored straight to global memory: their writers wait first
         self.tma_store_sources = isel.tma_store_sources(func, target)
         self.early_loads = {}  # id(top-level copy) -> its mbarrier (early_loads.py)
@@ -382,6 +387,38 @@ class Emitter(SourceWriter):
         """A shared view `view` of a `rank`-D tile in the shape of a TMA `block`: a 1-D tile as (1, n),
         a 2-D tile of a full-rank descriptor as [1, ..., 1, rows, cols]."""
         return view if rank == len(block) else f"{view}.reshape({list(block)})"
+
+    def body_staging(self, key: tuple, nbytes: int) -> str:
+        """The name of the staging tile of `key` (dtype, shape, layout name) allocated at the top
+        of the kernel body (`kernel_body`), one per key."""
+        if key not in self.body_prefix:
+            name = self.tmp("stage")
+            dt, shape, layout = key
+            self.body_prefix[key] = (name, f"{name} = gl.allocate_shared_memory({dt}, {list(shape)}, {layout})", nbytes)
+        return self.body_prefix[key][0]
+
+    def body_prefix_bytes(self) -> int:
+        return sum(nbytes for _, _, nbytes in self.body_prefix.values())
+
+    def kernel_body(self, body):
+        """Emit the kernel's (or the consumer partition's) body: its statements, with the staging
+        tiles `body_staging` gave out allocated before them and, where there are any, a wait at
+        the end until the last bulk copies reading them have read them, then a store into each.
+        That store is the tile's last use: Triton's allocator frees a buffer's bytes after its
+        last use in program order, not after the asynchronous reads of it, so without it a
+        buffer allocated after the last reduce (an epilogue's staging tile, a layout
+        conversion's scratch) could take the bytes the reduce is still reading."""
+        at = len(self.lines)
+        self.body(body)
+        self.lines[at:at] = ["    " * self.depth + alloc for _, alloc, _ in self.body_prefix.values()]
+        if not self.body_prefix:
+            return
+        if self.lines[-1].strip() != "tma.store_wait(0)":
+            self.emit("tma.store_wait(0)")
+        for (dt, shape, _), (name, _, nbytes) in self.body_prefix.items():
+            bits = nbytes * 8 // math.prod(shape)
+            blocked = self.layout_name(lay.blocked_for(list(shape), bits, self.num_warps))
+            self.emit(f"{name}.store(gl.zeros({list(shape)}, {dt}, layout={blocked}))")
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e) -> Val:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tritile.codegen import block_order
-from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, warp_specialize
+from tritile.codegen.gluon import early_loads, rings, shared_lifetimes, tma_reduce, warp_specialize
 from tritile.codegen.gluon.emitter import HEADER, Emitter, GeneratedKernel
 from tritile.codegen.semantics import POINTER_TYPES, helpers_text
 from tritile.codegen.tma_descriptors import descriptor_table_text, launcher_text
@@ -41,10 +41,10 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     shared_lifetimes.plan(em, func)
     block_order.emit_block_ids(em, k)
     if parts is None:
-        em.body(k.body)
+        em.kernel_body(k.body)
     else:  # the kernel forks; its body becomes the consumer partition
         kernel_lines, em.lines = em.lines, []
-        em.body(k.body)
+        em.kernel_body(k.body)
         consumer_lines = em.lines
         producer_lines = warp_specialize.emit_producer(em, func, parts)
         em.lines = kernel_lines
@@ -65,8 +65,9 @@ def emit_module(func: ir.PrimFunc, target) -> GeneratedKernel:
     signature.update(zip(dims, runtime_arg_types(func)))
 
     kernel_lines = [line for _, _, lines in partitions for line in lines] + em.lines
-    out = [HEADER.format(name=func.name, target=target), helpers_text("gluon.jit", "gl", "\n".join(kernel_lines)),
-           "\n"]
+    reduces = any("async_reduce_add(" in line for line in kernel_lines)
+    out = [HEADER.format(name=func.name, target=target), tma_reduce.IMPORT if reduces else "",
+           helpers_text("gluon.jit", "gl", "\n".join(kernel_lines)), "\n"]
     for d in descs:
         out.append(f"{_host_layout(d)} = {d.layout}\n")
     out.append(descriptor_table_text(descs, [_host_layout(d) for d in descs]))

@@ -13,7 +13,7 @@ import os
 
 from tritile.codegen import semantics
 from tritile.ir import instructions as isel
-from tritile.codegen.gluon import early_loads, rings, warp_specialize
+from tritile.codegen.gluon import early_loads, rings, tma_reduce, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)
 from tritile.codegen.semantics import Val, cast_text
@@ -1303,6 +1303,8 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
         value, layout = _register_tile(em, s.value, s.loc)
         shape = list(s.value.buffer.shape if s.value.buffer.scope == "fragment" else s.value.tile_shape)
         value = f"{value}.to({dt})"
+        if tma_reduce.applies(em, s, _planned_shared_bytes(em)):
+            return tma_reduce.lower(em, s, value)
         vector = _vector_atomic_layout(em, s, layout, shape)
         if vector is not None:
             value, layout = f"gl.convert_layout({value}, {em.layout_name(vector)})", vector
@@ -1351,11 +1353,16 @@ def _vector_atomic_layout(em: Emitter, s: ir.AtomicAdd, layout, shape: list):
     if vector <= _contiguous_per_thread(layout):
         return None
     covered = math.prod(want.size_per_thread) * math.prod(want.threads_per_warp) * math.prod(want.warps_per_cta)
-    # a persistent kernel allocates every buffer at once (lowering/persistent_tiles.py)
-    planned = allocated_at_once_bytes(em.func) if em.tile_loop_var is not None else em.func.attrs.get("shared_bytes", 0)
+    planned = _planned_shared_bytes(em) + em.body_prefix_bytes()
     if covered > math.prod(tile) or planned + math.prod(tile) * dtype.bits // 8 > em.target.shared_memory_limit:
         return None
     return want
+
+
+def _planned_shared_bytes(em: Emitter) -> int:
+    """The kernel's shared memory as lowering planned it (`shared_memory_budget`'s estimate; a
+    persistent kernel allocates every buffer at once, lowering/persistent_tiles.py)."""
+    return allocated_at_once_bytes(em.func) if em.tile_loop_var is not None else em.func.attrs.get("shared_bytes", 0)
 
 
 def vector_atomics_enabled() -> bool:
