@@ -423,7 +423,7 @@ def _stand_ins(state):
     return {"gluon": Gluon(), "gl": GL(), "cp": _OPAQUE, "mma_v2": _OPAQUE_FN, "fence_async_shared": _OPAQUE_FN,
             "mbarrier": MBarrier(), "tma": TMA(), "warpgroup_mma": _OPAQUE_FN, "warpgroup_mma_init": _OPAQUE_FN,
             "warpgroup_mma_wait": _mma_wait, "TensorDescriptor": Desc, "_cdiv": _cdiv, "_cmod": _cmod,
-            "_cshl": _cshl, "_cshr": _cshr}
+            "_cshl": _cshl, "_cshr": _cshr, "async_reduce_add": _OPAQUE_FN}
 
 
 def _mma_wait(num_outstanding=0, deps=()):
@@ -956,8 +956,9 @@ def _ws_stand_ins(state):
         state.retire(state.current, state.current.mma_reads, num_outstanding)
         return _mma_wait(num_outstanding, deps)
 
+    # a TMA reduce (codegen/gluon/tma_reduce.py) reads its staging tile as a TMA store does
     ns.update(gl=GL(), mbarrier=MBarrier(), tma=TMA(), warpgroup_mma=warpgroup_mma,
-              warpgroup_mma_wait=warpgroup_mma_wait)
+              warpgroup_mma_wait=warpgroup_mma_wait, async_reduce_add=TMA.async_copy_shared_to_global)
     return ns
 
 

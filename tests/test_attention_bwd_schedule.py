@@ -293,12 +293,12 @@ def test_a_staged_operand_keeps_one_tile_where_its_versions_would_not_fit():
     assert stages[-1][1].attrs["shared_bytes"] <= H100.shared_memory_limit
 
 
-@pytest.mark.parametrize("dim, causal", [(128, False), (128, True)])
-def test_head_dim_128_backward_gets_a_producer_warp_without_spills(dim, causal):
-    """The attention op's backward schedule (`backward_switches`): at head dim 128 a producer
-    warp, which ptxas fits in the consumers' 240 registers without a spill (measured 1.07-1.12x
-    faster on the H100, bench/NOTES.md session 21), where the register bound of `auto` refuses
-    it."""
+@pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, False)])
+def test_the_backward_gets_a_producer_warp(dim, causal):
+    """The attention op's backward schedule (`backward_switches`): a producer warp, where the
+    register bound of `auto` refuses it; at head dim 128 ptxas fits the kernel in the consumers'
+    240 registers without a spill (measured 1.07-1.12x faster on the H100, bench/NOTES.md session
+    21); at head dim 64 it spills a few bytes and still measured 1.10x faster (session 22)."""
     from test_consumer_partitions import ptxas_advisories
 
     from tritile import switches
@@ -312,8 +312,9 @@ def test_head_dim_128_backward_gets_a_producer_warp_without_spills(dim, causal):
     # its persistent tiles are bounded by the last tile, so dQ's tiles provably stay inside dQ: a TMA reduce
     assert "async_reduce_add(dQ_desc" in kernel.get_source("gluon")
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
-    advisories = "\n".join(ptxas_advisories(ptx))
-    assert "0 bytes spill stores" in advisories and "C75" not in advisories, advisories
+    if dim == 128:
+        advisories = "\n".join(ptxas_advisories(ptx))
+        assert "0 bytes spill stores" in advisories and "C75" not in advisories, advisories
 
 
 def test_lazy_kernels_are_cached_per_schedule_override():

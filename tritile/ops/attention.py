@@ -48,14 +48,17 @@ def backward_switches(dim: int, is_causal: bool, groups: int = 1) -> dict:
     * the tiles of views (q / k / v of a fused projection, a transposed dO) by cp.async rather
       than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal, where the forward
       gains from them (0.182 against 0.201; session 20);
-    * at head dim 128 a producer warp: `auto` refuses it there by its register bound (the
-      fragments, 256 registers a thread, over the 240 setmaxnreg leaves the consumers), but ptxas
-      fits the kernel in 240 without a spill, and it ran 3.18 against 3.56 ms at 4x32x4096x128
-      causal (1.01x cuDNN against 0.87), 5.98 against 6.41 non-causal (0.93x against 0.86;
-      session 21).  At head dim 64 it is slower (0.662 against 0.616 ms at 16x16x1024); GQA's
-      kernel keeps its warps (not measured)."""
+    * a producer warp: `auto` refuses it on 128 x 128 / 128 x 64 tiles by its register bound
+      (the fragments, 256 registers a thread at head dim 128, 288 at 64, over the 240 setmaxnreg
+      leaves the consumers), but ptxas fits head dim 128 in 240 without a spill, and it ran 3.18
+      against 3.56 ms at 4x32x4096x128 causal (1.01x cuDNN against 0.87), 5.98 against 6.41
+      non-causal (0.93x against 0.86; session 21).  At head dim 64 non-causal (56 bytes of
+      spills) it lost while dQ went by atomics from the registers (0.662 against 0.616 ms at
+      16x16x1024), and wins since dQ is a TMA reduce (0.515-0.527 against 0.578-0.580 ms, cuDNN
+      0.532; session 22); the causal 128 x 64 tile has it from `auto`.  GQA's kernel keeps its
+      warps (not measured)."""
     chosen = {"TRITILE_FULL_RANK_TMA": "off"}
-    if dim == 128 and groups == 1:
+    if groups == 1:
         chosen["TRITILE_WARP_SPECIALIZE"] = "on"
     return chosen
 
