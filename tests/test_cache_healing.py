@@ -296,3 +296,22 @@ def test_damaged_tuning_entry_is_tuned_again(cold):
     assert json.loads(path.read_text())["config_index"] in (0, 1)
     a, b = make_operands(*SHAPE)
     torch.testing.assert_close(kernel(a, b).float(), gemm_reference(a, b).float(), rtol=1e-2, atol=1e-2)
+
+
+def test_the_cache_key_follows_tritiles_sources(tmp_path):
+    """Kernels cached by one state of tritile's sources are not served to another with the same
+    version number: the key holds a digest of every module of the package, which any edit, new
+    file or rename changes."""
+    from tritile.runtime import cache
+
+    (tmp_path / "codegen").mkdir()
+    (tmp_path / "codegen" / "rules.py").write_text("RULES = {}\n")
+    (tmp_path / "__init__.py").write_text("")
+    first = cache.sources_digest(tmp_path)
+    assert cache.sources_digest(tmp_path) == first
+    (tmp_path / "codegen" / "rules.py").write_text("RULES = {'atomic': 'reduce'}\n")
+    edited = cache.sources_digest(tmp_path)
+    (tmp_path / "codegen" / "rules.py").rename(tmp_path / "codegen" / "table.py")
+    assert len({first, edited, cache.sources_digest(tmp_path)}) == 3
+    assert cache.sources_digest() in cache.VERSION_KEY
+

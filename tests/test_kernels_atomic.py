@@ -142,6 +142,38 @@ def test_sm90_tile_atomic_of_a_fragment_is_one_tma_reduce(M, N, dtype, gluon_bac
     assert re.search(r"cp\.reduce\.async\.bulk\.tensor\.2d\.global\.shared::cta\.add", ptx)
 
 
+@tritile.jit
+def copy_accumulate(dtype, order=None, M=64, N=64):
+    """C += A through a fragment, by one tile atomic of memory order `order`."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            frag = T.alloc_fragment((M, N), dtype)
+            T.copy(A, frag)
+            T.atomic_add(C[0:M, 0:N], frag, memory_order=order)
+
+    return main
+
+
+@pytest.mark.parametrize("dtype, order, reduced", [("float32", None, True), ("bfloat16", "relaxed", True),
+                                                   ("float32", "release", False), ("int32", None, False)])
+def test_which_tile_atomics_become_a_tma_reduce(dtype, order, reduced, device, assert_close):
+    """A relaxed float add is a TMA reduce; an ordered one (the reduce is relaxed) or an integer
+    one keeps its atomics per element.  Each adds A to C alike."""
+    torch_dtype = getattr(torch, dtype)
+    make = (lambda: torch.randint(-50, 50, (64, 64), device=device, dtype=torch_dtype)) if dtype == "int32" else \
+        (lambda: torch.randn(64, 64, device=device).to(torch_dtype))
+    a, c = make(), make()
+    expected = (c.float() + a.float()).to(torch_dtype)
+    copy_accumulate(dtype, order)(a, c)
+    assert_close(c, expected)
+    if device == "cpu":
+        source = tritile.compile(copy_accumulate.fn(dtype, order), target="cuda:90", backend="gluon").get_source("gluon")
+        assert ("async_reduce_add(C_desc, [0, 0], " in source) == reduced
+        assert ("gl.atomic_add(" in source) == (not reduced)
+
+
 @pytest.mark.parametrize("dtype, op", [("float32", "atom.global.gpu.relaxed.add.v4.f32"),
                                        ("float16", "atom.global.gpu.relaxed.add.noftz.v8.f16"),
                                        ("bfloat16", "atom.global.gpu.relaxed.add.noftz.v8.bf16")])
