@@ -1,10 +1,13 @@
 """`torch.ops.tritile.attention` (tritile/ops/attention.py): FlashAttention forward and backward
 as T-language kernels behind a torch operator with autograd, against
 `F.scaled_dot_product_attention` (CPU: the reference interpreter)."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+import tritile
 from tritile.ops.attention import as_passed, attention
 
 TOLERANCE = {torch.float32: 2e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -140,7 +143,28 @@ def _cuda_kernel(kernel, dim, causal, groups, dtype="bfloat16"):
     from tritile.ops import attention as ops
 
     args = dict(batch=2, heads=16, seq=1024, dim=dim, is_causal=causal, groups=groups, dtype=dtype)
+    if kernel == "bwd":
+        args["heads_per_program"] = ops.backward_heads_per_program(groups, causal)
     return getattr(ops, f"flashattn_{kernel}")(**args, **ops.tile_config("cuda", dim)[kernel])
+
+
+def test_gqa_backward_programs_walk_the_group_unless_causal():
+    """Non-causal, a backward program takes one K/V head's key block through its group's query
+    heads (a loop over them around the pipelined loop) and stores dK / dV once in the inputs'
+    dtype; causal, a program per query head stores float32 partials (summed by the op)."""
+    from tritile.ops import attention as ops
+
+    for causal, walks, grad_dtype in ((False, True, "gl.bfloat16"), (True, False, "gl.float32")):
+        per_program = ops.backward_heads_per_program(4, causal)
+        kernel = tritile.compile(ops.flashattn_bwd.fn(2, 16, 1024, 64, causal, groups=4, dtype="bfloat16",
+                                                      heads_per_program=per_program,
+                                                      **ops.tile_config("cuda", 64, causal)["bwd"]),
+                                 target="cuda:90", backend="gluon")
+        source = kernel.get_source("gluon")
+        assert ("for g in range(0, 4):" in source) == walks
+        assert re.search(rf"_store_tile\d+ = gl\.allocate_shared_memory\({grad_dtype}, ", source), source
+    with pytest.raises(ValueError, match="heads_per_program=3 does not divide groups=4"):
+        ops.flashattn_bwd.fn(2, 16, 64, 64, False, groups=4, heads_per_program=3)
 
 
 # for tests/test_kernels_compile.py (sm_90 and sm_80): the CUDA configs torch.ops.tritile.attention launches

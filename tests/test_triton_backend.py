@@ -340,6 +340,17 @@ def test_narrow_integer_constants_keep_their_type(program):
     test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
 
 
+def test_a_cast_that_wraps_keeps_floor_division():
+    """Found by the generated programs (session 22): `T.int8(B[i]) // 2` of a uint8 B was emitted
+    as Triton's truncating `//`, the signs analysis taking the cast for non-negative (the uint8's
+    interval) - 128..255 turn negative in int8, and -77 // 2 came out -38 instead of -39.  A cast
+    keeps its value's interval only where the target type holds all of it."""
+    program = E.Program("parallel", "int8", "uint8", "int8", ("bin", "//", "int8", ("cast", "int8", ("load", "B", "uint8")),
+                        ("select", "int8", ("==", ("const", 2, "int8"), ("const", 0, "int8")), ("const", 1, "int8"),
+                         ("const", 2, "int8"))), "", True, False)
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 1)
+
+
 def _pipeline_program_three_ways(program, seed, target=Target("cuda", 90)):
     """A generated pipeline program (tests/pipeline_programs.py: sibling pipelined GEMM loops,
     guards, runtime trip counts, manual schedules) through the tile-IR interpreter (its final IR)

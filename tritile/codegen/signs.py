@@ -149,8 +149,13 @@ class NonNegative:
             return _join(min, alo, blo, True), _join(max, ahi, bhi, True)
         if isinstance(e, ir.TableRead):
             return min(e.table.values, default=0), max(e.table.values, default=0)
-        if isinstance(e, ir.Cast) and e.value.dtype.is_int and e.dtype.bits >= e.value.dtype.bits:
-            return self.interval(e.value)
+        if isinstance(e, ir.Cast) and (e.value.dtype.is_int or e.value.dtype.kind == "bool"):
+            # the value's interval where the target type holds it; a cast that may wrap (uint8 ->
+            # int8 turns 128..255 negative) knows nothing
+            lo, hi = self.interval(e.value)
+            (tlo, thi), (slo, shi) = _type_range(e.dtype), _type_range(e.value.dtype)
+            if tlo <= (slo if lo is None else lo) and (shi if hi is None else hi) <= thi:
+                return lo, hi
         return None, None
 
     def _multilinear(self, e) -> tuple:
@@ -239,6 +244,15 @@ def _static(e) -> Optional[int]:
     if isinstance(e, ir.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return e.value
     return None
+
+
+def _type_range(dtype) -> tuple:
+    """(least, greatest) value of an integer or bool IR dtype."""
+    if dtype.kind == "bool":
+        return 0, 1
+    if dtype.kind == "uint":
+        return 0, (1 << dtype.bits) - 1
+    return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
 
 
 def _join(pick, a, b, unknown_wins: bool):

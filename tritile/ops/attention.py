@@ -12,9 +12,12 @@ Contract:
   query blocks (from the diagonal when causal), rebuilds P^T = exp2(K Q^T * scale - LSE), and
   accumulates dV += P^T dO, dK += dS^T Q (dS = P * (dP - Delta) * sm_scale, dP^T = V dO^T) in
   registers; dQ += dS K is added to a float32 dQ with tile atomics (FlashAttention-2).
-  Grouped-query attention (`groups` query heads per K/V head) reads K and V of head
-  `head // groups`; its dK / dV leave per query head in float32 and are summed over the group
-  after the kernel.  A key length that is not a multiple of the key tile is masked to -inf.
+  Grouped-query attention (`groups` query heads per K/V head): the forward reads K and V of head
+  `head // groups`; a backward program walks the query blocks of `backward_heads_per_program(groups,
+  is_causal)` query heads of one K/V head in turn (a pipelined loop per head), its dK / dV
+  summing them in registers - the whole group when not causal (stored once, in the inputs'
+  dtype), else one head (float32 per query head, summed over the group after the kernel).  A
+  key length that is not a multiple of the key tile is masked to -inf.
 * `attention(q, k, v, is_causal, scale)` (registered as `torch.ops.tritile.attention`) is
   `F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=..., enable_gqa=True)` without
   mask or dropout; it returns `(out, lse)`, so the forward's log-sum-exp is there for the
@@ -61,6 +64,17 @@ def backward_switches(dim: int, is_causal: bool, groups: int = 1) -> dict:
     if groups == 1:
         chosen["TRITILE_WARP_SPECIALIZE"] = "on"
     return chosen
+
+
+def backward_heads_per_program(groups: int, is_causal: bool) -> int:
+    """The query heads one backward program walks (`flashattn_bwd`'s `heads_per_program`),
+    measured on the H100 (bench/NOTES.md session 22, bf16, ms): the whole group without a mask
+    (dK / dV summed in registers and stored once: 6.37-6.41 against 6.76-6.89 at
+    4x32x4096x128 with 8 K/V heads, 0.60-0.61 against 0.68-0.69 at 16x16x1024x64 with 4); one
+    when causal, where a program per query head keeps the producer warp and short per-head
+    loops would each fill and drain the pipeline (4.05-4.10 against 4.14-4.21, and 0.70 against
+    0.82 at 8x16x2048x64 with 4)."""
+    return 1 if is_causal else groups
 
 
 def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
@@ -203,26 +217,64 @@ def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16", 
 
 @tritile.jit
 def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num_stages=1, threads=128,
-                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None):
-    """dQ (float32, added atomically), dK and dV; with `groups` > 1 dK / dV are float32 per query
-    head ([batch, heads, seq_kv, dim]), for the caller to sum over each group.  `strides` maps
-    "Q", "K", "V", "dO" to the strides of a view."""
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None, heads_per_program=1):
+    """dQ (float32, added atomically), dK and dV.  With `groups` > 1 a program takes a block of
+    keys of one K/V head and walks the query blocks of `heads_per_program` of its query heads in
+    turn (a divisor of `groups`), its dK / dV summing their contributions in registers: all
+    `groups` of them, and dK / dV leave in `dtype` ([batch, heads // groups, seq_kv, dim]); fewer,
+    and they leave float32 per program ([batch, heads // heads_per_program, seq_kv, dim]) for the
+    caller to sum over each group.  `strides` maps "Q", "K", "V", "dO" to the strides of a view."""
     seq_kv = seq if seq_kv is None else seq_kv
     sm_scale = (1.0 / dim) ** 0.5 if sm_scale is None else sm_scale
     scale = sm_scale * LOG2E
+    if groups % heads_per_program:
+        raise ValueError(f"heads_per_program={heads_per_program} does not divide groups={groups}")
+    programs_per_kv_head = groups // heads_per_program
     q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
+    grad_kv_shape = [batch, heads // heads_per_program, seq_kv, dim]
     accum_dtype = "float"
-    grad_kv_dtype = dtype if groups == 1 else accum_dtype
+    grad_kv_dtype = dtype if programs_per_kv_head == 1 else accum_dtype
     strides = dict(strides or ())
     q_type, do_type = (global_tensor(q_shape, dtype, strides.get(name)) for name in ("Q", "dO"))
     k_type, v_type = (global_tensor(kv_shape, dtype, strides.get(name)) for name in ("K", "V"))
 
+    @T.macro
+    def query_blocks(Q, dO, LSE, Delta, dQ, K_shared, V_shared, q, do, lse, delta, dsT_shared, qkT, dpT, pT_cast,
+                     dsT_cast, dv, dk, dq, bx, bz, head):
+        """The query blocks of query head `head` against key block bx: dV, dK accumulate, dQ is added.
+        Causal: query blocks before this key block see none of its keys.  Keys past the end (a
+        ragged last block) read as zero rows: their dK / dV rows are not stored, and their zero
+        K rows add nothing to dQ."""
+        first = T.floordiv(bx * block_M, block_N) if is_causal else 0
+        for j in T.Pipelined(first, T.ceildiv(seq, block_N), num_stages=num_stages):
+            T.copy(Q[bz, head, j * block_N:(j + 1) * block_N, :], q)
+            T.clear(qkT)
+            T.gemm(K_shared, q, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (K Q^T)[key, query]
+            T.copy(LSE[bz, head, j * block_N:(j + 1) * block_N], lse)
+            for i, jj in T.Parallel(block_M, block_N):
+                qkT[i, jj] = T.exp2(qkT[i, jj] * scale - lse[jj])  # P^T
+            if is_causal:
+                for i, jj in T.Parallel(block_M, block_N):
+                    qkT[i, jj] = T.if_then_else(bx * block_M + i <= j * block_N + jj, qkT[i, jj], 0)
+            T.copy(dO[bz, head, j * block_N:(j + 1) * block_N, :], do)
+            T.clear(dpT)
+            T.gemm(V_shared, do, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (V dO^T) = dP^T
+            T.copy(qkT, pT_cast)
+            T.gemm(pT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+            T.copy(Delta[bz, head, j * block_N:(j + 1) * block_N], delta)
+            for i, jj in T.Parallel(block_M, block_N):
+                dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
+            T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+            T.copy(dsT_cast, dsT_shared)
+            T.clear(dq)
+            T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
+            T.atomic_add(dQ[bz, head, j * block_N:(j + 1) * block_N, :], dq)
+
     @T.prim_func
     def main(Q: q_type, K: k_type, V: v_type, dO: do_type, LSE: T.Tensor([batch, heads, seq], accum_dtype),
              Delta: T.Tensor([batch, heads, seq], accum_dtype), dQ: T.Tensor(q_shape, accum_dtype),
-             dK: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype),
-             dV: T.Tensor([batch, heads, seq_kv, dim], grad_kv_dtype)):
-        with T.Kernel(T.ceildiv(seq_kv, block_M), heads, batch, threads=threads) as (bx, by, bz):
+             dK: T.Tensor(grad_kv_shape, grad_kv_dtype), dV: T.Tensor(grad_kv_shape, grad_kv_dtype)):
+        with T.Kernel(T.ceildiv(seq_kv, block_M), heads // heads_per_program, batch, threads=threads) as (bx, by, bz):
             K_shared = T.alloc_shared([block_M, dim], dtype)
             V_shared = T.alloc_shared([block_M, dim], dtype)
             q = T.alloc_shared([block_N, dim], dtype)
@@ -238,41 +290,20 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
             dk = T.alloc_fragment([block_M, dim], accum_dtype)
             dq = T.alloc_fragment([block_N, dim], accum_dtype)
 
-            if groups > 1:
-                T.copy(K[bz, by // groups, bx * block_M:(bx + 1) * block_M, :], K_shared)
-                T.copy(V[bz, by // groups, bx * block_M:(bx + 1) * block_M, :], V_shared)
+            if programs_per_kv_head > 1:
+                T.copy(K[bz, by // programs_per_kv_head, bx * block_M:(bx + 1) * block_M, :], K_shared)
+                T.copy(V[bz, by // programs_per_kv_head, bx * block_M:(bx + 1) * block_M, :], V_shared)
             else:
                 T.copy(K[bz, by, bx * block_M:(bx + 1) * block_M, :], K_shared)
                 T.copy(V[bz, by, bx * block_M:(bx + 1) * block_M, :], V_shared)
             T.clear(dv)
             T.clear(dk)
-            # causal: query blocks before this key block see none of its keys.  Keys past the end
-            # (a ragged last block) read as zero rows: their dK / dV rows are not stored, and
-            # their zero K rows add nothing to dQ.
-            first = T.floordiv(bx * block_M, block_N) if is_causal else 0
-            for j in T.Pipelined(first, T.ceildiv(seq, block_N), num_stages=num_stages):
-                T.copy(Q[bz, by, j * block_N:(j + 1) * block_N, :], q)
-                T.clear(qkT)
-                T.gemm(K_shared, q, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (K Q^T)[key, query]
-                T.copy(LSE[bz, by, j * block_N:(j + 1) * block_N], lse)
-                for i, jj in T.Parallel(block_M, block_N):
-                    qkT[i, jj] = T.exp2(qkT[i, jj] * scale - lse[jj])  # P^T
-                if is_causal:
-                    for i, jj in T.Parallel(block_M, block_N):
-                        qkT[i, jj] = T.if_then_else(bx * block_M + i <= j * block_N + jj, qkT[i, jj], 0)
-                T.copy(dO[bz, by, j * block_N:(j + 1) * block_N, :], do)
-                T.clear(dpT)
-                T.gemm(V_shared, do, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (V dO^T) = dP^T
-                T.copy(qkT, pT_cast)
-                T.gemm(pT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
-                T.copy(Delta[bz, by, j * block_N:(j + 1) * block_N], delta)
-                for i, jj in T.Parallel(block_M, block_N):
-                    dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
-                T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
-                T.copy(dsT_cast, dsT_shared)
-                T.clear(dq)
-                T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
-                T.atomic_add(dQ[bz, by, j * block_N:(j + 1) * block_N, :], dq)
+            buffers = (K_shared, V_shared, q, do, lse, delta, dsT_shared, qkT, dpT, pT_cast, dsT_cast, dv, dk, dq)
+            if heads_per_program > 1:
+                for g in T.serial(heads_per_program):
+                    query_blocks(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by * heads_per_program + g)
+            else:
+                query_blocks(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by)
             T.copy(dv, dV[bz, by, bx * block_M:(bx + 1) * block_M, :])
             T.copy(dk, dK[bz, by, bx * block_M:(bx + 1) * block_M, :])
 
@@ -417,14 +448,17 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                                      strides=views_of(O=out, dO=grad_out) or None)(out, grad_out)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     groups = args["groups"]
-    grad_kv_dtype = q.dtype if groups == 1 else torch.float32
-    dk, dv = (torch.empty(batch, heads, k.shape[2], dim, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
+    per_program = backward_heads_per_program(groups, is_causal)
+    grad_kv_shape = (batch, heads // per_program, k.shape[2], dim)
+    grad_kv_dtype = q.dtype if per_program == groups else torch.float32
+    dk, dv = (torch.empty(grad_kv_shape, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
     config = tile_config(q.device.type, dim, is_causal)["bwd"]
     with switches.overridden(backward_switches(dim, is_causal, groups)):  # read when the kernel is planned and generated
-        flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(
-            q, k, v, grad_out, lse, delta, dq, dk, dv)
-    if groups > 1:  # per query head -> per K/V head
-        dk, dv = (t.view(batch, heads // groups, groups, *t.shape[2:]).sum(2).to(q.dtype) for t in (dk, dv))
+        flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None,
+                      heads_per_program=per_program)(q, k, v, grad_out, lse, delta, dq, dk, dv)
+    if per_program < groups:  # per program -> per K/V head
+        dk, dv = (t.view(k.shape[0], k.shape[1], groups // per_program, *t.shape[2:]).sum(2).to(q.dtype)
+                  for t in (dk, dv))
     return dq.to(q.dtype), dk, dv
 
 
