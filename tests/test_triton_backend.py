@@ -351,6 +351,27 @@ def test_a_cast_that_wraps_keeps_floor_division():
     test_expression_programs_three_ways.hypothesis.inner_test(program, 1)
 
 
+def test_a_16_bit_modulo_by_a_cast_constant_is_typed():
+    """Found by the generated programs (session 22, TRITILE_HYPOTHESIS_SCALE=8): bfloat16 `%` by
+    `T.bfloat16(abs(7))` emitted `7.0.to(tl.float32)` - the cast folded to a bare literal, which
+    has no `.to` - and failed in Triton (both backends share the rule)."""
+    program = E.Program("parallel", "int8", "float8_e5m2", "bfloat16", ("bin", "%", "bfloat16", (
+        "abs", "bfloat16", ("abs", "bfloat16", ("cast", "bfloat16", ("load", "A", "int8")))),
+        ("cast", "bfloat16", ("abs", "uint8", ("const", 7, "uint8")))), "", True, False)
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
+
+
+def test_a_bfloat16_maximum_stays_bfloat16():
+    """Found by the generated programs (session 22): Triton's `maximum` / `minimum` promote
+    bfloat16 to float32 and return float32, so `B + (max(A, A) + B)` skipped the rounding after
+    the inner sum (35072 where each bfloat16 operation rounded gives 34816) - in compiled code
+    too; the generated code converts the result back (exact)."""
+    load_b, load_a = ("cast", "bfloat16", ("load", "B", "int16")), ("cast", "bfloat16", ("load", "A", "int8"))
+    program = E.Program("parallel", "int8", "int16", "bfloat16", ("bin", "+", "bfloat16", load_b, (
+        "bin", "+", "bfloat16", ("bin", "max", "bfloat16", load_a, load_a), load_b)), "", True, False)
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
+
+
 def _pipeline_program_three_ways(program, seed, target=Target("cuda", 90)):
     """A generated pipeline program (tests/pipeline_programs.py: sibling pipelined GEMM loops,
     guards, runtime trip counts, manual schedules) through the tile-IR interpreter (its final IR)

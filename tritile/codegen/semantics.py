@@ -326,7 +326,8 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
     """``a op b`` on operands of type `operand` (docs/semantics.md)."""
     lang = em.lang
     if op in ("max", "min"):  # maxnumf / minnumf: NaN-ignoring, as TileLang's fmaxf
-        return f"{f'{lang}.maximum' if op == 'max' else f'{lang}.minimum'}({a.text}, {b.text})"
+        return _bfloat16_kept(f"{f'{lang}.maximum' if op == 'max' else f'{lang}.minimum'}({a.text}, {b.text})",
+                              operand, lang)
     if op in ("//", "%"):
         if operand.is_float:
             f64 = operand.bits == 64
@@ -341,12 +342,29 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
     return f"({a.text} {_PY_OPS[op]} {b.text})"
 
 
+def _bfloat16_kept(text: str, dtype, lang: str) -> str:
+    """`text`, a `maximum` / `minimum` of operands of `dtype`, in `dtype`: Triton promotes
+    bfloat16 operands of those to float32 and returns float32, so without the conversion (exact:
+    the result is one of the operands) the next operation would compute in float32 and skip the
+    rounding to bfloat16 the IR has after it (`x + max(y, y)` rounded once, not twice)."""
+    return f"{text}.to({lang}.bfloat16)" if dtype == dt.bfloat16 else text
+
+
 def _as_type(em, e, v: Val, dtype) -> Val:
     """Operand `e` (emitted as `v`) as a tensor of float `dtype`; a constant becomes a typed
     scalar (a bare literal would take the other operand's type, or fp32 in library calls)."""
-    if isinstance(e, ir.Const):
+    if isinstance(e, ir.Const) or is_python_number(v.text):  # a cast of a constant is emitted as one too
         return Val(f"{em.lang}.full([], {v.text}, {dtype_text(dtype, em.lang)})", v.dims)
     return v if e.dtype == dtype else Val(f"{v.text}.to({dtype_text(dtype, em.lang)})", v.dims)
+
+
+_NUMBER = re.compile(r'^\(?-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|float\("-?(?:inf|nan)"\))\)?$')
+
+
+def is_python_number(text: str) -> bool:
+    """Is generated text `text` a bare Python number (``7.0``, ``-3``, ``float("inf")``), which has
+    no `.to` and takes its type from whatever meets it?"""
+    return _NUMBER.match(text.strip()) is not None
 
 
 def lower_unary(em, e: ir.UnaryOp) -> Val:
@@ -394,6 +412,8 @@ def lower_call(em, e: ir.Call) -> Val:
         texts = [f"{t}.to({lang}.float32)" for t in texts]
     if e.fn in _MATH:
         text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
+        if e.fn in ("max", "min") and not in_float32:
+            text = _bfloat16_kept(text, e.dtype, lang)
     elif e.fn == "sigmoid":
         text = f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))"
     elif e.fn == "tanh":
