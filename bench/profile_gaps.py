@@ -46,6 +46,17 @@ BACKWARD = {"bwd": ((4, 32, 4096, 128), False), "bwd_causal": ((4, 32, 4096, 128
 GEMM = {"gemm": (4096, 4096, 4096), "gemm_small_m": (128, 4096, 4096)}
 
 
+def profile_second_call(run):
+    """Call `run` twice, the second call alone between cudaProfilerStart / Stop (ncu's
+    ``--profile-from-start off``): the first compiles and warms up."""
+    run()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    run()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def main(case: str):
     if case.removesuffix("_cublas") in GEMM:
         M, N, K = GEMM[case.removesuffix("_cublas")]
@@ -76,12 +87,7 @@ def main(case: str):
         else:
             def run():
                 torch._scaled_mm(a8, b8.t(), scale_a=scale_a.float(), scale_b=scale_b.float(), out_dtype=torch.float16)
-        run()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        run()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
+        profile_second_call(run)
     elif case.removesuffix("_cudnn") in BACKWARD:
         sys.path.insert(0, os.path.dirname(__file__))
         from attention_bwd_h100 import sdpa_backward, tritile_backward
@@ -91,12 +97,7 @@ def main(case: str):
         q, k, v, do = (torch.randn(*shape, device="cuda", dtype=torch.float16) for _ in range(4))
         run = (sdpa_backward(q, k, v, do, causal) if case.endswith("_cudnn")
                else tritile_backward(load_example("flash_attention_bwd"), q, k, v, do, causal).kernel_alone)
-        run()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        run()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
+        profile_second_call(run)
     else:
         raise SystemExit(f"unknown case {case!r}: use one of {sorted(GEMM)} (+ '_cublas'), {sorted(ATTENTION)}, "
                          f"fp8, fp8_cublaslt, {sorted(BACKWARD)} (+ '_cudnn')")

@@ -388,14 +388,19 @@ class Emitter(SourceWriter):
         a 2-D tile of a full-rank descriptor as [1, ..., 1, rows, cols]."""
         return view if rank == len(block) else f"{view}.reshape({list(block)})"
 
-    def body_staging(self, key: tuple, nbytes: int) -> str:
-        """The name of the staging tile of `key` (dtype, shape, layout name) allocated at the top
-        of the kernel body (`kernel_body`), one per key."""
+    def body_staging(self, key: tuple, layout_name: str, nbytes: int) -> str:
+        """The name of the staging tile of `key` (dtype, shape, layout) allocated at the top of
+        the kernel body (`kernel_body`) in the layout named `layout_name`, one per key."""
         if key not in self.body_prefix:
             name = self.tmp("stage")
-            dt, shape, layout = key
-            self.body_prefix[key] = (name, f"{name} = gl.allocate_shared_memory({dt}, {list(shape)}, {layout})", nbytes)
+            dt, shape, _ = key
+            alloc = f"{name} = gl.allocate_shared_memory({dt}, {list(shape)}, {layout_name})"
+            self.body_prefix[key] = (name, alloc, nbytes)
         return self.body_prefix[key][0]
+
+    def staged(self, key: tuple) -> bool:
+        """Has `body_staging` given out a staging tile of `key` already?"""
+        return key in self.body_prefix
 
     def body_prefix_bytes(self) -> int:
         return sum(nbytes for _, _, nbytes in self.body_prefix.values())

@@ -61,15 +61,20 @@ def applies(em, s: ir.AtomicAdd, shared_bytes: int) -> bool:
     if schedule_switch("TRITILE_TMA_REDUCE") == "off" or not isel.uses_tma_reduce(s, em.target) \
             or not indices_inside(em, s.dst):
         return False
-    key, nbytes = _staging(em, s.dst)
-    return key in em.body_prefix or shared_bytes + em.body_prefix_bytes() + nbytes <= em.target.shared_memory_limit
+    layout, nbytes = _staging(s.dst)
+    return em.staged(_key(s.dst, layout)) or \
+        shared_bytes + em.body_prefix_bytes() + nbytes <= em.target.shared_memory_limit
 
 
-def _staging(em, dst: ir.Region) -> tuple:
-    """((dtype, shape, layout name), bytes) of the staging tile of a reduce into `dst`."""
-    shape = tuple(dst.tile_shape)
-    layout = em.layout_name(lay.nvmma_default_for(list(shape), dst.buffer.dtype.bits))
-    return (GL_DTYPES[dst.buffer.dtype.name], shape, layout), math.prod(shape) * dst.buffer.dtype.itemsize
+def _staging(dst: ir.Region) -> tuple:
+    """(NVMMA layout, bytes) of the staging tile of a reduce into `dst`."""
+    shape = list(dst.tile_shape)
+    return lay.nvmma_default_for(shape, dst.buffer.dtype.bits), math.prod(shape) * dst.buffer.dtype.itemsize
+
+
+def _key(dst: ir.Region, layout) -> tuple:
+    """(dtype, shape, layout) of a staging tile: tiles of one key are one allocation."""
+    return GL_DTYPES[dst.buffer.dtype.name], tuple(dst.tile_shape), str(layout)
 
 
 def indices_inside(em, region: ir.Region) -> bool:
@@ -88,10 +93,10 @@ def lower(em, s: ir.AtomicAdd, value: str) -> None:
     """Emit the staged TMA reduce of `value` (the fragment's register tile, already in the
     destination's dtype) into `s.dst`."""
     dst = s.dst
-    key, nbytes = _staging(em, dst)
-    stage = em.body_staging(key, nbytes)
+    layout, nbytes = _staging(dst)
+    stage = em.body_staging(_key(dst, layout), em.layout_name(layout), nbytes)
     em.emit("tma.store_wait(0)")  # the previous reduce (or TMA store) has read the staging tile
     em.emit(f"{stage}.store({value})")
     em.emit("fence_async_shared()")  # generic-proxy smem writes before the async-proxy read
-    desc, coords, block = em.descriptor(dst, lay.nvmma_default_for(list(key[1]), dst.buffer.dtype.bits))
-    em.emit(f"async_reduce_add({desc}, [{coords}], {em.tma_view(stage, len(key[1]), block)})")
+    desc, coords, block = em.descriptor(dst, layout)
+    em.emit(f"async_reduce_add({desc}, [{coords}], {em.tma_view(stage, len(dst.tile_shape), block)})")
