@@ -4,8 +4,8 @@ Two workloads, bf16:
 * train - 4 pre-LN transformer blocks (d_model 1024, 16 heads, causal SDPA, GELU-tanh MLP of 4096),
   batch 8 x 2048 tokens, one forward + backward of ``out.float().square().mean()``;
 * decode - the same blocks in inference, batch 64, one new token attending to a 4096-token cache.
-For each backend: the first call (compile included) and the median step of timed repeats (the
-median over `--rounds` passes taking the backends in turn), and
+For each backend: the first call (compile included) and the median step of timed repeats (each
+backend compiled once, then the median over `--rounds` passes taking the backends in turn), and
 for tritile the `explain` report of each workload (which ops became tritile.attention,
 tritile.linear - the GEMMs with a fused bias / GELU / residual epilogue -, tritile.mm,
 tritile.bmm, and which stayed with inductor, with the measured times that decided it).
@@ -65,13 +65,13 @@ class Stack(torch.nn.Module):
 
 
 def _compiled(model, backend: str):
-    torch._dynamo.reset()
     if backend == "tritile-all":
         return torch.compile(model, backend="tritile", options={"gemms": "tritile"})
     return model if backend == "eager" else torch.compile(model, backend=backend)
 
 
-def measure(workload: str, backend: str, model, inputs, repeats: int) -> dict:
+def compiled_step(workload: str, backend: str, model, inputs):
+    """(the step under `backend`, its first call's seconds - compilation included)."""
     fn = _compiled(model, backend)
     if workload == "train":
         def step():
@@ -88,10 +88,11 @@ def measure(workload: str, backend: str, model, inputs, repeats: int) -> dict:
     first = time.perf_counter() - start
     for _ in range(3):
         step()
-    return {"first_call_s": round(first, 2), "step_ms": round(median_ms(step, repeats), 3)}
+    return step, round(first, 2)
 
 
 def profile_step(model, inputs, backend: str, top: int = 30) -> list:
+    torch._dynamo.reset()
     fn = _compiled(model, backend)
     for _ in range(3):
         model.zero_grad(set_to_none=True)
@@ -109,7 +110,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3, help="passes over the backends; each keeps its median")
+    parser.add_argument("--rounds", type=int, default=6, help="passes over the backends; each keeps its median")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--backends", default="eager,inductor,tritile,tritile-all")
     args = parser.parse_args(argv)
@@ -124,23 +125,26 @@ def main(argv=None):
               "triton": __import__("triton").__version__, "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "model": f"{LAYERS} blocks, d_model {D_MODEL}, {HEADS} heads, MLP {D_FF}, bf16", "runs": {}}
     for workload, inputs in (("train", train_inputs), ("decode", decode_inputs)):
-        # rounds over the backends in turn (each compiled again: from the caches after the first),
-        # the median step of each: one pass moved a step by up to 3.6 % between two compilations of
-        # the same graph (decode, session 20), more than the gaps measured
-        samples = {backend: [] for backend in args.backends.split(",")}
+        # every backend compiled once (Dynamo keeps one entry per backend), then rounds over the
+        # backends in turn in the same process, the median step of each: session 23 found the
+        # decode step's rounds 3-8 % apart when each round compiled again (an inductor graph and
+        # tritile's, the same kernels with the same device time: bench/NOTES.md)
+        torch._dynamo.reset()
+        steps = {}
+        for backend in args.backends.split(","):
+            steps[backend], first = compiled_step(workload, backend, model, inputs)
+            result["runs"][f"{workload}/{backend}"] = {"first_call_s": first}
+            print(f"{workload:6s} {backend:9s} first call {first:6.2f} s", flush=True)
+        samples = {backend: [] for backend in steps}
         for r in range(args.rounds):
             backends = list(samples)
             for backend in backends[r % len(backends):] + backends[:r % len(backends)]:  # rotated: no backend always follows another
-                run = measure(workload, backend, model, inputs, args.repeats)
-                samples[backend].append(run["step_ms"])
-                if r == 0:
-                    result["runs"][f"{workload}/{backend}"] = {"first_call_s": run["first_call_s"]}
-                print(f"{workload:6s} {backend:9s} round {r} step {run['step_ms']:8.3f} ms  first call "
-                      f"{run['first_call_s']:6.2f} s", flush=True)
-        for backend, steps in samples.items():
+                samples[backend].append(round(median_ms(steps[backend], args.repeats), 3))
+                print(f"{workload:6s} {backend:9s} round {r} step {samples[backend][-1]:8.3f} ms", flush=True)
+        for backend, times in samples.items():
             entry = result["runs"][f"{workload}/{backend}"]
-            entry["step_ms"], entry["step_ms_rounds"] = sorted(steps)[len(steps) // 2], steps
-            print(f"{workload:6s} {backend:9s} step {entry['step_ms']:8.3f} ms (median of {steps})", flush=True)
+            entry["step_ms"], entry["step_ms_rounds"] = sorted(times)[len(times) // 2], times
+            print(f"{workload:6s} {backend:9s} step {entry['step_ms']:8.3f} ms (median of {times})", flush=True)
     for workload, inputs in (("train", train_inputs), ("decode", decode_inputs)):
         with torch.set_grad_enabled(workload == "train"):
             report = tritile_backend.explain(model, *inputs)

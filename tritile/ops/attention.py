@@ -264,10 +264,12 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
             T.copy(Delta[bz, head, j * block_N:(j + 1) * block_N], delta)
             for i, jj in T.Parallel(block_M, block_N):
                 dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
-            T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
             T.copy(dsT_cast, dsT_shared)
             T.clear(dq)
+            # dQ's product first: dK's then runs on the tensor cores while dQ is staged and added
+            # (+1-3 %, bench/NOTES.md session 23)
             T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
+            T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
             T.atomic_add(dQ[bz, head, j * block_N:(j + 1) * block_N, :], dq)
 
     @T.prim_func
