@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from timing import load_example, median_ms, save
 
 from tritile import switches
-from tritile.ops.attention import backward_switches
+from tritile.ops.attention import BACKWARD_SWITCHES
 
 SHAPES = [(4, 32, 4096, 128, False), (4, 32, 4096, 128, True), (16, 16, 1024, 64, False), (16, 16, 1024, 64, True),
           (8, 16, 2048, 64, True)]  # the last: bench/torch_compile_h100.py's train step
@@ -51,7 +51,7 @@ def tritile_backward(F, q, k, v, do, causal, bwd_config=None, backend=None):
         config["bwd"] = dict(zip(("block_M", "block_N", "threads", "num_stages"), bwd_config))
     o, lse = on_backend(F.flashattn_fwd, backend)(batch, heads, seq, dim, causal, **config["fwd"])(q, k, v)
     pre = on_backend(F.flashattn_bwd_preprocess, backend)(batch, heads, seq, dim)
-    with switches.overridden(backward_switches(dim, causal)):  # the attention op's schedule
+    with switches.overridden(BACKWARD_SWITCHES):  # the attention op's schedule
         bwd = on_backend(F.flashattn_bwd, backend)(batch, heads, seq, dim, causal, **config["bwd"])
     dq32 = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)

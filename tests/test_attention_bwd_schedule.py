@@ -293,19 +293,24 @@ def test_a_staged_operand_keeps_one_tile_where_its_versions_would_not_fit():
     assert stages[-1][1].attrs["shared_bytes"] <= H100.shared_memory_limit
 
 
-@pytest.mark.parametrize("dim, causal", [(128, False), (128, True), (64, False)])
-def test_the_backward_gets_a_producer_warp(dim, causal):
-    """The attention op's backward schedule (`backward_switches`): a producer warp, where the
+@pytest.mark.parametrize("dim, causal, groups", [(128, False, 1), (128, True, 1), (64, False, 1), (128, True, 4),
+                                                 (64, False, 4)])
+def test_the_backward_gets_a_producer_warp(dim, causal, groups):
+    """The attention op's backward schedule (`BACKWARD_SWITCHES`): a producer warp, where the
     register bound of `auto` refuses it; at head dim 128 ptxas fits the kernel in the consumers'
     240 registers without a spill (measured 1.07-1.12x faster on the H100, bench/NOTES.md session
-    21); at head dim 64 it spills a few bytes and still measured 1.10x faster (session 22)."""
+    21); at head dim 64 it spills a few bytes and still measured 1.10x faster (session 22).  GQA's
+    one loop over its group's (head, query block) steps is a top-level pipelined loop: it gets the
+    producer too, and its clamped head and block keep dQ's tile atomic a TMA reduce even causal,
+    where the loop's trip count depends on the key block (session 23)."""
     from test_consumer_partitions import ptxas_advisories
 
     from tritile import switches
-    from tritile.ops.attention import backward_switches, flashattn_bwd, tile_config
+    from tritile.ops.attention import BACKWARD_SWITCHES, flashattn_bwd, tile_config
 
-    with switches.overridden(backward_switches(dim, causal)):
-        kernel = JITKernel(flashattn_bwd.fn(4, 32, 4096, dim, causal, **tile_config("cuda", dim, causal)["bwd"]),
+    with switches.overridden(BACKWARD_SWITCHES):
+        kernel = JITKernel(flashattn_bwd.fn(4, 32, 4096, dim, causal, groups=groups,
+                                            **tile_config("cuda", dim, causal)["bwd"]),
                            target=H100, backend="gluon")
         ptx = kernel.get_source("ptx")
     assert "warp_specialization" in kernel.func.attrs

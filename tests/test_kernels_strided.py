@@ -441,7 +441,7 @@ def test_the_attention_backward_reads_views_by_cp_async():
     qkv, rows = qkv_view_strides(S, H, D)
     strides = (("Q", qkv), ("K", qkv), ("V", qkv), ("dO", rows))
     func = ops.flashattn_bwd.fn(B, H, S, D, True, dtype="bfloat16", strides=strides, **ops.tile_config("cuda", D, True)["bwd"])
-    with switches.overridden(ops.backward_switches(D, True)):
+    with switches.overridden(ops.BACKWARD_SWITCHES):
         compiled = tritile.compile(func, out_idx=[6, 7, 8], target="cuda:90", backend="gluon")
         source, ptx = compiled.get_source("gluon"), compiled.get_source("ptx")
     assert "cp.async_copy_global_to_shared" in source and not re.search(r"\b(Q|dO)_desc\b", source)

@@ -143,28 +143,23 @@ def _cuda_kernel(kernel, dim, causal, groups, dtype="bfloat16"):
     from tritile.ops import attention as ops
 
     args = dict(batch=2, heads=16, seq=1024, dim=dim, is_causal=causal, groups=groups, dtype=dtype)
-    if kernel == "bwd":
-        args["heads_per_program"] = ops.backward_heads_per_program(groups, causal)
     return getattr(ops, f"flashattn_{kernel}")(**args, **ops.tile_config("cuda", dim)[kernel])
 
 
-def test_gqa_backward_programs_walk_the_group_unless_causal():
-    """Non-causal, a backward program takes one K/V head's key block through its group's query
-    heads (a loop over them around the pipelined loop) and stores dK / dV once in the inputs'
-    dtype; causal, a program per query head stores float32 partials (summed by the op)."""
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_backward_programs_walk_the_group_in_one_loop(causal):
+    """A backward program takes one K/V head's key block through its group's query heads in one
+    software-pipelined loop over (head, query block) steps and stores dK / dV once, in the
+    inputs' dtype."""
     from tritile.ops import attention as ops
 
-    for causal, walks, grad_dtype in ((False, True, "gl.bfloat16"), (True, False, "gl.float32")):
-        per_program = ops.backward_heads_per_program(4, causal)
-        kernel = tritile.compile(ops.flashattn_bwd.fn(2, 16, 1024, 64, causal, groups=4, dtype="bfloat16",
-                                                      heads_per_program=per_program,
-                                                      **ops.tile_config("cuda", 64, causal)["bwd"]),
-                                 target="cuda:90", backend="gluon")
-        source = kernel.get_source("gluon")
-        assert ("for g in range(0, 4):" in source) == walks
-        assert re.search(rf"_store_tile\d+ = gl\.allocate_shared_memory\({grad_dtype}, ", source), source
-    with pytest.raises(ValueError, match="heads_per_program=3 does not divide groups=4"):
-        ops.flashattn_bwd.fn(2, 16, 64, 64, False, groups=4, heads_per_program=3)
+    kernel = tritile.compile(ops.flashattn_bwd.fn(2, 16, 1024, 64, causal, groups=4, dtype="bfloat16",
+                                                  **ops.tile_config("cuda", 64, causal)["bwd"]),
+                             target="cuda:90", backend="gluon")
+    source = kernel.get_source("gluon")
+    assert "for step_t in range(1, " in source, source
+    assert source.count("software-pipelined loop") == 1
+    assert re.search(r"_store_tile\d+ = gl\.allocate_shared_memory\(gl\.bfloat16, ", source), source
 
 
 # for tests/test_kernels_compile.py (sm_90 and sm_80): the CUDA configs torch.ops.tritile.attention launches

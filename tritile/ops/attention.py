@@ -13,11 +13,9 @@ Contract:
   accumulates dV += P^T dO, dK += dS^T Q (dS = P * (dP - Delta) * sm_scale, dP^T = V dO^T) in
   registers; dQ += dS K is added to a float32 dQ with tile atomics (FlashAttention-2).
   Grouped-query attention (`groups` query heads per K/V head): the forward reads K and V of head
-  `head // groups`; a backward program walks the query blocks of `backward_heads_per_program(groups,
-  is_causal)` query heads of one K/V head in turn (a pipelined loop per head), its dK / dV
-  summing them in registers - the whole group when not causal (stored once, in the inputs'
-  dtype), else one head (float32 per query head, summed over the group after the kernel).  A
-  key length that is not a multiple of the key tile is masked to -inf.
+  `head // groups`; a backward program takes a key block of one K/V head through the query
+  blocks of its whole group in one pipelined loop, dK / dV summing them in registers and stored
+  once.  A key length that is not a multiple of the key tile is masked to -inf.
 * `attention(q, k, v, is_causal, scale)` (registered as `torch.ops.tritile.attention`) is
   `F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=..., enable_gqa=True)` without
   mask or dropout; it returns `(out, lse)`, so the forward's log-sum-exp is there for the
@@ -46,35 +44,21 @@ LOG2E = 1.44269504
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 GPU_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = {"cuda": (64, 128), "cpu": (16, 32, 64, 128)}
-def backward_switches(dim: int, is_causal: bool, groups: int = 1) -> dict:
-    """The schedule switches the backward is built under, measured on the H100 (bench/NOTES.md):
-    * the tiles of views (q / k / v of a fused projection, a transposed dO) by cp.async rather
-      than 4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal, where the forward
-      gains from them (0.182 against 0.201; session 20);
-    * a producer warp: `auto` refuses it on 128 x 128 / 128 x 64 tiles by its register bound
-      (the fragments, 256 registers a thread at head dim 128, 288 at 64, over the 240 setmaxnreg
-      leaves the consumers), but ptxas fits head dim 128 in 240 without a spill, and it ran 3.18
-      against 3.56 ms at 4x32x4096x128 causal (1.01x cuDNN against 0.87), 5.98 against 6.41
-      non-causal (0.93x against 0.86; session 21).  At head dim 64 non-causal (56 bytes of
-      spills) it lost while dQ went by atomics from the registers (0.662 against 0.616 ms at
-      16x16x1024), and wins since dQ is a TMA reduce (0.515-0.527 against 0.578-0.580 ms, cuDNN
-      0.532; session 22); the causal 128 x 64 tile has it from `auto`.  GQA's kernel keeps its
-      warps (not measured)."""
-    chosen = {"TRITILE_FULL_RANK_TMA": "off"}
-    if groups == 1:
-        chosen["TRITILE_WARP_SPECIALIZE"] = "on"
-    return chosen
 
 
-def backward_heads_per_program(groups: int, is_causal: bool) -> int:
-    """The query heads one backward program walks (`flashattn_bwd`'s `heads_per_program`),
-    measured on the H100 (bench/NOTES.md session 22, bf16, ms): the whole group without a mask
-    (dK / dV summed in registers and stored once: 6.37-6.41 against 6.76-6.89 at
-    4x32x4096x128 with 8 K/V heads, 0.60-0.61 against 0.68-0.69 at 16x16x1024x64 with 4); one
-    when causal, where a program per query head keeps the producer warp and short per-head
-    loops would each fill and drain the pipeline (4.05-4.10 against 4.14-4.21, and 0.70 against
-    0.82 at 8x16x2048x64 with 4)."""
-    return 1 if is_causal else groups
+# The schedule switches the backward is built under, measured on the H100 (bench/NOTES.md):
+# * the tiles of views (q / k / v of a fused projection, a transposed dO) by cp.async rather than
+#   4-D TMA descriptors: 0.688 against 0.745 ms at 8x16x2048x64 causal, where the forward gains
+#   from them (0.182 against 0.201; session 20);
+# * a producer warp: `auto` refuses it on 128 x 128 / 128 x 64 tiles by its register bound (the
+#   fragments, 256 registers a thread at head dim 128, 288 at 64, over the 240 setmaxnreg leaves
+#   the consumers), but ptxas fits head dim 128 in 240 without a spill, and it ran 3.18 against
+#   3.56 ms at 4x32x4096x128 causal (1.01x cuDNN against 0.87), 5.98 against 6.41 non-causal (0.93x
+#   against 0.86; session 21).  At head dim 64 non-causal (56 bytes of spills) it lost while dQ
+#   went by atomics from the registers (0.662 against 0.616 ms at 16x16x1024), and wins since dQ
+#   is a TMA reduce (0.515-0.527 against 0.578-0.580 ms, cuDNN 0.532; session 22).  GQA's loop
+#   over the group's steps ran 1.01-1.10x SDPA with it, 0.82-1.05x without (session 23).
+BACKWARD_SWITCHES = {"TRITILE_FULL_RANK_TMA": "off", "TRITILE_WARP_SPECIALIZE": "on"}
 
 
 def attention_rows(seq_kv, past_len, dim, is_causal, block_M, block_N, num_stages, dtype="float16",
@@ -217,66 +201,57 @@ def flashattn_bwd_preprocess(batch, heads, seq, dim, block=32, dtype="float16", 
 
 @tritile.jit
 def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num_stages=1, threads=128,
-                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None, heads_per_program=1):
-    """dQ (float32, added atomically), dK and dV.  With `groups` > 1 a program takes a block of
-    keys of one K/V head and walks the query blocks of `heads_per_program` of its query heads in
-    turn (a divisor of `groups`), its dK / dV summing their contributions in registers: all
-    `groups` of them, and dK / dV leave in `dtype` ([batch, heads // groups, seq_kv, dim]); fewer,
-    and they leave float32 per program ([batch, heads // heads_per_program, seq_kv, dim]) for the
-    caller to sum over each group.  `strides` maps "Q", "K", "V", "dO" to the strides of a view."""
+                  seq_kv=None, groups=1, sm_scale=None, dtype="float16", strides=None):
+    """dQ (float32, added atomically), dK and dV.  A program takes a block of keys of one K/V
+    head; with `groups` > 1 it walks the query blocks of the group's query heads in one
+    pipelined loop over (head, query block) steps - one pipeline, and a producer warp, for the
+    whole group - its dK / dV summing their contributions in registers.  `strides` maps "Q",
+    "K", "V", "dO" to the strides of a view."""
     seq_kv = seq if seq_kv is None else seq_kv
     sm_scale = (1.0 / dim) ** 0.5 if sm_scale is None else sm_scale
     scale = sm_scale * LOG2E
-    if groups % heads_per_program:
-        raise ValueError(f"heads_per_program={heads_per_program} does not divide groups={groups}")
-    programs_per_kv_head = groups // heads_per_program
     q_shape, kv_shape = [batch, heads, seq, dim], [batch, heads // groups, seq_kv, dim]
-    grad_kv_shape = [batch, heads // heads_per_program, seq_kv, dim]
     accum_dtype = "float"
-    grad_kv_dtype = dtype if programs_per_kv_head == 1 else accum_dtype
     strides = dict(strides or ())
     q_type, do_type = (global_tensor(q_shape, dtype, strides.get(name)) for name in ("Q", "dO"))
     k_type, v_type = (global_tensor(kv_shape, dtype, strides.get(name)) for name in ("K", "V"))
 
     @T.macro
-    def query_blocks(Q, dO, LSE, Delta, dQ, K_shared, V_shared, q, do, lse, delta, dsT_shared, qkT, dpT, pT_cast,
-                     dsT_cast, dv, dk, dq, bx, bz, head):
-        """The query blocks of query head `head` against key block bx: dV, dK accumulate, dQ is added.
-        Causal: query blocks before this key block see none of its keys.  Keys past the end (a
-        ragged last block) read as zero rows: their dK / dV rows are not stored, and their zero
-        K rows add nothing to dQ."""
-        first = T.floordiv(bx * block_M, block_N) if is_causal else 0
-        for j in T.Pipelined(first, T.ceildiv(seq, block_N), num_stages=num_stages):
-            T.copy(Q[bz, head, j * block_N:(j + 1) * block_N, :], q)
-            T.clear(qkT)
-            T.gemm(K_shared, q, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (K Q^T)[key, query]
-            T.copy(LSE[bz, head, j * block_N:(j + 1) * block_N], lse)
+    def query_block(Q, dO, LSE, Delta, dQ, K_shared, V_shared, q, do, lse, delta, dsT_shared, qkT, dpT, pT_cast,
+                    dsT_cast, dv, dk, dq, bx, bz, head, j):
+        """Query block j of query head `head` against key block bx: dV, dK accumulate, dQ is added.
+        Keys past the end (a ragged last block) read as zero rows: their dK / dV rows are not
+        stored, and their zero K rows add nothing to dQ."""
+        T.copy(Q[bz, head, j * block_N:(j + 1) * block_N, :], q)
+        T.clear(qkT)
+        T.gemm(K_shared, q, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (K Q^T)[key, query]
+        T.copy(LSE[bz, head, j * block_N:(j + 1) * block_N], lse)
+        for i, jj in T.Parallel(block_M, block_N):
+            qkT[i, jj] = T.exp2(qkT[i, jj] * scale - lse[jj])  # P^T
+        if is_causal:
             for i, jj in T.Parallel(block_M, block_N):
-                qkT[i, jj] = T.exp2(qkT[i, jj] * scale - lse[jj])  # P^T
-            if is_causal:
-                for i, jj in T.Parallel(block_M, block_N):
-                    qkT[i, jj] = T.if_then_else(bx * block_M + i <= j * block_N + jj, qkT[i, jj], 0)
-            T.copy(dO[bz, head, j * block_N:(j + 1) * block_N, :], do)
-            T.clear(dpT)
-            T.gemm(V_shared, do, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (V dO^T) = dP^T
-            T.copy(qkT, pT_cast)
-            T.gemm(pT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
-            T.copy(Delta[bz, head, j * block_N:(j + 1) * block_N], delta)
-            for i, jj in T.Parallel(block_M, block_N):
-                dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
-            T.copy(dsT_cast, dsT_shared)
-            T.clear(dq)
-            # dQ's product first: dK's then runs on the tensor cores while dQ is staged and added
-            # (+1-3 %, bench/NOTES.md session 23)
-            T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
-            T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
-            T.atomic_add(dQ[bz, head, j * block_N:(j + 1) * block_N, :], dq)
+                qkT[i, jj] = T.if_then_else(bx * block_M + i <= j * block_N + jj, qkT[i, jj], 0)
+        T.copy(dO[bz, head, j * block_N:(j + 1) * block_N, :], do)
+        T.clear(dpT)
+        T.gemm(V_shared, do, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)  # (V dO^T) = dP^T
+        T.copy(qkT, pT_cast)
+        T.gemm(pT_cast, do, dv, policy=T.GemmWarpPolicy.FullRow)  # dV += P^T dO
+        T.copy(Delta[bz, head, j * block_N:(j + 1) * block_N], delta)
+        for i, jj in T.Parallel(block_M, block_N):
+            dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta[jj]) * sm_scale  # dS^T
+        T.copy(dsT_cast, dsT_shared)
+        T.clear(dq)
+        # dQ's product first: dK's then runs on the tensor cores while dQ is staged and added
+        # (+1-3 %, bench/NOTES.md session 23)
+        T.gemm(dsT_shared, K_shared, dq, transpose_A=True)  # dS K
+        T.gemm(dsT_cast, q, dk, policy=T.GemmWarpPolicy.FullRow)  # dK += dS^T Q
+        T.atomic_add(dQ[bz, head, j * block_N:(j + 1) * block_N, :], dq)
 
     @T.prim_func
     def main(Q: q_type, K: k_type, V: v_type, dO: do_type, LSE: T.Tensor([batch, heads, seq], accum_dtype),
              Delta: T.Tensor([batch, heads, seq], accum_dtype), dQ: T.Tensor(q_shape, accum_dtype),
-             dK: T.Tensor(grad_kv_shape, grad_kv_dtype), dV: T.Tensor(grad_kv_shape, grad_kv_dtype)):
-        with T.Kernel(T.ceildiv(seq_kv, block_M), heads // heads_per_program, batch, threads=threads) as (bx, by, bz):
+             dK: T.Tensor(kv_shape, dtype), dV: T.Tensor(kv_shape, dtype)):
+        with T.Kernel(T.ceildiv(seq_kv, block_M), heads // groups, batch, threads=threads) as (bx, by, bz):
             K_shared = T.alloc_shared([block_M, dim], dtype)
             V_shared = T.alloc_shared([block_M, dim], dtype)
             q = T.alloc_shared([block_N, dim], dtype)
@@ -292,20 +267,27 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
             dk = T.alloc_fragment([block_M, dim], accum_dtype)
             dq = T.alloc_fragment([block_N, dim], accum_dtype)
 
-            if programs_per_kv_head > 1:
-                T.copy(K[bz, by // programs_per_kv_head, bx * block_M:(bx + 1) * block_M, :], K_shared)
-                T.copy(V[bz, by // programs_per_kv_head, bx * block_M:(bx + 1) * block_M, :], V_shared)
-            else:
-                T.copy(K[bz, by, bx * block_M:(bx + 1) * block_M, :], K_shared)
-                T.copy(V[bz, by, bx * block_M:(bx + 1) * block_M, :], V_shared)
+            T.copy(K[bz, by, bx * block_M:(bx + 1) * block_M, :], K_shared)
+            T.copy(V[bz, by, bx * block_M:(bx + 1) * block_M, :], V_shared)
             T.clear(dv)
             T.clear(dk)
             buffers = (K_shared, V_shared, q, do, lse, delta, dsT_shared, qkT, dpT, pT_cast, dsT_cast, dv, dk, dq)
-            if heads_per_program > 1:
-                for g in T.serial(heads_per_program):
-                    query_blocks(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by * heads_per_program + g)
+            # causal: query blocks before this key block see none of its keys
+            first = T.floordiv(bx * block_M, block_N) if is_causal else 0
+            if groups == 1:
+                for j in T.Pipelined(first, T.ceildiv(seq, block_N), num_stages=num_stages):
+                    query_block(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by, j)
             else:
-                query_blocks(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by)
+                # one loop over the group's (query head, query block) steps: a loop per head around
+                # the pipelined one measured 0.79-0.89x SDPA (no producer warp for a nested loop,
+                # and a pipeline filled and drained per head), this one 1.01-1.10x (session 23)
+                blocks = T.ceildiv(seq, block_N) - first
+                for step in T.Pipelined(groups * blocks, num_stages=num_stages):
+                    # the mins change nothing (step < groups * blocks); they bound the head and the
+                    # query block for the range analysis when `blocks` is not a constant (causal),
+                    # so that dQ's tile atomic stays one TMA reduce
+                    query_block(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by * groups + T.min(step // blocks, groups - 1),
+                                T.min(first + step % blocks, T.ceildiv(seq, block_N) - 1))
             T.copy(dv, dV[bz, by, bx * block_M:(bx + 1) * block_M, :])
             T.copy(dk, dK[bz, by, bx * block_M:(bx + 1) * block_M, :])
 
@@ -449,18 +431,11 @@ def _attention_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     delta = flashattn_bwd_preprocess(batch, heads, seq, dim, dtype=args["dtype"],
                                      strides=views_of(O=out, dO=grad_out) or None)(out, grad_out)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    groups = args["groups"]
-    per_program = backward_heads_per_program(groups, is_causal)
-    grad_kv_shape = (batch, heads // per_program, k.shape[2], dim)
-    grad_kv_dtype = q.dtype if per_program == groups else torch.float32
-    dk, dv = (torch.empty(grad_kv_shape, dtype=grad_kv_dtype, device=q.device) for _ in range(2))
+    dk, dv = (torch.empty(k.shape, dtype=q.dtype, device=q.device) for _ in range(2))
     config = tile_config(q.device.type, dim, is_causal)["bwd"]
-    with switches.overridden(backward_switches(dim, is_causal, groups)):  # read when the kernel is planned and generated
-        flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None,
-                      heads_per_program=per_program)(q, k, v, grad_out, lse, delta, dq, dk, dv)
-    if per_program < groups:  # per program -> per K/V head
-        dk, dv = (t.view(k.shape[0], k.shape[1], groups // per_program, *t.shape[2:]).sum(2).to(q.dtype)
-                  for t in (dk, dv))
+    with switches.overridden(BACKWARD_SWITCHES):  # read when the kernel is planned and generated
+        flashattn_bwd(**args, **config, strides=views_of(Q=q, K=k, V=v, dO=grad_out) or None)(
+            q, k, v, grad_out, lse, delta, dq, dk, dv)
     return dq.to(q.dtype), dk, dv
 
 
