@@ -12,7 +12,7 @@ backward (examples/flash_attention_bwd.py) SDPA's cuDNN and flash backwards; FP8
 fp64 product (`<name>_max_err`); GQA decoding (examples/flash_decoding.py) SDPA's cuDNN backend, in
 TB/s, beside a device copy (`of_copy`: tritile / copy bandwidth).  Every result
 is checked against torch before it is timed; figures are TFLOP/s (median of
-`triton.testing.do_bench`; each candidate's median of three timings, the candidates' order
+`triton.testing.do_bench`; each candidate's median of three timings (`--rotations`), the candidates' order
 rotated between them); `ratio` is tritile / best library, `gluon_over_triton` tritile's Gluon
 backend / its triton one.  Writes bench/results/h100.json (or $OUT/h100.json when OUT is set)
 and a PNG plot beside it.
@@ -50,7 +50,7 @@ def bench(fn) -> float:
     return do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
 
 
-ROTATIONS = 3
+ROTATIONS = 3  # the default of --rotations
 
 
 def median_of_rotations(timers: dict) -> dict:
@@ -467,13 +467,18 @@ def summary(rows) -> str:
 
 
 def main(argv=None):
+    global ROTATIONS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="fp16 4096^3 and 8192^3 GEMMs and one attention shape (a few minutes)")
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated sections to run (of {', '.join(SECTIONS)}); the rows of the "
                              f"others are kept from an existing h100.json, each section dated in its 'sections'")
+    parser.add_argument("--rotations", type=int, default=ROTATIONS,
+                        help="timings per candidate, the median kept (recorded per section in 'rotations'); the "
+                             "head-dim-128 backward's samples spread 10 %% on an H100, more than 3 settle")
     args = parser.parse_args(argv)
+    ROTATIONS = args.rotations
     chosen = args.sections.split(",")
     unknown = sorted(set(chosen) - set(SECTIONS))
     if unknown:
@@ -494,7 +499,7 @@ def main(argv=None):
         "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
         "cuda": torch.version.cuda, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "timing": f"triton.testing.do_bench(warmup={WARMUP_MS}, rep={REP_MS}, median), median of "
-                  f"{ROTATIONS} timings per candidate, the candidates' order rotated each time",
+                  f"the section's 'rotations' timings per candidate, the candidates' order rotated each time",
         "columns": "TFLOP/s (decode rows: TB/s of the K/V cache read; copy: of its bytes read + written); "
                    "tritile = tritile's Gluon backend, tritile_triton = its triton.language backend "
                    "(one program, both backends); ratio = tritile / best library (gemm: cublas, triton, tilelang; "
@@ -508,6 +513,7 @@ def main(argv=None):
     path = os.path.join(out_dir, "h100.json")
     earlier = _earlier_sections(path, chosen)
     result["sections"] = earlier.get("sections", {})
+    result["rotations"] = {name: earlier.get("rotations", {}).get(name, 3) for name in result["sections"]}
     rows = [row for row in earlier.get("rows", []) if SECTION_OF_OP[row["op"]] not in chosen]
     runs = {"gemm": lambda: gemm_rows(run["gemm"], run["dtypes"], log, peer),
             "attention": lambda: attention_rows(run["attention"], log, peer),
@@ -518,6 +524,7 @@ def main(argv=None):
         try:
             rows += runs[name]()
             result["sections"][name] = result["date"]
+            result["rotations"][name] = ROTATIONS
         except Exception as e:
             traceback.print_exc()
             result.setdefault("errors", []).append(f"{name}: {type(e).__name__}: {e}"[:400])

@@ -26,4 +26,4 @@ header "TRITILE_BACKEND=triton python -m pytest -q -m gpu tests -n 15" > "$out/h
 TRITILE_BACKEND=triton timeout 300 python -m pytest -q -m gpu tests -n 15 -p no:cacheprovider 2>&1 | grep -v "Warning\|warner\|^$" | tail -40 >> "$out/h100_gpu_tests_triton.txt"
 header "run.py . EXAMPLES --list $list --jobs 8" > "$out/tilelang_examples_h100.txt"
 python "$examples/run.py" . "$examples" --list "$list" --jobs 8 >> "$out/tilelang_examples_h100.txt" 2>&1
-tail -3 "$out/h100_gpu_tests.txt" "$out/h100_gpu_tests_triton.txt" "$out/tilelang_examples_h100.txt"
+tail -n 3 "$out/h100_gpu_tests.txt" "$out/h100_gpu_tests_triton.txt" "$out/tilelang_examples_h100.txt"
