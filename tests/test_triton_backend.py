@@ -361,6 +361,17 @@ def test_a_16_bit_modulo_by_a_cast_constant_is_typed():
     test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
 
 
+def test_a_folded_cast_of_a_constant_saturates():
+    """Found by the generated programs (session 23, TRITILE_HYPOTHESIS_SCALE=30):
+    `T.int8(T.float16(T.int16(-32768)))` folded to the constant -32768 typed int8 - the fold
+    rounded the constant to its own type but never converted it - and storing it wrapped to 0,
+    where a cast of float16 -32768 to int8 saturates to -128 (the GPU's cvt, the interpreter's
+    Cast and torch agree).  A folded cast converts as the Cast it replaces."""
+    program = E.Program("parallel", "int8", "int8", "int8", ("cast", "int8", ("cast", "float16", (
+        "const", -32768, "int16"))), "", True, False)
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
+
+
 def test_a_bfloat16_maximum_stays_bfloat16():
     """Found by the generated programs (session 22): Triton's `maximum` / `minimum` promote
     bfloat16 to float32 and return float32, so `B + (max(A, A) + B)` skipped the rounding after

@@ -87,8 +87,8 @@ def cast(value, dtype, loc=None):
         raise CompileError(f"cannot cast {value!r} to {dtype}", loc)
     if value.dtype == dtype:
         return value
-    if isinstance(value, ir.Const):  # folded: the constant as its own type holds it first
-        return make_const(round_scalar(value.value, value.dtype), dtype)
+    if isinstance(value, ir.Const):  # folded: the constant as its own type holds it, converted as a Cast would be
+        return make_const(round_scalar(round_scalar(value.value, value.dtype), dtype), dtype)
     return ir.Cast(value, dtype)
 
 
