@@ -281,8 +281,9 @@ def evaluate(node, env: dict) -> torch.Tensor:
         return env[node[1]].to(_compute(node[2]))
     if kind == "const":
         return _round(torch.tensor(node[1], dtype=_compute(node[2])), node[2])
-    if kind == "cast":
-        return _round(evaluate(node[2], env), node[1])
+    if kind == "cast":  # to the operand's own type: no conversion (an e5m2 inf stays inf)
+        value = evaluate(node[2], env)
+        return value if dtype_of(node[2]) == node[1] else _round(value, node[1])
     dtype = dtype_of(node)
     if kind == "neg":
         return _round(-evaluate(node[2], env), dtype)
