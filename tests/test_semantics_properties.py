@@ -33,6 +33,18 @@ def test_interpreter_matches_torch(program, seed):
     assert E.same(actual, expected, program), f"{program.source}\nactual   {actual}\nexpected {expected}"
 
 
+def test_a_float64_select_keeps_its_constant():
+    """Found by the generated programs (session 23, TRITILE_HYPOTHESIS_SCALE=40): the interpreter's
+    `T.if_then_else` made a tensor of a Python-float branch in torch's default float32, so a float64
+    select of the constant -2147483647.0 gave -2147483648.0; branches are the call's compute dtype
+    now (the generated Triton code was right: the literal is an f64 constant in its TTIR)."""
+    select = ("select", "float64", ("<", ("cast", "float64", ("load", "A", "int8")), ("cast", "float64", (
+        "load", "A", "int8"))), ("cast", "float64", ("load", "A", "int8")), ("cast", "float64", (
+            "const", -2147483647, "int32")))
+    actual, expected = _run_interpreter(E.Program("parallel", "int8", "int8", "float64", select, "", True, False), 0)
+    assert torch.equal(actual, expected) and actual[0].item() == -2147483647.0, actual
+
+
 def test_replay_list_is_fixed_and_mixed():
     again = E.replay_programs(len(GPU_REPLAY))
     assert [p.source for p in again] == [p.source for p in GPU_REPLAY]

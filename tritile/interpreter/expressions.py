@@ -267,7 +267,8 @@ class Evaluator:
             cond, then, other = args
             if not V.is_tensor(cond):
                 return then if cond else other
-            return torch.where(cond.to(torch.bool), T(then), T(other))
+            compute = V.compute_dtype(e.dtype)  # a float64 branch's constant must not pass through float32
+            return torch.where(cond.to(torch.bool), T(then, compute), T(other, compute))
         if e.fn in ("max", "min"):
             if len(args) != 2:
                 raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
