@@ -383,6 +383,17 @@ def test_a_cast_to_the_same_fp8_type_keeps_inf():
         test_expression_programs_three_ways.hypothesis.inner_test(program, seed)
 
 
+def test_an_int64_select_of_constants_stays_int64():
+    """Found by the generated programs (session 23, TRITILE_HYPOTHESIS_SCALE=300): an int64 select
+    of two constants was `tl.where(c, -1, -1)` - Triton's int32 - and adding INT64_MIN to it was a
+    Triton error; int64 constants are typed scalars, as narrower and unsigned ones were."""
+    select = ("select", "int64", ("<", ("cast", "int64", ("load", "A", "int8")), ("cast", "int64", (
+        "load", "A", "int8"))), ("const", -1, "int64"), ("const", -1, "int64"))
+    program = E.Program("parallel", "int8", "int8", "int8", ("cast", "int8", ("bin", "+", "int64", select, (
+        "const", -2 ** 63, "int64"))), "", True, False)
+    test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
+
+
 def test_a_bfloat16_maximum_stays_bfloat16():
     """Found by the generated programs (session 22): Triton's `maximum` / `minimum` promote
     bfloat16 to float32 and return float32, so `B + (max(A, A) + B)` skipped the rounding after

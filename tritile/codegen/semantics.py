@@ -294,10 +294,10 @@ def lower_const(em, e: ir.Const) -> Val:
         if v in (float("inf"), float("-inf")):
             return Val('float("inf")' if v > 0 else '-float("inf")')
         return Val(repr(v))
-    if e.dtype.kind == "uint" or e.dtype.is_int and e.dtype.bits < 32:
+    if e.dtype.kind == "uint" or e.dtype.is_int and e.dtype.bits != 32:
         # a bare literal is Triton's int32 wherever it meets a tensor in a library call
-        # (`maximum`, `where`): int8 arithmetic would then not wrap, and uint8 // int32 is a
-        # TypeError (different signedness)
+        # (`maximum`, `where`): int8 arithmetic would then not wrap, uint8 // int32 is a
+        # TypeError (different signedness), and an int64 select of two literals was int32
         return Val(f"{lang}.full([], {int(v)}, {dtype_text(e.dtype, lang)})")
     return Val(repr(int(v)))
 
