@@ -394,6 +394,20 @@ def test_an_int64_select_of_constants_stays_int64():
     test_expression_programs_three_ways.hypothesis.inner_test(program, 0)
 
 
+@pytest.mark.parametrize("a_dtype, expr", [
+    ("int8", ("bin", "+", "float32", ("neg", "float32", ("cast", "float32", ("load", "A", "int8"))),
+              ("cast", "float32", ("const", 0, "int8")))),
+    ("float32", ("bin", "//", "float32", ("load", "A", "float32"), ("cast", "float32", ("const", 1, "int8")))),
+], ids=["minus-zero-plus-zero", "float-floor-division-by-one"])
+def test_float_identities_hold_only_where_they_are_identities(a_dtype, expr):
+    """Found by the generated programs (session 23, TRITILE_HYPOTHESIS_SCALE=200): the frontend
+    rewrote float `x + 0.0` to x, which is -0.0 where the sum is +0.0, and - on the way - `x // 1.0`
+    to x where it is floor(x).  For floats only x - (+0.0) and x * 1 stay rewritten."""
+    program = E.Program("parallel", a_dtype, "int8", "float32", expr, "", True, False)
+    for seed in range(2):
+        test_expression_programs_three_ways.hypothesis.inner_test(program, seed)
+
+
 def test_a_bfloat16_maximum_stays_bfloat16():
     """Found by the generated programs (session 22): Triton's `maximum` / `minimum` promote
     bfloat16 to float32 and return float32, so `B + (max(A, A) + B)` skipped the rounding after

@@ -128,7 +128,12 @@ def _is_const(e: ir.Expr, value) -> bool:
 
 
 def _identity(op, a, b):
-    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x // 1: keep the IR readable."""
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x // 1: keep the IR readable.  Only where they are
+    identities: for floats x + 0.0 is +0.0 at x = -0.0, x - (-0.0) likewise, and x // 1.0 is
+    floor(x)."""
+    if promote(a.dtype, b.dtype).is_float and op in ("+", "-", "//"):
+        positive_zero = op == "-" and _is_const(b, 0) and math.copysign(1.0, b.value) > 0
+        return a if positive_zero and promote(a.dtype, b.dtype) == a.dtype else None
     if op == "+" and _is_const(b, 0) and promote(a.dtype, b.dtype) == a.dtype:
         return a
     if op == "+" and _is_const(a, 0) and promote(a.dtype, b.dtype) == b.dtype:

@@ -286,7 +286,8 @@ def flashattn_bwd(batch, heads, seq, dim, is_causal, block_M=64, block_N=32, num
                     # the mins change nothing (step < groups * blocks); they bound the head and the
                     # query block for the range analysis when `blocks` is not a constant (causal),
                     # so that dQ's tile atomic stays one TMA reduce
-                    query_block(Q, dO, LSE, Delta, dQ, *buffers, bx, bz, by * groups + T.min(step // blocks, groups - 1),
+                    query_block(Q, dO, LSE, Delta, dQ, *buffers, bx, bz,
+                                by * groups + T.min(step // blocks, groups - 1),
                                 T.min(first + step % blocks, T.ceildiv(seq, block_N) - 1))
             T.copy(dv, dV[bz, by, bx * block_M:(bx + 1) * block_M, :])
             T.copy(dk, dK[bz, by, bx * block_M:(bx + 1) * block_M, :])
