@@ -247,12 +247,8 @@ def _static(e) -> Optional[int]:
 
 
 def _type_range(dtype) -> tuple:
-    """(least, greatest) value of an integer or bool IR dtype."""
-    if dtype.kind == "bool":
-        return 0, 1
-    if dtype.kind == "uint":
-        return 0, (1 << dtype.bits) - 1
-    return -(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1
+    """(least, greatest) value of an integer or bool IR dtype, as ints."""
+    return int(dtype.min.value), int(dtype.max.value)
 
 
 def _join(pick, a, b, unknown_wins: bool):
