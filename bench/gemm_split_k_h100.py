@@ -1,9 +1,11 @@
-"""Split-K sweep: for GEMMs with few output tiles (small M: decoding's linears; a weight gradient
-of a training step), the one-kernel split GEMM of tritile/ops/split_k.py (each (tile, share of
-K) program stores its partial, the tile's last arrival sums them) for each (tile config, splits)
-candidate, against the unsplit tritile GEMM (`tritile.ops.matmul` with tile_config's tiles),
-what `tritile.mm` runs (its plan, `split_k_config`) and cuBLAS (`torch.mm`), all in one process.
-The data behind split_k_config's rule (bench/NOTES.md).
+"""Split-K and thin-GEMM sweep: for GEMMs with few output tiles (small M: decoding's linears; a
+weight gradient of a training step), the one-kernel split GEMM of tritile/ops/split_k.py (each
+(tile, share of K) program stores its partial, the tile's last arrival sums them) for each (tile
+config, splits) candidate, and for A of at most 32 rows the unsplit narrow tiles with and without
+the swapped product (`swap_ab`: B^T A^T, A's rows on wgmma's N side), against the unsplit tritile
+GEMM (`tritile.ops.matmul` with tile_config's tiles), what `tritile.mm` runs (its plan,
+`split_k_config`) and cuBLAS (`torch.mm`), all in one process.  The data behind tile_config's
+thin tiles and split_k_config's rule (bench/NOTES.md).
 
     PYTHONPATH=$PWD python bench/gemm_split_k_h100.py            # H100: writes the json below
     PYTHONPATH=$PWD python bench/gemm_split_k_h100.py --dry      # CPU: tiny shapes, the interpreter
@@ -37,6 +39,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_h100 import median_of_rotations, rel_err, tflops  # noqa: E402
 
 SMALL_M = [(m, n, n) for m in (16, 128) for n in (4096, 8192)]
+THIN = [(1, 8192, 8192), (32, 4096, 4096), (16, 1024, 4096), (16, 4096, 1024)]  # decoding's other linears
 WEIGHT_GRADIENT = (1024, 1024, 16384)
 SPLITS = (2, 3, 4, 6, 8)
 # small M: tile_config's one-warpgroup tiles on deep pipelines (one CTA an SM), and shallower ones
@@ -45,6 +48,11 @@ SMALL_M_TILES = [dict(block_M=64, block_N=64, block_K=128, num_stages=6, threads
                  dict(block_M=64, block_N=64, block_K=128, num_stages=3, threads=128),   # 96 KB
                  dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128),   # 144 KB
                  dict(block_M=64, block_N=128, block_K=64, num_stages=4, threads=128)]   # 96 KB
+# A of at most 32 rows: the swapped product on A's 16 / 32 rows (tile_config's since session 24)
+SWAPPED_TILES = {16: [dict(block_M=16, block_N=64, block_K=256, num_stages=5, threads=128, swap_ab=True),   # 200 KB
+                      dict(block_M=16, block_N=64, block_K=128, num_stages=10, threads=128, swap_ab=True)],
+                 32: [dict(block_M=32, block_N=64, block_K=256, num_stages=4, threads=128, swap_ab=True),   # 192 KB
+                      dict(block_M=32, block_N=64, block_K=128, num_stages=8, threads=128, swap_ab=True)]}
 WIDE_TILES = [dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256),
               dict(block_M=128, block_N=256, block_K=64, num_stages=3, threads=256)]
 MAX_WAVES = 4  # splits whose programs outnumber this many waves of one program an SM are left out
@@ -52,16 +60,19 @@ WARMUP_MS, REP_MS = 10, 40
 # --dry: the interpreter's tiles on tiny shapes (ragged M and N, a short last share)
 DRY_SHAPES = [(16, 96, 256), (40, 130, 96)]
 DRY_TILES = [dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)]
+DRY_SWAPPED = [dict(block_M=16, block_N=64, block_K=32, num_stages=2, threads=128, swap_ab=True)]
 DRY_SPLITS = (2, 3, 4)
 
 
 def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, num_sms: int = 132) -> list:
-    """The split configs (split_k_config's candidates) to time for one shape: each tile config at
-    each split count of at least one K tile a share and at most MAX_WAVES waves of programs."""
+    """The configs to time for one shape: each split tile config at each split count of at least
+    one K tile a share and at most MAX_WAVES waves of programs (split_k_config's candidates); for
+    A of at most 32 rows also the unsplit narrow tiles, swapped and not (no `splits` key)."""
     from tritile.ops.split_k import output_tiles, split_k_config
 
-    tiles = DRY_TILES if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES
-    configs = []
+    thin = [] if M > 32 else DRY_SWAPPED if dry else SWAPPED_TILES[16 if M <= 16 else 32]
+    tiles = DRY_TILES + thin if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES + thin
+    configs = [dict(t) for t in (thin if dry else SMALL_M_TILES[::2] + thin)] if thin else []  # unsplit
     for t in tiles:
         for splits in DRY_SPLITS if dry else SPLITS:
             if splits <= -(-K // t["block_K"]) and (dry or output_tiles(M, N, t) * splits <= MAX_WAVES * num_sms):
@@ -70,7 +81,7 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, nu
 
 
 def shapes(dry: bool) -> list:
-    return [(shape, dtype) for shape in (DRY_SHAPES if dry else SMALL_M + [WEIGHT_GRADIENT])
+    return [(shape, dtype) for shape in (DRY_SHAPES if dry else SMALL_M + THIN + [WEIGHT_GRADIENT])
             for dtype in (torch.float16, torch.bfloat16)]
 
 
@@ -100,8 +111,9 @@ def _compile_in_child(args) -> str:
 
 
 def name(config: dict) -> str:
-    return (f"{config['block_M']}x{config['block_N']}x{config['block_K']} s{config['num_stages']} "
-            f"split{config['splits']}")
+    return (("swap " if config.get("swap_ab") else "") + f"{config['block_M']}x{config['block_N']}x"
+            f"{config['block_K']} s{config['num_stages']} " + (f"split{config['splits']}" if "splits" in config
+                                                               else "unsplit"))
 
 
 def check_split(gemm, a, b, ref) -> None:
@@ -150,8 +162,13 @@ def measure(M: int, N: int, K: int, dtype: torch.dtype, device: str, dry: bool) 
         timers["tritile.mm"] = timer(lambda: torch.ops.tritile.mm(a, b), dry)
     for config in candidates(M, N, K, dtype, dry):
         try:
-            gemm = SplitKGemm.build(a, b, config, t_dtype(dtype))
-            check_split(gemm, a, b, ref)
+            if "splits" in config:
+                gemm = SplitKGemm.build(a, b, config, t_dtype(dtype))
+                check_split(gemm, a, b, ref)
+            else:
+                gemm = matmul.compile(M=M, N=N, K=K, dtype=t_dtype(dtype), **config)
+                if rel_err(gemm(a, b), ref) > 1e-2:
+                    raise AssertionError(f"rel err {rel_err(gemm(a, b), ref):.3g}")
             timers[name(config)] = timer(lambda gemm=gemm: gemm(a, b), dry)
         except Exception as e:  # recorded, the sweep goes on
             row["errors"][name(config)] = f"{type(e).__name__}: {e}"[:300]
@@ -164,15 +181,18 @@ def measure(M: int, N: int, K: int, dtype: torch.dtype, device: str, dry: bool) 
     row["ms"] = {k: round(v, 5) for k, v in ms.items()}
     row["tflops"] = {k: round(tflops(flops, v), 2) for k, v in ms.items()}
     row["ratio_to_cublas"] = {k: round(ms["cublas"] / v, 3) for k, v in ms.items()}
-    splits = [k for k in ms if k not in ("cublas", "unsplit", "tritile.mm")]
+    splits = [k for k in ms if k.split(" ")[-1].startswith("split")]
+    narrow = [k for k in ms if k.endswith(" unsplit")]
     row["best_split"] = min(splits, key=ms.get) if splits else None
+    row["best_narrow"] = min(narrow, key=ms.get) if narrow else None
     return row
 
 
 def table(rows: list) -> str:
     """Ratio to cuBLAS per shape: unsplit, tritile.mm's plan, the best split and the best at each
     split count."""
-    head = ["shape", "cuBLAS us", "unsplit", "tritile.mm", "best split", ""] + [f"split{s}" for s in SPLITS]
+    head = ["shape", "cuBLAS us", "unsplit", "tritile.mm", "best narrow", "", "best split", ""] + \
+        [f"split{s}" for s in SPLITS]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for row in rows:
         ratios = row["ratio_to_cublas"]
@@ -180,10 +200,11 @@ def table(rows: list) -> str:
         for s in SPLITS:
             of_count = [k for k in ratios if k.endswith(f" split{s}")]
             per_count.append(f"{max(ratios[k] for k in of_count):.3f}" if of_count else "-")
-        best = row["best_split"]
+        best, narrow = row["best_split"], row.get("best_narrow")
         lines.append(" | ".join([f"{row['dtype']} {row['M']}x{row['N']}x{row['K']}",
                                  f"{row['ms']['cublas'] * 1e3:.1f}", f"{ratios.get('unsplit', 0):.3f}",
                                  f"{ratios['tritile.mm']:.3f}" if "tritile.mm" in ratios else "(unsplit)",
+                                 f"{ratios[narrow]:.3f}" if narrow else "-", narrow or "",
                                  f"{ratios[best]:.3f}" if best else "-", best or ""] + per_count))
     return "\n".join(lines)
 

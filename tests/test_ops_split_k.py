@@ -163,9 +163,10 @@ def test_plan_follows_the_measured_rule(monkeypatch):
     # a weight gradient with few wide tiles and a long K: two shares of 128 K tiles each fill the SMs
     assert split_k_config("cuda", 1024, 1024, 16384, torch.bfloat16)["splits"] == 2
     assert split_k_config("cuda", 512, 512, 8192, torch.float16)["splits"] == 4
-    # 16 rows whose narrow tiles leave half the SMs idle: two shares on those tiles
-    assert split_k_config("cuda", 16, 4096, 4096, torch.bfloat16) == dict(SMALL_M_TILES, splits=2)
-    for shape in [(16, 8192, 8192), (64, 1024, 1024), (128, 8192, 8192),  # small M: splitting measured slower
+    # 16 rows whose (swapped) narrow tiles leave 3/4 of the SMs idle: two shares on those tiles
+    assert split_k_config("cuda", 16, 1024, 4096, torch.bfloat16) == dict(SWAPPED_THIN_TILES, splits=2)
+    for shape in [(16, 8192, 8192), (16, 4096, 4096), (64, 1024, 1024),  # small M: splitting measured slower
+                  (128, 8192, 8192),
                   (3072, 1024, 16384), (4096, 4096, 4096),                # enough tiles to fill the SMs
                   (1024, 1024, 1024)]:                                    # K too short to share
         assert split_k_config("cuda", *shape, torch.float16) is None, shape
@@ -179,6 +180,7 @@ def test_plan_follows_the_measured_rule(monkeypatch):
 
 
 SMALL_M_TILES = dict(block_M=64, block_N=64, block_K=128, num_stages=6, threads=128)
+SWAPPED_THIN_TILES = dict(block_M=16, block_N=64, block_K=256, num_stages=5, threads=128, swap_ab=True)
 
 
 def test_plan_takes_a_candidate(monkeypatch):

@@ -45,7 +45,7 @@ from tritile.runtime.kernel import PreparedCall
 def matmul_epilogue(A, B, Bias, Residual, Pre, block_M: int = 64, block_N: int = 64, block_K: int = 32,
                     num_stages: int = 2, threads: int = 128, dtype=T.float16, accum_dtype=T.float32,
                     panel_size: int = 10, has_bias: bool = False, activation: str = "none",
-                    has_residual: bool = False, keep_pre: bool = False):
+                    has_residual: bool = False, keep_pre: bool = False, swap_ab: bool = False):
     """C = act(A @ B^T + Bias) + Residual (B: (N, K)); Pre = A @ B^T + Bias when `keep_pre`.
     An absent Bias / Residual / Pre is a placeholder of one element, never read."""
     M, N, K = T.const("M, N, K")
@@ -63,7 +63,7 @@ def matmul_epilogue(A, B, Bias, Residual, Pre, block_M: int = 64, block_N: int =
 
         T.use_swizzle(panel_size=panel_size)
         accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
-                         False, True)
+                         False, True, swap_ab=swap_ab)
         apply_epilogue(C_local, C, Bias, Residual, Pre, bx, by, block_M, block_N, dtype, has_bias, activation,
                        has_residual, keep_pre)
     return C

@@ -38,7 +38,7 @@ SUPPORTED_DTYPES = {torch.float16: T.float16, torch.bfloat16: T.bfloat16, torch.
 @tritile.jit
 def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
            threads: int = 128, dtype=T.float16, accum_dtype=T.float32, panel_size: int = 10,
-           trans_A: bool = False, trans_B: bool = False):
+           trans_A: bool = False, trans_B: bool = False, swap_ab: bool = False):
     M, N, K = T.const("M, N, K")
     A: T.Tensor((K, M) if trans_A else (M, K), dtype)  # trans_A: A holds the (K, M) matrix A^T
     B: T.Tensor((N, K) if trans_B else (K, N), dtype)
@@ -51,7 +51,7 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
 
         T.use_swizzle(panel_size=panel_size)  # launch order in panels, for L2 reuse of A and B tiles
         accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
-                         trans_A, trans_B)
+                         trans_A, trans_B, swap_ab=swap_ab)
         T.copy(C_local, C[by * block_M, bx * block_N])
     return C
 
@@ -59,7 +59,7 @@ def matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_st
 @tritile.jit
 def batched_matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32, num_stages: int = 2,
                    threads: int = 128, dtype=T.float16, accum_dtype=T.float32, trans_A: bool = False,
-                   trans_B: bool = False):
+                   trans_B: bool = False, swap_ab: bool = False):
     """C[b] = A[b] @ B[b]: `matmul` with the batch as the grid's third axis."""
     BATCH, M, N, K = T.const("BATCH, M, N, K")
     A: T.Tensor((BATCH, K, M) if trans_A else (BATCH, M, K), dtype)  # trans_A: A[b] holds A[b]^T
@@ -72,7 +72,7 @@ def batched_matmul(A, B, block_M: int = 64, block_N: int = 64, block_K: int = 32
         C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
 
         accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
-                         trans_A, trans_B, True, bz)
+                         trans_A, trans_B, True, bz, swap_ab=swap_ab)
         T.copy(C_local, C[bz, by * block_M, bx * block_N])
     return C
 

@@ -84,11 +84,14 @@ from tritile.switches import schedule_switch
 # splits than fill the SMs once.  The one-kernel split's sweep (session 20,
 # gemm_split_k_fused_h100.json) kept it: the weight gradient 0.89x as with two kernels, M = 128
 # 0.79-0.82x against 1.00-1.04 unsplit, 16 x 8192 x 8192 0.96-0.97 against 0.98; only M = 16 at
-# N = K = 4096, where the unsplit tiles fill half the SMs, gained (THIN_ROWS).
+# N = K = 4096, where the unsplit tiles fill half the SMs, gained (THIN_ROWS).  Since tile_config
+# swaps a thin GEMM's operands (session 24, swap_sweep_h100.json), 16 x 4096 x 4096 runs unsplit
+# (64 swapped programs 1.09-1.12x, in two shares 1.02-1.06x); a split still paid where the swapped
+# tiles fill at most a quarter of the SMs (16 x 1024 x 4096: 16 programs, 1.01-1.11x -> 1.06-1.13x).
 SPLIT_TILES = dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256)
 MIN_ROWS = 256  # M and N both at least this (narrower GEMMs keep tile_config's narrow tiles)
 MIN_K_TILES_PER_SPLIT = 32  # each share a long pipelined loop (measured: 128 K tiles a share)
-THIN_ROWS = 16  # at most this many rows: split in 2 where the narrow tiles leave half the SMs idle
+THIN_ROWS = 16  # at most this many rows: split in 2 where the narrow tiles leave 3/4 of the SMs idle
 THIN_SPLIT_K = (2048, 4096)  # measured: K = 4096 gained; at 8192 (also 64 programs, of 64x128) every split lost
 
 
@@ -97,7 +100,7 @@ def matmul_split_k(A, B, Bias, Residual, Pre, Workspace, Counters, splits: int =
                    block_N: int = 64, block_K: int = 32, num_stages: int = 2, threads: int = 128,
                    dtype=T.float16, accum_dtype=T.float32, trans_A: bool = False, trans_B: bool = False,
                    has_bias: bool = False, activation: str = "none", has_residual: bool = False,
-                   keep_pre: bool = False):
+                   keep_pre: bool = False, swap_ab: bool = False):
     """C = act(A @ B + Bias) + Residual, K split in `splits` shares; one program per (tile, share)."""
     M, N, K = T.const("M, N, K")
     A: T.Tensor((K, M) if trans_A else (M, K), dtype)
@@ -117,7 +120,8 @@ def matmul_split_k(A, B, Bias, Residual, Pre, Workspace, Counters, splits: int =
         partial = T.alloc_fragment((block_M, block_N), accum_dtype)
 
         accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
-                         trans_A, trans_B, k_first=bz * k_tiles_per_split, k_count=k_tiles_per_split)
+                         trans_A, trans_B, k_first=bz * k_tiles_per_split, k_count=k_tiles_per_split,
+                         swap_ab=swap_ab)
         T.copy(C_local, Workspace[bz, by * block_M, bx * block_N])
         T.sync_threads()  # every thread's partial stored before the count (one thread's atomic) releases them
         arrived = T.atomic_add(Counters[by, bx], 1, memory_order="acq_rel", return_prev=True)
@@ -186,10 +190,10 @@ def split_k_config(device_type: str, M: int, N: int, K: int, dtype: torch.dtype 
     GEMM, or None: leave it unsplit.
 
     Rule (auto: CUDA, half precision): M at most THIN_ROWS (decoding's rows), where tile_config's
-    tiles give at most half the SMs a program, splits in 2 on those tiles (16 x 4096 x 4096:
-    64 programs of 64x64x128 become 128; fp16 / bf16 0.992 / 0.968 -> 1.008 / 0.996x cuBLAS in
-    the one-kernel sweep, session 20; at 16 x 8192 x 8192, 64 programs of 64x128 too, every split
-    lost, as at M = 128: K within THIN_SPLIT_K).  Else M and N both at least MIN_ROWS, and SPLIT_TILES's output
+    tiles give at most a quarter of the SMs a program, splits in 2 on those tiles (16 x 1024 x
+    4096: 16 swapped programs become 32, 1.01-1.11 -> 1.06-1.13x cuBLAS, session 24; at 16 x 4096
+    x 4096 the 64 swapped programs now beat their split; at 16 x 8192 x 8192 every split lost, as
+    at M = 128: K within THIN_SPLIT_K).  Else M and N both at least MIN_ROWS, and SPLIT_TILES's output
     tiles fill at most half the SMs; then K splits into the largest power of two of shares that
     keeps one program per SM at most and MIN_K_TILES_PER_SPLIT K tiles per share (None if that is
     1).  `on` splits any GEMM of 2 K tiles or more, with tile_config's tiles.
@@ -214,7 +218,7 @@ def split_k_config(device_type: str, M: int, N: int, K: int, dtype: torch.dtype 
         return dict(config, splits=min(k_tiles, max(2, num_sms // output_tiles(M, N, config)))) if k_tiles > 1 else None
     if M <= THIN_ROWS:
         config = tile_config(device_type, M, N, K, dtype)
-        halves = 2 * output_tiles(M, N, config) <= num_sms and THIN_SPLIT_K[0] <= K <= THIN_SPLIT_K[1]
+        halves = 4 * output_tiles(M, N, config) <= num_sms and THIN_SPLIT_K[0] <= K <= THIN_SPLIT_K[1]
         return dict(config, splits=2) if halves else None
     tile_count, k_tiles, shares = output_tiles(M, N, SPLIT_TILES), K // SPLIT_TILES["block_K"], 1
     if min(M, N) < MIN_ROWS or 2 * tile_count > num_sms:
