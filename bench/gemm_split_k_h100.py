@@ -71,7 +71,8 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, nu
     from tritile.ops.split_k import output_tiles, split_k_config
 
     thin = [] if M > 32 else DRY_SWAPPED if dry else SWAPPED_TILES[16 if M <= 16 else 32]
-    tiles = DRY_TILES + thin if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES + thin
+    # a thin A's splits: of the swapped tiles, and of session 20's thin split tile (64x64x128 s6)
+    tiles = DRY_TILES + thin if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES[:1] + thin if thin else SMALL_M_TILES
     configs = [dict(t) for t in (thin if dry else SMALL_M_TILES[::2] + thin)] if thin else []  # unsplit
     for t in tiles:
         for splits in DRY_SPLITS if dry else SPLITS:
@@ -80,9 +81,10 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, nu
     return configs
 
 
-def shapes(dry: bool) -> list:
+def shapes(dry: bool, rows: tuple = ()) -> list:
+    """(shape, dtype) pairs to sweep; `rows`: only the shapes with these M."""
     return [(shape, dtype) for shape in (DRY_SHAPES if dry else SMALL_M + THIN + [WEIGHT_GRADIENT])
-            for dtype in (torch.float16, torch.bfloat16)]
+            if not rows or shape[0] in rows for dtype in (torch.float16, torch.bfloat16)]
 
 
 def t_dtype(dtype: torch.dtype):
@@ -229,6 +231,7 @@ def main(argv=None):
                         help="json to write (default bench/results/gemm_split_k_fused_h100.json; dry: none)")
     parser.add_argument("--jobs", type=int, default=14, help="compiling child processes")
     parser.add_argument("--dry", action="store_true", help="tiny shapes on CPU through the interpreter")
+    parser.add_argument("--rows", type=int, nargs="*", default=(), help="only the shapes with these M")
     args = parser.parse_args(argv)
     from tritile.ops.gemm_loop import tile_config
 
@@ -237,7 +240,7 @@ def main(argv=None):
                                                           "gemm_split_k_fused_h100.json"))
     started = time.time()
     if not args.dry:
-        work = [(*shape, dtype, config) for shape, dtype in shapes(False)
+        work = [(*shape, dtype, config) for shape, dtype in shapes(False, args.rows)
                 for config in [tile_config("cuda", *shape, dtype)] + candidates(*shape, dtype)]
         ctx = __import__("multiprocessing").get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
@@ -245,7 +248,7 @@ def main(argv=None):
         print(f"compiled {len(work)} split kernels in {time.time() - started:.0f} s ({len(failed)} failed)",
               flush=True)
     rows = []
-    for (M, N, K), dtype in shapes(args.dry):
+    for (M, N, K), dtype in shapes(args.dry, args.rows):
         row = measure(M, N, K, dtype, device, args.dry)
         ratios = row["ratio_to_cublas"]
         print(f"{row['dtype']} {M}x{N}x{K}: unsplit {ratios.get('unsplit')}, best {row['best_split']} "
