@@ -99,3 +99,18 @@ def test_sm90_swapped_gemm_puts_a_rows_on_wgmma_n(M, n):
     stage_bytes = (config["block_M"] + config["block_N"]) * config["block_K"] * 2
     planned = config["num_stages"] * stage_bytes
     assert planned <= kernel._codegen(H100).metadata.shared <= H100.shared_memory_limit
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K", [(1, 8192, 8192), (16, 4096, 4096), (32, 4096, 1024), (16, 1024, 4096)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_thin_ops_take_the_swapped_product(M, N, K, dtype):
+    """tritile.mm and tritile.linear (with an epilogue) at decoding's shapes, where tile_config
+    swaps the operands (and 16 x 1024 x 4096 also splits K), equal torch's."""
+    x, w = torch.randn(M, K, device="cuda", dtype=dtype), torch.randn(N, K, device="cuda", dtype=dtype)
+    bias = torch.randn(N, device="cuda", dtype=dtype)
+    assert tile_config("cuda", M, N, K, dtype)["swap_ab"]
+    _close(torch.ops.tritile.mm(x, w.t()), x.float() @ w.float().t(), dtype)
+    _close(torch.ops.tritile.mm(x, w.t().contiguous()), x.float() @ w.float().t(), dtype)
+    out, _ = torch.ops.tritile.linear(x, w, bias, None, "silu", False)
+    _close(out, torch.nn.functional.silu(x.float() @ w.float().t() + bias.float()), dtype)
