@@ -85,7 +85,7 @@ from tritile.switches import schedule_switch
 # gemm_split_k_fused_h100.json) kept it: the weight gradient 0.89x as with two kernels, M = 128
 # 0.79-0.82x against 1.00-1.04 unsplit, 16 x 8192 x 8192 0.96-0.97 against 0.98; only M = 16 at
 # N = K = 4096, where the unsplit tiles fill half the SMs, gained (THIN_ROWS).  Since tile_config
-# swaps a thin GEMM's operands (session 24, swap_sweep_h100.json), 16 x 4096 x 4096 runs unsplit
+# swaps a thin GEMM's operands (session 24, gemm_thin_swap_h100.json), 16 x 4096 x 4096 runs unsplit
 # (64 swapped programs 1.09-1.12x, in two shares 1.02-1.06x); a split still paid where the swapped
 # tiles fill at most a quarter of the SMs (16 x 1024 x 4096: 16 programs, 1.01-1.11x -> 1.06-1.13x).
 SPLIT_TILES = dict(block_M=128, block_N=128, block_K=64, num_stages=4, threads=256)
