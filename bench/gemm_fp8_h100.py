@@ -92,6 +92,9 @@ VARIANTS = [
      {"TRITILE_RELEASE_AHEAD": "1"}),
     ("p1-128x256-h1-4st-ahead", dict(block_N=256, num_stages=4, overlap_promotion="n_pieces", pieces=2, partials=1),
      {"TRITILE_RELEASE_AHEAD": "1"}),
+    # the default's panel of output-tile rows the persistent programs walk (T.use_swizzle; 10 by
+    # default): at 8192³ A and B (64 MB each) outgrow the 50 MB L2
+    *[(f"default-panel{p}", dict(panel_size=p), {}) for p in (4, 20, 32, 64)],
 ]
 
 

@@ -43,7 +43,7 @@ def store_scaled(total, C, Scales, row, col, rows, cols):
 
 @tritile.jit(out_idx=[3])
 def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threads=256, promote_every=4,
-             overlap_promotion=None, pieces=2, partials=2):
+             overlap_promotion=None, pieces=2, partials=2, panel_size=10):
     in_dtype, accum_dtype, out_dtype = "float8_e4m3", "float", "float16"
     if overlap_promotion is not None:
         if overlap_promotion not in OVERLAPPED:
@@ -51,14 +51,14 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
                              f"not {overlap_promotion!r}")
         tiles = (M, N, K, block_M, block_N, block_K, num_stages, threads)
         if overlap_promotion == "n_pieces":
-            return _n_pieces(*tiles, pieces, partials, promote_every)
+            return _n_pieces(*tiles, pieces, partials, promote_every, panel_size=panel_size)
         if (pieces, partials) != (2, 2):
             raise ValueError(f"pieces and partials are overlap_promotion='n_pieces' settings, not "
                              f"{overlap_promotion!r}'s (pieces={pieces!r}, partials={partials!r})")
         if promote_every != 1:
             raise ValueError(f"overlap_promotion={overlap_promotion!r} promotes every k-step: promote_every must be "
                              f"1, not {promote_every}")
-        return OVERLAPPED[overlap_promotion](*tiles)
+        return OVERLAPPED[overlap_promotion](*tiles, panel_size=panel_size)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), in_dtype), Scales: T.Tensor((2,), "float32"),
@@ -68,7 +68,7 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
             B_shared = T.alloc_shared((block_N, block_K), in_dtype)
             partial = T.alloc_fragment((block_M, block_N), accum_dtype)
             total = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.use_swizzle(panel_size=10)
+            T.use_swizzle(panel_size=panel_size)
             T.clear(partial)
             T.clear(total)
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
@@ -85,7 +85,7 @@ def gemm_fp8(M, N, K, block_M=128, block_N=128, block_K=128, num_stages=3, threa
     return main
 
 
-def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads):
+def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads, panel_size=10):
     """Promotion every k-step, the k-steps in pairs: each pipelined iteration loads steps 2k and
     2k+1 into their own tiles, runs each into its own partial (cleared by its gemm: no register
     clear), then promotes the even partial - pipeline injection retires only the even gemm
@@ -105,7 +105,7 @@ def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads):
             partial_even = T.alloc_fragment((block_M, block_N), accum_dtype)
             partial_odd = T.alloc_fragment((block_M, block_N), accum_dtype)
             total = T.alloc_fragment((block_M, block_N), accum_dtype)
-            T.use_swizzle(panel_size=10)
+            T.use_swizzle(panel_size=panel_size)
             T.clear(total)
             for k in T.Pipelined(T.ceildiv(K, 2 * block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, 2 * k * block_K], A_even)
@@ -123,7 +123,8 @@ def _k_pairs(M, N, K, block_M, block_N, block_K, num_stages, threads):
     return main
 
 
-def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2, partials=2, promote_every=1):
+def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2, partials=2, promote_every=1,
+              panel_size=10):
     """Promotion every k-step, each k-step as `pieces` gemms over equal column pieces of the tile
     (B's rows), each promoted into its own total; the pieces' partials take `partials` fragments
     in turn.  Piece p's gemm (cleared by the wgmma: no register clear) is issued once the piece
@@ -157,7 +158,7 @@ def _n_pieces(M, N, K, block_M, block_N, block_K, num_stages, threads, pieces=2,
             B_shared = T.alloc_shared((block_N, block_K), in_dtype)
             partial = [T.alloc_fragment((block_M, width), accum_dtype) for _ in order[:partials]]
             total = [T.alloc_fragment((block_M, width), accum_dtype) for _ in order]
-            T.use_swizzle(panel_size=10)
+            T.use_swizzle(panel_size=panel_size)
             for piece in order:
                 T.clear(total[piece])
                 if promote_every != 1:
