@@ -57,21 +57,18 @@ def accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, bloc
     wgmma's M side (at least 64 rows) is then B's tile and A's few rows are its N side (as small
     as 8), so a thin A (decoding's 16 rows) is neither padded to 64 rows in shared memory nor
     read as such - the pipeline holds more stages of B (cuBLAS's small-M kernels do the same)."""
+    accumulator = T.alloc_fragment((block_N, block_M), C_local.dtype) if swap_ab else C_local
+    T.clear(accumulator)
+    for k in T.Pipelined(T.ceildiv(K, block_K) if k_count is None else k_count, num_stages=num_stages):
+        load_operand_tiles(A, B, A_shared, B_shared, k_first + k, bx, by, block_M, block_N, block_K, trans_A,
+                           trans_B, batched, bz)
+        if swap_ab:
+            T.gemm(B_shared, A_shared, accumulator, transpose_A=not trans_B, transpose_B=not trans_A)
+        else:
+            T.gemm(A_shared, B_shared, accumulator, transpose_A=trans_A, transpose_B=trans_B)
     if swap_ab:
-        C_swapped = T.alloc_fragment((block_N, block_M), C_local.dtype)
-        T.clear(C_swapped)
-        for k in T.Pipelined(T.ceildiv(K, block_K) if k_count is None else k_count, num_stages=num_stages):
-            load_operand_tiles(A, B, A_shared, B_shared, k_first + k, bx, by, block_M, block_N, block_K, trans_A,
-                               trans_B, batched, bz)
-            T.gemm(B_shared, A_shared, C_swapped, transpose_A=not trans_B, transpose_B=not trans_A)
         for i, j in T.Parallel(block_M, block_N):
-            C_local[i, j] = C_swapped[j, i]
-    else:
-        T.clear(C_local)
-        for k in T.Pipelined(T.ceildiv(K, block_K) if k_count is None else k_count, num_stages=num_stages):
-            load_operand_tiles(A, B, A_shared, B_shared, k_first + k, bx, by, block_M, block_N, block_K, trans_A,
-                               trans_B, batched, bz)
-            T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
+            C_local[i, j] = accumulator[j, i]
 
 
 def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
