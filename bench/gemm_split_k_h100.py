@@ -72,7 +72,12 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, nu
 
     thin = [] if M > 32 else DRY_SWAPPED if dry else SWAPPED_TILES[16 if M <= 16 else 32]
     # a thin A's splits: of the swapped tiles, and of session 20's thin split tile (64x64x128 s6)
-    tiles = DRY_TILES + thin if dry else WIDE_TILES if M >= 1024 else SMALL_M_TILES[:1] + thin if thin else SMALL_M_TILES
+    if dry:
+        tiles = DRY_TILES + thin
+    elif M >= 1024:
+        tiles = WIDE_TILES
+    else:
+        tiles = SMALL_M_TILES[:1] + thin if thin else SMALL_M_TILES
     configs = [dict(t) for t in (thin if dry else SMALL_M_TILES[::2] + thin)] if thin else []  # unsplit
     for t in tiles:
         for splits in DRY_SPLITS if dry else SPLITS:
