@@ -78,7 +78,8 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, dry: bool = False, nu
         tiles = WIDE_TILES
     else:
         tiles = SMALL_M_TILES[:1] + thin if thin else SMALL_M_TILES
-    configs = [dict(t) for t in (thin if dry else SMALL_M_TILES[::2] + thin)] if thin else []  # unsplit
+    unsplit = [] if not thin else thin if dry else SMALL_M_TILES[::2] + thin
+    configs = [dict(t) for t in unsplit]
     for t in tiles:
         for splits in DRY_SPLITS if dry else SPLITS:
             if splits <= -(-K // t["block_K"]) and (dry or output_tiles(M, N, t) * splits <= MAX_WAVES * num_sms):

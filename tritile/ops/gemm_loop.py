@@ -84,13 +84,12 @@ def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
     N = K = 4096 / 8192, M = 16 / 64 / 128) the loads in flight decide: 64x64 tiles on six 128-deep
     stages (192 KB, as cuBLAS's nvjet kernel keeps 208 KB in flight at 128x4096x4096) where they
     cover the output in one wave of programs, 0.96-1.04x cuBLAS against 0.88-0.95 at eight
-    64-deep stages; else 64x128 tiles on six stages (also for M <= 16 beyond 64 such programs:
-    16x8192x8192 measured 0.978 on 64x128 tiles, 0.965 on 64x64).  At most THIN_SWAP_ROWS rows and
-    K >= 1024 (session 24, bench/NOTES.md): the swapped product (`accumulate_tiles`' `swap_ab`) on
-    16- or 32-row tiles of A and 64 columns of B, five 256-deep stages of 40 KB (four of 48 KB
-    for 32 rows): 16x8192x8192 0.98 -> 0.99-1.02x cuBLAS, 16x4096x4096 1.02 -> 1.09-1.12x, M = 1
-    and 8 0.92-0.95 -> 0.99-1.02x, as cuBLAS's own small-M kernel (nvjet 64x16, 16 stages)
-    swaps them.  CUDA, fp32: the GEMM runs on FMA units
+    64-deep stages; else 64x128 tiles on six stages.  At most THIN_SWAP_ROWS rows and K >= 1024
+    (session 24, bench/NOTES.md) take the swapped product instead (`accumulate_tiles`' `swap_ab`)
+    on 16- or 32-row tiles of A and 64 columns of B, five 256-deep stages of 40 KB (four of 48 KB
+    for 32 rows): 16x8192x8192 0.98 (64x128 tiles, unswapped) -> 0.99-1.02x cuBLAS, 16x4096x4096
+    1.02 -> 1.09-1.12x, M = 1 and 8 0.92-0.95 -> 0.99-1.02x, as cuBLAS's own small-M kernel
+    (nvjet 64x16, 16 stages) swaps them.  CUDA, fp32: the GEMM runs on FMA units
     (exact fp32, no TF32), where a 64x64 tile keeps the accumulator in registers."""
     if device_type != "cuda" or dtype == torch.float32:
         return dict(block_M=64, block_N=64, block_K=32, num_stages=2, threads=128)
@@ -100,7 +99,7 @@ def tile_config(device_type: str, M: int = None, N: int = None, K: int = None,
                     swap_ab=True)
     if M is not None and N is not None and K is not None and M <= 128 and K >= 4096:
         tiles = -(-M // 64) * -(-N // 64)
-        if tiles <= SINGLE_WAVE_PROGRAMS and (M > 16 or tiles <= 64):
+        if tiles <= SINGLE_WAVE_PROGRAMS:  # (thinner A, M <= 16, took the swapped tiles above)
             return dict(block_M=64, block_N=64, block_K=128, num_stages=6, threads=128)
         return dict(block_M=64, block_N=128, block_K=64, num_stages=6, threads=128)
     if M is not None and N is not None and M <= 256:
