@@ -48,6 +48,7 @@ import torch
 import tritile.language as T
 from kernels import load_operand_tiles
 from pipeline_programs import Program
+from tritile.ir.padding import padded
 from tritile.lowering import persistent_tiles, run_passes
 
 # fp16 outputs: one rounding (~5e-4 relative) plus summation-order differences; fp32 outputs of
@@ -196,7 +197,8 @@ class GemmChain(_Spec):
         return (-(-self.n // bn), -(-self.m // bm))
 
     def shared_bytes(self) -> int:
-        bm, bn, bk = self.tiles
+        # a tile's dims take shared memory padded to powers of two (ir/padding.py: 192 rows as 256)
+        bm, bn, bk = (padded(d) for d in self.tiles)
         # the store's tile: the staged one, or the TMA store's staging tile the generated code adds
         store = bm * bn * (2 if self.out_dtype == "float16" else 4)
         return sum(max(s, 1) * (bm * bk + bk * bn) * 2 for s in self.stages) + store
@@ -392,9 +394,10 @@ class Attention(_Spec):
     out_idx: list = field(default=(3,), init=False)
 
     def shared_bytes(self) -> int:
-        tile = self.dim * 2
-        # Q, the output's tile (staged, or the TMA store's staging tile), K and V per stage
-        return 2 * self.block_M * tile + 2 * max(self.num_stages, 1) * self.block_N * tile
+        tile = padded(self.dim) * 2
+        # Q, the output's tile (staged, or the TMA store's staging tile), K and V per stage, their
+        # rows padded to powers of two as the compiler pads them (ir/padding.py)
+        return 2 * padded(self.block_M) * tile + 2 * max(self.num_stages, 1) * padded(self.block_N) * tile
 
     def acc_per_thread(self) -> int:
         return self.block_M * (self.block_N + self.dim) // self.threads

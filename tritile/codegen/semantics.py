@@ -593,6 +593,19 @@ def written_text(lang: str, tile: str, masks: list, value: str) -> str:
 # `selected_text` - which needs the range to start at a multiple of E (it is then one group).
 
 
+def offset_from(index, var):
+    """k for an index ``var + k`` (``var`` alone: 0), else None: a T.Parallel variable plus an
+    offset (``x[i + 64, j]`` over a loop of half x's rows)."""
+    if index is var:
+        return ir.Const(0)
+    if isinstance(index, ir.BinOp) and index.op == "+":
+        if index.lhs is var:
+            return index.rhs
+        if index.rhs is var:
+            return index.lhs
+    return None
+
+
 def static_ranges(region: ir.Region):
     """(dim, start, extent) of each dim along which on-chip `region` takes a static partial range
     of the buffer's dim, every other dim being whole: [] for the whole buffer, None when some dim

@@ -34,6 +34,34 @@ def _identity(indices, par) -> bool:
     return len(indices) == len(par.loop.vars) and all(a is b for a, b in zip(indices, par.loop.vars))
 
 
+def _parallel_tile_view(em: Emitter, buf: ir.Buffer, indices, par):
+    """The view of shared `buf` whose elements T.Parallel's lanes read or write at `indices`, or
+    None: dim d indexed by the loop's d-th variable plus an offset that is a constant or a
+    consumer partition's own first row (lowering/consumer_partitions.py turns ``x[i, j]`` over
+    a tile's rows into ``x[i + part * rows, j]`` over the partition's rows) - the whole tile,
+    or a slice of it."""
+    lead = 1 if buf.num_versions > 1 else 0
+    dims = indices[lead:]
+    if len(dims) != len(par.loop.vars):
+        return None
+    view = em.name(buf) + (f".index({em.expr(indices[0]).text})" if lead else "")
+    for pos, (index, var, extent, full) in enumerate(zip(dims, par.loop.vars, par.loop.extents, buf.tile_shape)):
+        offset = semantics.offset_from(index, var)
+        if offset is None:
+            return None
+        start = static_int(offset)
+        if start is None:
+            if not em._per_partition(offset):
+                return None
+            start = em.expr(offset).text
+        elif start < 0 or start + extent > full:
+            return None
+        if start == 0 and extent == full:
+            continue
+        view += f".slice({start}, {extent}, {pos})"
+    return view
+
+
 def _e_load(em: Emitter, e: ir.Load) -> Val:
     buf, par = e.buffer, em.par
     if buf.scope == "var" or (buf.scope == "local" and all(s == 1 for s in buf.shape)):
@@ -80,8 +108,8 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
             if e.indices[lead] is var and buf.tile_shape[0] == par.loop.extents[k]:
                 view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
                 return _expanded(f"{view}.load({_slice_name(em, par, 1 - k)})", k)
-    if buf.scope == "shared" and _identity(e.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
-        view = em.name(buf) + (f".index({em.expr(e.indices[0]).text})" if lead else "")
+    view = _parallel_tile_view(em, buf, e.indices, par) if buf.scope == "shared" else None
+    if view is not None:
         return Val(f"{view}.load({par.layout_name})", frozenset(range(len(par.loop.vars))))
     order = _permutation(e.indices[lead:], par) if buf.scope == "shared" else None
     if order is not None and tuple(buf.tile_shape) == tuple(par.loop.extents[k] for k in _inverse(order)):
@@ -362,8 +390,8 @@ def lower_store(em: Emitter, s: ir.Store):
             value = f"gl.where({cond}, {value}, {em.name(buf)})"
         em.emit(f"{em.name(buf)} = {value}")
         return
-    if buf.scope == "shared" and _identity(s.indices[lead:], par) and tuple(buf.tile_shape) == tuple(par.loop.extents):
-        view = em.name(buf) + (f".index({em.expr(s.indices[0]).text})" if lead else "")
+    view = _parallel_tile_view(em, buf, s.indices, par) if buf.scope == "shared" else None
+    if view is not None:
         value = _full(v, s.value.dtype, buf.dtype, par)
         if par.write_mask:
             value = f"gl.where({_full_bool(em, par.write_mask, par)}, {value}, {view}.load({par.layout_name}))"

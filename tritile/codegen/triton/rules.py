@@ -41,7 +41,30 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
         return Val(_pick(em, buf, e.indices, idx))
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register gather)")
+    region = _lanes_range(em, buf, e.indices)
+    if region is not None:
+        return Val(_tile(em, region, None)[0], frozenset(range(len(em.par.loop.vars))))
     return Val(_lanes_view(em, buf, e.indices), dims)
+
+
+def _lanes_range(em: Emitter, buf: ir.Buffer, indices):
+    """The static range of on-chip `buf` whose elements the current T.Parallel's lanes take at
+    `indices`, each dim indexed by the loop's own variable of that axis plus a constant, not
+    the whole tile (``x[i + 64, j]`` or ``x[i, j]`` over a loop of half x's rows): an `ir.Region` (a register tile has
+    no sub-tile view: `_tile` / `_assign_tile` select the range through lane masks), else None."""
+    par = em.par
+    if len(indices) != len(par.loop.vars):
+        return None
+    starts = []
+    for index, var, extent, size in zip(indices, par.loop.vars, par.loop.extents, buf.shape):
+        offset = semantics.offset_from(index, var)
+        start = static_int(offset) if offset is not None else None
+        if start is None or start < 0 or not isinstance(size, int) or start + extent > size:
+            return None
+        starts.append(start)
+    if not any(starts) and tuple(par.loop.extents) == tuple(buf.shape):
+        return None  # the whole tile: `_lane_dims`' case
+    return ir.Region(buf, tuple(ir.Const(k) for k in starts), tuple(par.loop.extents))
 
 
 def _offsets(em: Emitter, buf: ir.Buffer, idx: list) -> str:
@@ -206,6 +229,13 @@ def lower_store(em: Emitter, s: ir.Store):
         return _write_element(em, s, v, idx)
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register scatter)", s.loc)
+    region = _lanes_range(em, buf, s.indices)
+    if region is not None:  # a static range of the tile, one element per lane
+        if par.cond:
+            raise unsupported(f"a masked write to a range of {buf.scope} buffer {buf.name} inside T.Parallel", s.loc)
+        shape = list(par.loop.extents)
+        value = v.text if v.dims == frozenset(range(len(shape))) else em.splat(s.value, v, s.value.dtype, par.shape)
+        return _assign_tile(em, region, value, s.value.dtype, shape, s.loc)
     # on-chip lanes written lane by lane: each lane of the Parallel one element
     axes, dims, picks = _lane_dims(em, buf, s.indices, ordered=False)
     if axes != sorted(axes) and (picks or len(axes) != len(par.loop.vars)):
