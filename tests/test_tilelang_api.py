@@ -1,6 +1,7 @@
 """TileLang's API around the kernels under its TileLang names: `tritile.PassConfigKey` and
 `pass_configs=`, `tritile.profiler.do_bench`, `tritile.testing`, `tritile.cdiv`,
-`tritile.carver.arch.driver` (what TileLang's own example programs and test files call)."""
+`tritile.carver.arch.driver`, `tritile.disable_cache` / `enable_cache`, `T.func_attr` (what
+TileLang's own example programs and test files call)."""
 from __future__ import annotations
 
 import sys
@@ -108,3 +109,51 @@ def test_utils_tensor_maps_dtype_names_to_torch():
     assert map_torch_type("float8_e4m3") is torch.float8_e4m3fn
     with pytest.raises(ValueError, match="nonsense"):
         map_torch_type("nonsense")
+
+
+def _scaled_copy(factor: float):
+    import tritile.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        T.func_attr({"tir.noalias": True})  # TVM's attributes: accepted, no effect here
+        with T.Kernel(1, threads=64) as _:
+            for i in T.Parallel(64):
+                B[i] = A[i] * factor
+
+    return main
+
+
+def test_func_attr_is_accepted_and_a_non_dict_is_a_CompileError():
+    a = torch.randn(64)
+    torch.testing.assert_close(tritile.compile(_scaled_copy(2.0), out_idx=[1])(a), a * 2.0)
+    import tritile.language as T
+
+    with pytest.raises(tritile.CompileError, match=r"test_tilelang_api.py:\d+: T.func_attr takes a dict"):
+        @T.prim_func
+        def main(A: T.Tensor((64,), "float32")):
+            T.func_attr("tir.noalias")
+            with T.Kernel(1, threads=64) as _:
+                A[0] = 1.0
+
+
+def test_disable_cache_compiles_every_kernel_afresh(monkeypatch, tmp_path):
+    from tritile.codegen.gluon import compile_kernel
+
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path))
+    final = tritile.compile(_scaled_copy(3.0), out_idx=[1], target="cuda:90").func
+    target = tritile.compile(_scaled_copy(3.0), out_idx=[1], target="cuda:90").target
+    assert tritile.is_cache_enabled()
+    first = compile_kernel(final, target)
+    assert compile_kernel(final, target) is first  # a cache hit
+    modules = sorted((tmp_path / "gluon").glob("k_*.py"))
+    assert len(modules) == 1
+    tritile.disable_cache()
+    try:
+        assert not tritile.is_cache_enabled()
+        again = compile_kernel(final, target)
+        assert again is not first and again.source == first.source
+        assert sorted((tmp_path / "gluon").glob("k_*.py")) == modules  # nothing written either
+    finally:
+        tritile.enable_cache()
+    assert compile_kernel(final, target) is first

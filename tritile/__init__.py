@@ -19,6 +19,10 @@ def __getattr__(name):
         from tritile.runtime.autotune import autotune
 
         return autotune
+    if name in ("disable_cache", "enable_cache", "is_cache_enabled"):
+        from tritile.runtime import cache
+
+        return getattr(cache, name)
     if name == "PassConfigKey":
         from tritile.transform import PassConfigKey
 

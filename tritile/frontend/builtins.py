@@ -631,6 +631,11 @@ def let(p, a, loc):
     return None
 
 
+def func_attr(p, a, loc):
+    if not isinstance(a["attrs"], dict):
+        raise CompileError(f"T.func_attr takes a dict of attributes, got {a['attrs']!r}", loc)
+
+
 def annotate_safe_value(p, a, loc):
     """`T.annotate_safe_value({A: v})`: out-of-bounds reads of global tensor A give v (for the
     whole kernel; TileLang scopes it to the enclosing block)."""
@@ -904,7 +909,7 @@ HANDLERS = {
     "reduce_abssum": _reduce("abssum"), "reduce_absmax": _reduce("absmax"),
     **{f"reduce_{kind}": _reduce(kind) for kind in ("bitand", "bitor", "bitxor")},
     "use_swizzle": use_swizzle, "annotate_layout": annotate_layout, "annotate_safe_value": annotate_safe_value,
-    "print": print_, "let": let,
+    "func_attr": func_attr, "print": print_, "let": let,
     "assume": assume, "device_assert": device_assert, "sync_threads": sync_threads, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
     "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,

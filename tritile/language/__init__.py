@@ -299,6 +299,12 @@ def let(v, value, body=None):
 
 
 @_tile_op
+def func_attr(attrs):
+    """TVM's function attributes (``T.func_attr({"tir.noalias": True})``): accepted and ignored -
+    they direct TVM's own passes, which tritile does not run."""
+
+
+@_tile_op
 def annotate_safe_value(safe_value_map):
     """`{A: value}`: element reads of global tensor A out of its bounds give `value`."""
 
@@ -509,6 +515,12 @@ def use_swizzle(panel_size, order="row", enable=True):
 @_tile_op
 def annotate_layout(layout_map):
     pass
+
+
+@_tile_op
+def func_attr(attrs):
+    """TVM's function attributes (``T.func_attr({"tir.noalias": True})``): accepted and ignored -
+    they direct TVM's own passes, which tritile does not run."""
 
 
 @_tile_op

@@ -96,12 +96,35 @@ def cache_key(ir_text: str, specialization, target) -> str:
     return h.hexdigest()[:32]
 
 
+_enabled = True  # `disable_cache` / `enable_cache`
+
+
+def enable_cache() -> None:
+    """Compiled kernels are served from, and kept in, tritile's caches (the default)."""
+    global _enabled
+    _enabled = True
+
+
+def disable_cache() -> None:
+    """From now on every compile runs afresh (TileLang's `tilelang.disable_cache`): tritile's
+    in-memory and on-disk kernel caches are neither read nor written.  A kernel object already
+    made (a `JITKernel`, a `@tritile.jit` function's specialization) keeps its compiled code,
+    and Triton's own cache still serves the compile of a generated module it has seen."""
+    global _enabled
+    _enabled = False
+
+
+def is_cache_enabled() -> bool:
+    return _enabled
+
+
 def lookup(key: str):
-    return _memory.get(key)
+    return _memory.get(key) if _enabled else None
 
 
 def remember(key: str, value):
-    _memory[key] = value
+    if _enabled:
+        _memory[key] = value
     return value
 
 
@@ -153,7 +176,10 @@ def store_module(key: str, source: str) -> Optional[Path]:
 
     The file name carries a digest of `source` besides the key: the key does not cover the code
     generator itself, so a module an older generator wrote for the same key has another name and
-    is replaced silently, while other bytes under this name can only be damage."""
+    is replaced silently, while other bytes under this name can only be damage.  None, writing
+    nothing, while the caches are disabled (`disable_cache`)."""
+    if not _enabled:
+        return None
     data = source.encode()
     path = cache_dir() / "gluon" / f"k_{key}_{hashlib.sha256(data).hexdigest()[:16]}.py"
     try:
