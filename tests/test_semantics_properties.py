@@ -64,7 +64,8 @@ def test_generated_programs_compile_for_sm90(index):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("index", range(len(GPU_REPLAY)))
-def test_replayed_programs_on_gpu(index):
+def test_replayed_programs_on_gpu(index, monkeypatch):
+    monkeypatch.setenv("TRITILE_FP_FUSION", "off")  # an exact comparison: no fused multiply-add
     program = GPU_REPLAY[index]
     kernel = E.build(program)
     a, b = E.inputs(program, torch.Generator().manual_seed(index))
@@ -398,3 +399,57 @@ def test_float_to_int_in_copies_and_reductions_saturates(device):
     gluon = kernel.get_source("gluon").split("def kernel")[1]
     assert gluon.count(" != ") == 2 and gluon.count("gl.minimum(gl.maximum(") == 2
     assert ".target sm_90" in _ptx90(kernel)
+
+
+# ---------------------------------------------------------------------------- fused multiply-add
+
+
+def _product_into_sum(dtype):
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), dtype), B: T.Tensor((16,), dtype), C: T.Tensor((16,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[i] = A[i] * B[i] + A[i]
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+@pytest.mark.parametrize("fusion", ["on", "off"])
+def test_fp_fusion_decides_whether_a_product_and_a_sum_fuse(backend, fusion, monkeypatch):
+    """TRITILE_FP_FUSION (docs/semantics.md): on, Triton contracts `a * b + a` into one
+    `fma.rn.f32`; off, the product and the sum are rounded apart, as the interpreter does."""
+    monkeypatch.setenv("TRITILE_FP_FUSION", fusion)
+    ptx = tritile.compile(_product_into_sum("float32"), out_idx=[2], target="cuda:90",
+                          backend=backend).get_source("ptx")
+    ops = {line.split()[0] for line in ptx.splitlines() if line.strip().endswith(";") and line.split()}
+    if fusion == "on":
+        assert "fma.rn.f32" in ops and "mul.rn.f32" not in ops
+    else:
+        assert {"mul.rn.f32", "add.rn.f32"} <= ops and not any(op.startswith("fma") for op in ops)
+
+
+def _replayed_294():
+    """bench/results/semantics_replay_seed2027_h100.json, program 294: an fp16 difference of a
+    product, whose fused multiply-add rounds once where the interpreter rounds twice.  A new
+    kernel per call: the switch is read when a kernel is compiled."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), T.uint8), B: T.Tensor((16,), T.float64), C: T.Tensor((16,), T.float16)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[i] = (T.float16(A[i]) - (T.float16(B[i]) - (T.float16(A[i]) * T.float16(A[i]))))
+
+    return tritile.compile(kernel, out_idx=[-1])
+
+
+@pytest.mark.gpu
+def test_a_product_in_a_sum_rounds_once_fused_and_twice_without(monkeypatch):
+    a = torch.full((16,), 225, dtype=torch.uint8)
+    b = torch.full((16,), 16.5152645111084, dtype=torch.float64)
+    interpreted = _replayed_294()(a, b)
+    assert interpreted[0].item() == 50816.0  # 225 * 225 rounded to 50624, then each difference
+    monkeypatch.setenv("TRITILE_FP_FUSION", "off")
+    assert torch.equal(_replayed_294()(a.cuda(), b.cuda()).cpu(), interpreted)
+    monkeypatch.setenv("TRITILE_FP_FUSION", "on")
+    assert _replayed_294()(a.cuda(), b.cuda())[0].item() == 50848.0  # b - a * a rounded once

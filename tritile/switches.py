@@ -37,6 +37,14 @@ def schedule_switch(variable: str, default: str = "auto") -> str:
     return "on" if value in ("1", "on", "true") else "auto"
 
 
+def fp_fusion() -> bool:
+    """Whether the GPU backends let Triton contract a float multiply and an add into one fused
+    multiply-add (one rounding: Triton's `enable_fp_fusion`, nvcc's `-fmad`), from
+    TRITILE_FP_FUSION: "off" rounds every operation, as docs/semantics.md and the interpreter do;
+    on by default.  Read when a kernel is compiled (part of its cache key)."""
+    return schedule_switch("TRITILE_FP_FUSION", "on") != "off"
+
+
 def interpret_requested() -> bool:
     """TRITILE_INTERPRET is set, to anything but "" or "0": CUDA tensors run on the reference
     interpreter too.  Every kernel call on CUDA tensors reads it, so through `os.environ`'s own

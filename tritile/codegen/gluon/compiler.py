@@ -36,6 +36,7 @@ from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.runtime import cache
+from tritile.switches import fp_fusion
 
 
 class GluonKernel(RuntimeVarsLookup):
@@ -170,6 +171,7 @@ def _specialization(func) -> tuple:
     from tritile.switches import schedule_switch
 
     return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),
+                                                     ("fp_fusion", fp_fusion()),
                                                      ("full_rank_tma", schedule_switch("TRITILE_FULL_RANK_TMA")),
                                                      ("tma_reduce", schedule_switch("TRITILE_TMA_REDUCE")))
 
@@ -197,7 +199,8 @@ def _triton_compile(func, target, gen, module):
     attrs = divisibility_attrs(func, gen.arg_names, gen.signature)
     src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
-        return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32), {"num_warps": gen.num_warps})
+        return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32),
+                                    {"num_warps": gen.num_warps, "enable_fp_fusion": fp_fusion()})
     except OSError:
         raise  # the environment (an unusable Triton cache directory, a missing ptxas), not the kernel
     except Exception as err:  # Triton's CompilationError / MLIR failures

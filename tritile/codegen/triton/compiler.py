@@ -29,15 +29,18 @@ from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.printer import format_func
 from tritile.runtime import cache
+from tritile.switches import fp_fusion
 
 
 class TritonKernel(RuntimeVarsLookup):
     """A generated kernel: `.source` (triton.language), `.compiled` (Triton's CompiledKernel
     for `target`, made on first use), `.asm` ({"ttir", "ttgir", "llir", "ptx" | "amdgcn", ...}),
-    `.metadata`."""
+    `.metadata`.  `fp_fusion`: whether Triton may contract a multiply and an add into one fused
+    multiply-add (`switches.fp_fusion`, read when the kernel was generated)."""
 
-    def __init__(self, func: ir.PrimFunc, gen, module, target):
+    def __init__(self, func: ir.PrimFunc, gen, module, target, fp_fusion: bool = True):
         self.func = func
+        self.fp_fusion = fp_fusion
         self.name = func.name
         self.source = gen.source
         self.target = target
@@ -52,7 +55,7 @@ class TritonKernel(RuntimeVarsLookup):
     def bound_to(self, func: ir.PrimFunc) -> "TritonKernel":
         """This kernel for `func`, an IR that prints the same (a cache hit): the runtime scalars
         are looked up by `func`'s Vars, in the same order."""
-        return TritonKernel(func, self._gen, self._module, self.target)
+        return TritonKernel(func, self._gen, self._module, self.target, self.fp_fusion)
 
     # ---------------------------------------------------------------- compiling
     @property
@@ -83,7 +86,7 @@ class TritonKernel(RuntimeVarsLookup):
         attrs = divisibility_attrs(self.func, gen.arg_names, gen.signature)
         src = ASTSource(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
         # num_stages=1: loops Triton pipelines are the T.Pipelined ones, each with its own stages
-        options = {"num_warps": gen.num_warps, "num_stages": 1}
+        options = {"num_warps": gen.num_warps, "num_stages": 1, "enable_fp_fusion": self.fp_fusion}
         try:
             compiled = cache.triton_compile(src, GPUTarget(target.kind, target.arch, target.warp_size), options)
         except OSError:
@@ -149,7 +152,9 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
     CPU callers pass the target they plan for), from the memory cache when a program that
     prints the same was generated before."""
 
-    key = cache.cache_key(format_func(func), ("triton.language", ("tma", descriptors.enabled())), target)
+    contract = fp_fusion()
+    key = cache.cache_key(format_func(func), ("triton.language", ("tma", descriptors.enabled()),
+                                              ("fp_fusion", contract)), target)
     hit = cache.lookup(key)
     if hit is None:
         with cache.compile_lock(key):
@@ -159,7 +164,7 @@ def compile_kernel(func: ir.PrimFunc, target) -> TritonKernel:
                 path = cache.store_module(key, gen.source)
                 module = load_module(f"tritile_triton_k_{key}", gen.source,
                                      str(path) if path is not None else f"<tritile triton module k_{key}>")
-                hit = cache.remember(key, TritonKernel(func, gen, module, target))
+                hit = cache.remember(key, TritonKernel(func, gen, module, target, contract))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
     same_vars = all(a is b for a, b in zip(hit.func.runtime_vars, func.runtime_vars))
     return hit if same_vars else hit.bound_to(func)
