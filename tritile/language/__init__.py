@@ -299,17 +299,6 @@ def let(v, value, body=None):
 
 
 @_tile_op
-def func_attr(attrs):
-    """TVM's function attributes (``T.func_attr({"tir.noalias": True})``): accepted and ignored -
-    they direct TVM's own passes, which tritile does not run."""
-
-
-@_tile_op
-def annotate_safe_value(safe_value_map):
-    """`{A: value}`: element reads of global tensor A out of its bounds give `value`."""
-
-
-@_tile_op
 def any_of(buffer):
     """Whether any element of `buffer` (a buffer or a region of one) is true: a bool."""
 

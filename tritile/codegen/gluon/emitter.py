@@ -287,14 +287,14 @@ class Emitter(SourceWriter):
             s = static_int(start)
             if extent == full and s == 0:
                 continue
-            if s is None and self._per_partition(start):
+            if s is None and self.per_partition(start):
                 s = self.expr(start).text
             if s is None:
                 raise unsupported(f"a dynamic slice of shared buffer {buf.name}", loc)
             text += f".slice({s}, {extent}, {pos})"
         return text
 
-    def _per_partition(self, e: ir.Expr) -> bool:
+    def per_partition(self, e: ir.Expr) -> bool:
         """Whether `e` is constant but for the consumer partition's index (a constexpr)."""
         split = self.partitions.split if self.partitions is not None else None
         return split is not None and all(v is split.var for v in walk(e) if isinstance(v, ir.Var))

@@ -51,7 +51,7 @@ def _parallel_tile_view(em: Emitter, buf: ir.Buffer, indices, par):
             return None
         start = static_int(offset)
         if start is None:
-            if not em._per_partition(offset):
+            if not em.per_partition(offset):
                 return None
             start = em.expr(offset).text
         elif start < 0 or start + extent > full:

@@ -49,9 +49,10 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
 
 def _lanes_range(em: Emitter, buf: ir.Buffer, indices):
     """The static range of on-chip `buf` whose elements the current T.Parallel's lanes take at
-    `indices`, each dim indexed by the loop's own variable of that axis plus a constant, not
-    the whole tile (``x[i + 64, j]`` or ``x[i, j]`` over a loop of half x's rows): an `ir.Region` (a register tile has
-    no sub-tile view: `_tile` / `_assign_tile` select the range through lane masks), else None."""
+    `indices`, each dim indexed by the loop's own variable of that axis plus a constant, not the
+    whole tile (``x[i + 64, j]`` or ``x[i, j]`` over a loop of half x's rows): an `ir.Region` (a
+    register tile has no sub-tile view: `_tile` / `_assign_tile` select the range through lane
+    masks), else None."""
     par = em.par
     if len(indices) != len(par.loop.vars):
         return None
