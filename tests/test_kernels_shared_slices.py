@@ -29,7 +29,8 @@ H100 = Target("cuda", 90)
 @tritile.jit(out_idx=[1])
 def swapped_halves(rows, cols):
     """Y's first half of rows from X's first half through S's second, its second half from
-    X's second half through S's first, each half a loop over `rows` // 2 rows."""
+    X's second half through S's first, each half a loop over `rows` // 2 rows (an offset may be
+    any sum of the loop variable and constants)."""
     half = rows // 2
 
     @T.prim_func
@@ -41,7 +42,7 @@ def swapped_halves(rows, cols):
             for i, j in T.Parallel(half, cols):
                 S[i, j] = X[i + half, j] + 1.0
             for i, j in T.Parallel(half, cols):
-                Y[i, j] = S[i + half, j]
+                Y[i, j] = S[i + (half + 32) - 32, j]  # i + half, written as TileLang code may
             for i, j in T.Parallel(half, cols):
                 Y[i + half, j] = S[i, j] * 3.0
 

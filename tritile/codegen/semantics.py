@@ -34,6 +34,7 @@ from tritile.interpreter.expressions import Evaluator
 from tritile.interpreter.values import round_scalar
 from tritile.ir import dtypes as dt
 from tritile.ir import nodes as ir
+from tritile.ir.affine import affine
 from tritile.ir.padding import padded
 from tritile.ir.transform import walk
 
@@ -594,10 +595,12 @@ def written_text(lang: str, tile: str, masks: list, value: str) -> str:
 
 
 def offset_from(index, var):
-    """k for an index ``var + k`` (``var`` alone: 0), else None: a T.Parallel variable plus an
-    offset (``x[i + 64, j]`` over a loop of half x's rows)."""
-    if index is var:
-        return ir.Const(0)
+    """k for an index ``var + k``, else None: a T.Parallel variable plus an offset (``x[i + 64, j]``
+    over a loop of half x's rows) - a constant where the index is affine in `var` alone
+    (`ir.affine`: ``i``, ``32 + i - 4``), else the other operand of ``var + k``."""
+    form = affine(index)
+    if form is not None and form[0] == {var: 1}:
+        return ir.Const(form[1])
     if isinstance(index, ir.BinOp) and index.op == "+":
         if index.lhs is var:
             return index.rhs

@@ -117,18 +117,19 @@ def compile_kernel(func: ir.PrimFunc, target) -> GluonKernel:
 
         func = layout_inference.run(func, target)
     ir_text = format_func(func)
-    key = cache.cache_key(ir_text, _specialization(func), target)
+    contract = fp_fusion()  # read once: the key and the compile must agree
+    key = cache.cache_key(ir_text, _specialization(func, contract), target)
     hit = cache.lookup(key)
     if hit is None:
         with cache.compile_lock(key):
             # another thread may have compiled it while this one waited for the lock
-            hit = cache.lookup(key) or cache.remember(key, _compile(func, target, key))
+            hit = cache.lookup(key) or cache.remember(key, _compile(func, target, key, contract))
     # equal IR text, but the caller's runtime-dim Vars may be other objects: bind them
     same_vars = all(a is b for a, b in zip(hit.func.runtime_vars, func.runtime_vars))
     return hit if same_vars else hit.bound_to(func)
 
 
-def _compile(func: ir.PrimFunc, target, key: str) -> GluonKernel:
+def _compile(func: ir.PrimFunc, target, key: str, contract: bool) -> GluonKernel:
     from tritile.codegen.gluon.kernel_module import emit_module
 
     try:
@@ -141,7 +142,7 @@ def _compile(func: ir.PrimFunc, target, key: str) -> GluonKernel:
     path = cache.store_module(key, gen.source)
     module = load_module(f"tritile_gluon_k_{key}", gen.source,
                          str(path) if path is not None else f"<tritile gluon module k_{key}>")
-    compiled = _triton_compile(func, target, gen, module)
+    compiled = _triton_compile(func, target, gen, module, contract)
     _check_shared_memory(func, target, compiled)
     from tritile.runtime.launcher import DescriptorSpec
 
@@ -163,7 +164,7 @@ def _check_shared_memory(func, target, compiled):
                            func.kernel.loc or func.loc)
 
 
-def _specialization(func) -> tuple:
+def _specialization(func, contract: bool) -> tuple:
     # pointers are compiled as 16-byte aligned (checked at launch); a runtime dim's divisibility
     # is in the IR text (`ir/divisibility.py`: "# dynamic: k (multiple of 16)"); codegen switches that leave the IR text unchanged must still select another kernel
     from tritile.codegen.gluon.rings import codegen_options
@@ -171,12 +172,14 @@ def _specialization(func) -> tuple:
     from tritile.switches import schedule_switch
 
     return ("ptr-align-16",) + codegen_options() + (("vector_atomics", vector_atomics_enabled()),
-                                                     ("fp_fusion", fp_fusion()),
+                                                     ("fp_fusion", contract),
                                                      ("full_rank_tma", schedule_switch("TRITILE_FULL_RANK_TMA")),
                                                      ("tma_reduce", schedule_switch("TRITILE_TMA_REDUCE")))
 
 
-def _triton_compile(func, target, gen, module):
+def _triton_compile(func, target, gen, module, contract: bool):
+    """`module`'s kernel compiled by Triton; `contract`: whether a product feeding a sum may
+    become one fused multiply-add (`switches.fp_fusion`)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
@@ -200,7 +203,7 @@ def _triton_compile(func, target, gen, module):
     src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
         return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32),
-                                    {"num_warps": gen.num_warps, "enable_fp_fusion": fp_fusion()})
+                                    {"num_warps": gen.num_warps, "enable_fp_fusion": contract})
     except OSError:
         raise  # the environment (an unusable Triton cache directory, a missing ptxas), not the kernel
     except Exception as err:  # Triton's CompilationError / MLIR failures
