@@ -453,3 +453,61 @@ def test_a_product_in_a_sum_rounds_once_fused_and_twice_without(monkeypatch):
     assert torch.equal(_replayed_294()(a.cuda(), b.cuda()).cpu(), interpreted)
     monkeypatch.setenv("TRITILE_FP_FUSION", "on")
     assert _replayed_294()(a.cuda(), b.cuda())[0].item() == 50848.0  # b - a * a rounded once
+
+
+# ---------------------------------------------------------------------------- int16 negation
+
+
+def _int16_signs():
+    """bench/results/semantics_replay_seed2028_h100.json, program 648, taken apart: the negation
+    and abs of int16 -32768 wrap to -32768, which ptxas read as +32768 once divided, shifted,
+    widened or reduced (-32768 // 121 gave 270)."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), T.int16), B: T.Tensor((16,), T.int16), C: T.Tensor((4, 16), T.int32),
+               D: T.Tensor((1,), T.int16)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((16,), T.int16)
+            largest = T.alloc_fragment((1,), T.int16)
+            for i in T.Parallel(16):
+                C[0, i] = T.int32((-A[i]) // B[i])
+                C[1, i] = T.int32(T.abs(A[i]) // B[i])
+                C[2, i] = T.int32(-A[i])
+                C[3, i] = T.int32((-A[i]) >> 1)
+            T.copy(A, tile)
+            T.reduce_absmax(tile, largest, dim=0)
+            D[0] = largest[0]
+
+    return kernel
+
+
+def _int16_sign_operands():
+    a = torch.randint(-1000, 1000, (16,), dtype=torch.int16)
+    a[::3] = -32768
+    b = torch.randint(1, 128, (16,), dtype=torch.int16) * (torch.randint(0, 2, (16,), dtype=torch.int16) * 2 - 1)
+    negated, magnitude = -a, a.abs()  # torch wraps both to -32768
+    expected = torch.stack([torch.div(negated, b, rounding_mode="floor"), torch.div(magnitude, b, rounding_mode="floor"),
+                            negated, negated >> 1]).int()
+    return a, b, expected, magnitude.int().max().to(torch.int16).reshape(1)
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_int16_negation_and_abs_wrap(backend, device):
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a, b, expected, largest = _int16_sign_operands()
+    kernel = tritile.compile(_int16_signs(), out_idx=[2, 3], backend=backend)
+    c, d = kernel(a.to(device), b.to(device))
+    assert torch.equal(c.cpu(), expected) and torch.equal(d.cpu(), largest)
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_int16_negation_is_a_32_bit_one_for_ptxas(backend):
+    """On CUDA the int16 negation and abs are 32-bit ones in inline asm (codegen/semantics.py says
+    why): no neg.s16 / abs.s16 for ptxas to widen wrong; an AMD target keeps Triton's own."""
+    kernel = tritile.compile(_int16_signs(), out_idx=[2, 3], target="cuda:90", backend=backend)
+    ops = {line.split()[0] for line in kernel.get_source("ptx").splitlines() if line.strip().endswith(";")}
+    assert {"neg.s32", "abs.s32"} <= ops and not {"neg.s16", "abs.s16"} & ops
+    if backend == "triton":
+        amd = tritile.compile(_int16_signs(), out_idx=[2, 3], target="hip:gfx942", backend=backend)
+        assert "_neg_int16" not in amd.get_source("triton") and "inline_asm" not in amd.get_source("triton")

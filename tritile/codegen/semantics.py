@@ -56,7 +56,7 @@ SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
 HELPER_NAMES = ("_add_combine", "_and_combine", "_or_combine", "_xor_combine", "_floordiv", "_floormod",
                 "_floordiv_float", "_floormod_float", "_any_lane", "_atomic_update_16bit", "_max_propagate_nan",
-                "_min_propagate_nan", "libdevice")
+                "_min_propagate_nan", "_neg_int16", "_abs_int16", "libdevice")
 
 
 def dtype_text(dtype, lang: str) -> str:
@@ -142,6 +142,22 @@ def _atomic_update_16bit(ptr, base, val, mask, KIND: {lang}.constexpr, SEM: {lan
         pending = pending & (seen != old)
         old = {lang}.where(pending, seen, old)
     return old.to(val.dtype, bitcast=True)
+
+
+# ptxas negates a 16-bit integer in its sign-extended 32-bit register and then takes the result
+# for sign-extended: -(-32768) and abs(-32768) read as +32768 when divided, shifted, compared or
+# widened (measured on the H100, bench/NOTES.md session 26).  A 32-bit negation in inline asm is
+# opaque to it, so the truncation back to int16 is followed by a real sign extension.
+@{jit}
+def _neg_int16(x):
+    return {lang}.inline_asm_elementwise("neg.s32 $0, $1;", "=r,r", [x.to({lang}.int32)], dtype={lang}.int32,
+                                       is_pure=True, pack=1).to({lang}.int16)
+
+
+@{jit}
+def _abs_int16(x):
+    return {lang}.inline_asm_elementwise("abs.s32 $0, $1;", "=r,r", [x.to({lang}.int32)], dtype={lang}.int32,
+                                       is_pure=True, pack=1).to({lang}.int16)
 
 
 @{jit}
@@ -232,14 +248,14 @@ def _propagates_nan(kind: str, src_dtype, nan_propagate: bool) -> bool:
     return nan_propagate and src_dtype.is_float and kind in _REDUCTIONS_PROPAGATING_NAN
 
 
-def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, lang: str) -> tuple:
-    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis`, the result's IR
-    dtype: `reduction_dtype`).  The abs of abssum / absmax is taken in the source's type
-    (integer abs wraps, as in the interpreter) before the reduction widens."""
+def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, target, lang: str) -> tuple:
+    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis` on `target`, the
+    result's IR dtype: `reduction_dtype`).  The abs of abssum / absmax is taken in the source's
+    type (integer abs wraps, as in the interpreter) before the reduction widens."""
     reduction = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
                  else _REDUCTIONS)[kind][0]
     if kind in ("abssum", "absmax"):
-        src = f"{lang}.abs({src})"
+        src = integer_sign_text("abs", src, src_dtype, target, lang) if src_dtype.is_int else f"{lang}.abs({src})"
     computed = reduction_dtype(src_dtype)
     src = cast_text(src, src_dtype, computed, lang)
     return reduction.format(lang=lang, src=src, axis=axis), computed
@@ -378,7 +394,18 @@ def lower_unary(em, e: ir.UnaryOp) -> Val:
         if e.dtype.bits == 8:
             return Val(f"({a.text}.to({em.lang}.float32) * -1.0).to({dtype_text(e.dtype, em.lang)})", a.dims)
         return Val(f"({a.text} * -1.0)", a.dims)
+    if e.op == "-":
+        return Val(integer_sign_text("neg", a.text, e.dtype, em.target, em.lang), a.dims)
     return Val(f"({e.op}{a.text})", a.dims)
+
+
+def integer_sign_text(fn: str, text: str, dtype, target, lang: str) -> str:
+    """`-x` (`fn` "neg") or `abs(x)` (`fn` "abs") of generated `text`, of integer IR dtype `dtype`
+    on `target`: int16 on CUDA through `_neg_int16` / `_abs_int16` (their comment says why),
+    every other type and target as Triton's own."""
+    if dtype.name == "int16" and target.kind == "cuda":
+        return f"_{fn}_int16({text})"
+    return f"(-{text})" if fn == "neg" else f"{lang}.abs({text})"
 
 
 # intrinsic -> function of the language module
@@ -411,7 +438,9 @@ def lower_call(em, e: ir.Call) -> Val:
     in_float32 = narrow and (e.fn in _FLOAT32_MATH or e.dtype.bits == 8 and e.fn in _MATH and e.fn != "if_then_else")
     if in_float32:
         texts = [f"{t}.to({lang}.float32)" for t in texts]
-    if e.fn in _MATH:
+    if e.fn == "abs" and e.dtype.is_int:
+        text = integer_sign_text("abs", texts[0], e.dtype, em.target, lang)
+    elif e.fn in _MATH:
         text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
         if e.fn in ("max", "min") and not in_float32:
             text = _bfloat16_kept(text, e.dtype, lang)
