@@ -511,3 +511,54 @@ def test_int16_negation_is_a_32_bit_one_for_ptxas(backend):
     if backend == "triton":
         amd = tritile.compile(_int16_signs(), out_idx=[2, 3], target="hip:gfx942", backend=backend)
         assert "_neg_int16" not in amd.get_source("triton") and "inline_asm" not in amd.get_source("triton")
+
+
+# ---------------------------------------------------------------------------- float -> int64 range
+
+
+def _saturated_then_added(src):
+    """bench/results/semantics_replay_seed2030_h100.json, program 464, reduced: T.int64 of a
+    float16 inf saturates to INT64_MAX, so 7 + it wraps and the min is the wrapped sum.  LLVM took
+    the conversion of an out-of-range value for poison, assumed a float16's range and folded the
+    min away (the GPU returned INT64_MAX)."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), src), C: T.Tensor((2, 16), T.int64)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[0, i] = T.min(T.int64(7) + T.int64(A[i]), T.int64(A[i]))
+                C[1, i] = T.int64(T.int32(A[i]) + T.int32(-3))
+
+    return kernel
+
+
+def _saturating_reference(a: torch.Tensor, bits: int) -> torch.Tensor:
+    x = a.double()
+    low, high = -(1 << bits - 1), (1 << bits - 1) - 1
+    ints = torch.where(x.isnan(), 0.0, x.clamp(-2.0 ** (bits - 1), 2.0 ** 52)).long()  # exact below 2^52
+    return torch.where(x >= 2.0 ** (bits - 1), high, torch.where(x <= low, low, ints))
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("src", ["float16", "float32"])
+def test_a_saturated_conversion_wraps_in_later_arithmetic(backend, src, device):
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a = (torch.randn(16) * 100).to(getattr(torch, src))
+    a[0], a[1], a[2] = math.inf, -math.inf, math.nan
+    if src == "float32":
+        a[3], a[4] = 3e9, 1e19  # past int32's and int64's ranges
+    kernel = tritile.compile(_saturated_then_added(src), out_idx=[-1], backend=backend)
+    c = kernel(a.to(device)).cpu()
+    as_int64 = _saturating_reference(a, 64)
+    wrapped = torch.minimum(as_int64 + 7, as_int64)  # torch's int64 sum wraps as the GPU's
+    as_int32 = _saturating_reference(a, 32).to(torch.int32)
+    assert torch.equal(c[0], wrapped) and torch.equal(c[1], (as_int32 + torch.tensor(-3, dtype=torch.int32)).long())
+    assert c[0, 0].item() == -(1 << 63) + 6
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_a_saturated_conversion_keeps_the_min_in_ptx(backend):
+    ptx = tritile.compile(_saturated_then_added("float16"), out_idx=[-1], target="cuda:90",
+                          backend=backend).get_source("ptx")
+    assert "min.s64" in ptx and "9223372036854775807" in ptx

@@ -192,21 +192,25 @@ def cast_text(text: str, src, dst, lang: str) -> str:
 
     float -> int: LLVM's fptosi / fptoui give poison for NaN and out-of-range values, so the
     hardware's saturation is not guaranteed (ptxas widens an i8 / i16 conversion to cvt.rzi.u16 /
-    .s16 and keeps the wrapped bits; cvt.rzi.s32 turns NaN into INT_MIN): select NaN -> 0, and
-    clamp in float to the range of an 8- / 16-bit or unsigned target (the bounds are exact in
-    float32), the 32- / 64-bit saturation of cvt.rzi does the rest.  fp8: through float32
-    (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
+    .s16 and keeps the wrapped bits; cvt.rzi.s32 turns NaN into INT_MIN), and LLVM may fold later
+    arithmetic by the range it then assumes (`min(x + 7, x)` became x for an int64 x converted
+    from a float16 inf, which cvt.rzi had saturated to INT64_MAX).  So no out-of-range value
+    reaches the conversion: NaN selects 0, values clamp in float to the type's lower bound (exact
+    in float32) and an 8- / 16-bit type's upper one; a 32- / 64-bit type's upper bound rounds up
+    in float (2^31 - 1 -> 2^31), so values at or above 2^bits select the bound as a constant.
+    fp8: through float32 (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
     if src == dst:
         return text
     want = dtype_text(dst, lang)
     if src.is_float and dst.is_int:
         x = text if src.bits >= 32 else f"{text}.to({lang}.float32)"
-        clamped = x
-        if dst.kind == "uint" or dst.bits < 32:
-            clamped = f"{lang}.maximum({clamped}, {float(-(1 << dst.bits - 1) if dst.kind == 'int' else 0)})"
+        low = -(1 << dst.bits - 1) if dst.kind == "int" else 0
+        high = (1 << dst.bits - (dst.kind == "int")) - 1
+        clamped = f"{lang}.maximum({x}, {float(low)})"
         if dst.bits < 32:
-            clamped = f"{lang}.minimum({clamped}, {float((1 << dst.bits - (dst.kind == 'int')) - 1)})"
-        return f"{lang}.where({x} != {x}, 0.0, {clamped}).to({want})"
+            return f"{lang}.where({x} != {x}, 0.0, {lang}.minimum({clamped}, {float(high)})).to({want})"
+        converted = f"{lang}.where({x} != {x}, 0.0, {clamped}).to({want})"
+        return f"{lang}.where({x} >= {float(high + 1)}, {lang}.full([], {high}, {want}), {converted})"
     if (src.is_float and src.bits == 8 or dst.is_float and dst.bits == 8) and "float32" not in (src.name, dst.name):
         return f"{text}.to({lang}.float32).to({want})"
     return f"{text}.to({want})"
