@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import expression_programs as E
 import tritile
 import tritile.language as T
+from tritile.ir import nodes as ir
 from tritile.runtime.target import Target
 
 GPU_REPLAY = E.replay_programs(200)  # bench/semantics_replay.py runs the same list
@@ -562,3 +563,64 @@ def test_a_saturated_conversion_keeps_the_min_in_ptx(backend):
     ptx = tritile.compile(_saturated_then_added("float16"), out_idx=[-1], target="cuda:90",
                           backend=backend).get_source("ptx")
     assert "min.s64" in ptx and "9223372036854775807" in ptx
+
+
+# ---------------------------------------------------------------------------- constants
+
+
+def _constant_select_to_fp8():
+    """bench/results/semantics_replay_seed2033_h100.json, program 595: a select of two equal
+    constants converted to e4m3.  LLVM folded it to a constant, Triton converted the constant in
+    pairs and ptxas packed the word from a pair and a stray register (`F2FP.PACK_AB_MERGE_C ...,
+    R1`): lanes 2-3 of every 4 read -2 and -416.  The frontend folds such a select itself."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), T.uint8), C: T.Tensor((16,), T.float8_e4m3)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[i] = T.float8_e4m3(T.if_then_else(T.int16(A[i]) != 3, T.int16(-1), T.int16(-1)))
+
+    return kernel
+
+
+def test_a_select_of_equal_constants_is_the_constant(device):
+    a = torch.randint(0, 256, (16,), dtype=torch.uint8)
+    kernel = tritile.compile(_constant_select_to_fp8(), out_idx=[-1])
+    assert torch.equal(kernel(a.to(device)).float().cpu(), torch.full((16,), -1.0))
+    assert "where" not in kernel.get_source("gluon").split("def kernel")[1]
+    assert isinstance(_select_of(0.0, -0.0), ir.Call)  # signed zeros differ
+    assert isinstance(_select_of(math.nan, math.nan), ir.Const) and isinstance(_select_of(2.5, 2.5), ir.Const)
+
+
+def _select_of(true_value: float, false_value: float):
+    """What T.if_then_else builds for a run-time condition and two float32 constants."""
+    from tritile.frontend.exprs import select
+
+    cond = ir.BinOp(">", ir.Var("c", T.int32), ir.Const(0), T.bool)
+    return select(cond, ir.Const(true_value, T.float32), ir.Const(false_value, T.float32))
+
+
+def _float64_constants():
+    """bench/results/semantics_replay_seed2033_h100.json, program 596: a float64 constant that
+    float32 does not hold, as a bare literal, was Triton's float32 in `gl.to_tensor` / `maximum`
+    (-2147483647.0 stored -2147483648.0)."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), T.float64), C: T.Tensor((2, 16), T.float64)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[0, i] = -T.float64(T.max(T.int32(3), T.int32(2147483647)))
+                C[1, i] = T.max(A[i], T.float64(-2147483647.0)) + T.if_then_else(A[i] > 0, T.float64(0.1), A[i])
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_float64_constants_keep_their_bits(backend, device):
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a = torch.randn(16, dtype=torch.float64) * 3e9
+    c = tritile.compile(_float64_constants(), out_idx=[-1], backend=backend)(a.to(device)).cpu()
+    bound = torch.tensor(-2147483647.0, dtype=torch.float64)
+    assert torch.equal(c[0], torch.full((16,), -2147483647.0, dtype=torch.float64))
+    assert torch.equal(c[1], torch.maximum(a, bound) + torch.where(a > 0, 0.1, a))

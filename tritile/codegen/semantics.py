@@ -24,6 +24,7 @@ A rule returns a `Val`: the text and the `T.Parallel` dims it varies along.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -314,6 +315,10 @@ def lower_const(em, e: ir.Const) -> Val:
             return Val('float("nan")')
         if v in (float("inf"), float("-inf")):
             return Val('float("inf")' if v > 0 else '-float("inf")')
+        if e.dtype.bits == 64 and not _exact_in_float32(v):
+            # a bare literal in float32's range is Triton's float32 where it meets a tensor in a
+            # library call (`maximum`, `where`, `gl.to_tensor`): -2147483647.0 became -2147483648.0
+            return Val(f"{lang}.full([], {v!r}, {dtype_text(e.dtype, lang)})")
         return Val(repr(v))
     if e.dtype.kind == "uint" or e.dtype.is_int and e.dtype.bits != 32:
         # a bare literal is Triton's int32 wherever it meets a tensor in a library call
@@ -321,6 +326,10 @@ def lower_const(em, e: ir.Const) -> Val:
         # TypeError (different signedness), and an int64 select of two literals was int32
         return Val(f"{lang}.full([], {int(v)}, {dtype_text(e.dtype, lang)})")
     return Val(repr(int(v)))
+
+
+def _exact_in_float32(v: float) -> bool:
+    return abs(v) <= 3.4028234663852886e38 and struct.unpack("f", struct.pack("f", v))[0] == v
 
 
 _PY_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%", "<": "<", "<=": "<=", ">": ">",

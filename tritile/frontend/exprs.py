@@ -185,8 +185,21 @@ def select(cond, true_value, false_value, loc=None):
         for v in (true_value, false_value):
             if isinstance(v, float) and not dtype.is_float:
                 dtype = float32
-    return ir.Call("if_then_else", (truth(cond), cast(true_value, dtype, loc), cast(false_value, dtype, loc)),
-                   dtype)
+    true_value, false_value = cast(true_value, dtype, loc), cast(false_value, dtype, loc)
+    if isinstance(true_value, ir.Const) and isinstance(false_value, ir.Const) and \
+            _same_bits(true_value.value, false_value.value):
+        # a constant whatever `cond` is: the IR's to fold, not left for LLVM to find (Gluon's run-time
+        # conversion of such a constant to fp8 stored garbage: docs/semantics.md, fp8 constants)
+        return true_value
+    return ir.Call("if_then_else", (truth(cond), true_value, false_value), dtype)
+
+
+def _same_bits(a, b) -> bool:
+    """The same value, NaN as NaN and -0.0 apart from 0.0."""
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        return (a != a and b != b) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+    return a == b
 
 
 def truth(cond: ir.Expr) -> ir.Expr:
