@@ -5,6 +5,7 @@ cases that disagreed before (floor `//` / `%`, NaN in reductions, float `//`, fp
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -624,3 +625,29 @@ def test_float64_constants_keep_their_bits(backend, device):
     bound = torch.tensor(-2147483647.0, dtype=torch.float64)
     assert torch.equal(c[0], torch.full((16,), -2147483647.0, dtype=torch.float64))
     assert torch.equal(c[1], torch.maximum(a, bound) + torch.where(a > 0, 0.1, a))
+
+
+def _constant_only_llvm_sees(dtype):
+    """A value only LLVM finds constant (`x * 0 + 3`), converted to fp8: semantics replays 2035 and
+    2036 found two more such programs after the frontend's fold of equal constants."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((64,), T.int32), C: T.Tensor((64,), dtype)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(64):
+                C[i] = T.Cast(dtype, A[i] * 0 + 3)
+
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+def test_an_fp8_conversion_of_a_value_llvm_finds_constant(dtype, device):
+    """Gluon converts to fp8 four lanes at a time in inline asm packed by prmt
+    (codegen/semantics.py `_to_float8e4nv`): Triton's packing, `mov.b32 {%rs1, %rs1}` of one
+    converted pair, was what ptxas merged with a stray register."""
+    a = torch.randint(-1000, 1000, (64,), dtype=torch.int32)
+    kernel = tritile.compile(_constant_only_llvm_sees(dtype), out_idx=[-1])
+    assert torch.equal(kernel(a.to(device)).float().cpu(), torch.full((64,), 3.0))
+    ptx = tritile.compile(_constant_only_llvm_sees(dtype), out_idx=[-1], target="cuda:90",
+                          backend="gluon").get_source("ptx")
+    assert "prmt.b32" in ptx and not re.search(r"mov\.b32\s+%r\d+, \{(%rs\d+), \1\}", ptx)

@@ -57,7 +57,8 @@ SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
 HELPER_NAMES = ("_add_combine", "_and_combine", "_or_combine", "_xor_combine", "_floordiv", "_floormod",
                 "_floordiv_float", "_floormod_float", "_any_lane", "_atomic_update_16bit", "_max_propagate_nan",
-                "_min_propagate_nan", "_neg_int16", "_abs_int16", "libdevice")
+                "_min_propagate_nan", "_neg_int16", "_abs_int16", "_to_float8e4nv", "_to_float8e5",
+                "libdevice")
 
 
 def dtype_text(dtype, lang: str) -> str:
@@ -161,6 +162,28 @@ def _abs_int16(x):
                                        is_pure=True, pack=1).to({lang}.int16)
 
 
+# float32 -> fp8 four lanes at a time, packed by prmt.  Triton converts in pairs and packs a word
+# with mov.b32 {{lo, hi}}; where LLVM finds the value constant both halves are one register, and
+# ptxas then merged the word's upper half from a stray register (F2FP.PACK_AB_MERGE_C ..., R1):
+# lanes 2-3 of every 4 stored garbage on the H100 (docs/semantics.md, fp8 constants)
+@{jit}
+def _to_float8e4nv(x):
+    return {lang}.inline_asm_elementwise(
+        "{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
+        "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; "
+        "prmt.b32 $0, lo32, hi32, 0x5410; }}", "=r,r,r,r,r", [x], dtype={lang}.int8, is_pure=True,
+        pack=4).to({lang}.float8e4nv, bitcast=True)
+
+
+@{jit}
+def _to_float8e5(x):
+    return {lang}.inline_asm_elementwise(
+        "{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; cvt.rn.satfinite.e5m2x2.f32 lo, $2, $1; "
+        "cvt.rn.satfinite.e5m2x2.f32 hi, $4, $3; cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; "
+        "prmt.b32 $0, lo32, hi32, 0x5410; }}", "=r,r,r,r,r", [x], dtype={lang}.int8, is_pure=True,
+        pack=4).to({lang}.float8e5, bitcast=True)
+
+
 @{jit}
 def _max_propagate_nan(a, b):
     return {lang}.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -212,7 +235,12 @@ def cast_text(text: str, src, dst, lang: str) -> str:
             return f"{lang}.where({x} != {x}, 0.0, {lang}.minimum({clamped}, {float(high)})).to({want})"
         converted = f"{lang}.where({x} != {x}, 0.0, {clamped}).to({want})"
         return f"{lang}.where({x} >= {float(high + 1)}, {lang}.full([], {high}, {want}), {converted})"
-    if (src.is_float and src.bits == 8 or dst.is_float and dst.bits == 8) and "float32" not in (src.name, dst.name):
+    if dst.is_float and dst.bits == 8:
+        as_float32 = text if src.name == "float32" else f"{text}.to({lang}.float32)"
+        if lang == "gl":  # the Gluon backend, CUDA only: its helper's comment says why
+            return f"_to_{TRITON_DTYPES[dst.name]}({as_float32})"
+        return f"{as_float32}.to({want})"
+    if src.is_float and src.bits == 8 and dst.name != "float32":
         return f"{text}.to({lang}.float32).to({want})"
     return f"{text}.to({want})"
 
