@@ -461,7 +461,7 @@ def test_a_product_in_a_sum_rounds_once_fused_and_twice_without(monkeypatch):
 
 
 def _int16_signs():
-    """bench/results/semantics_replay_seed2028_h100.json, program 648, taken apart: the negation
+    """bench/results/semantics_replay_seed2028_before_fix_h100.json, program 648, taken apart: the negation
     and abs of int16 -32768 wrap to -32768, which ptxas read as +32768 once divided, shifted,
     widened or reduced (-32768 // 121 gave 270)."""
 
@@ -488,8 +488,8 @@ def _int16_sign_operands():
     a[::3] = -32768
     b = torch.randint(1, 128, (16,), dtype=torch.int16) * (torch.randint(0, 2, (16,), dtype=torch.int16) * 2 - 1)
     negated, magnitude = -a, a.abs()  # torch wraps both to -32768
-    expected = torch.stack([torch.div(negated, b, rounding_mode="floor"), torch.div(magnitude, b, rounding_mode="floor"),
-                            negated, negated >> 1]).int()
+    expected = torch.stack([torch.div(negated, b, rounding_mode="floor"),
+                            torch.div(magnitude, b, rounding_mode="floor"), negated, negated >> 1]).int()
     return a, b, expected, magnitude.int().max().to(torch.int16).reshape(1)
 
 
@@ -519,7 +519,7 @@ def test_int16_negation_is_a_32_bit_one_for_ptxas(backend):
 
 
 def _saturated_then_added(src):
-    """bench/results/semantics_replay_seed2030_h100.json, program 464, reduced: T.int64 of a
+    """bench/results/semantics_replay_seed2030_before_fix_h100.json, program 464, reduced: T.int64 of a
     float16 inf saturates to INT64_MAX, so 7 + it wraps and the min is the wrapped sum.  LLVM took
     the conversion of an out-of-range value for poison, assumed a float16's range and folded the
     min away (the GPU returned INT64_MAX)."""
@@ -570,7 +570,7 @@ def test_a_saturated_conversion_keeps_the_min_in_ptx(backend):
 
 
 def _constant_select_to_fp8():
-    """bench/results/semantics_replay_seed2033_h100.json, program 595: a select of two equal
+    """bench/results/semantics_replay_seed2033_before_fix_h100.json, program 595: a select of two equal
     constants converted to e4m3.  LLVM folded it to a constant, Triton converted the constant in
     pairs and ptxas packed the word from a pair and a stray register (`F2FP.PACK_AB_MERGE_C ...,
     R1`): lanes 2-3 of every 4 read -2 and -416.  The frontend folds such a select itself."""
@@ -602,7 +602,7 @@ def _select_of(true_value: float, false_value: float):
 
 
 def _float64_constants():
-    """bench/results/semantics_replay_seed2033_h100.json, program 596: a float64 constant that
+    """bench/results/semantics_replay_seed2033_before_fix_h100.json, program 596: a float64 constant that
     float32 does not hold, as a bare literal, was Triton's float32 in `gl.to_tensor` / `maximum`
     (-2147483647.0 stored -2147483648.0)."""
 
