@@ -298,7 +298,8 @@ def evaluate(node, env: dict) -> torch.Tensor:
     if is_float(dtype):
         result = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
                   "//": lambda: torch.floor(a / b), "%": lambda: a - torch.floor(a / b) * b,
-                  "max": lambda: torch.fmax(a, b), "min": lambda: torch.fmin(a, b)}[op]()
+                  "max": lambda: _between_zeros(torch.fmax(a, b), a, b, env),
+                  "min": lambda: _between_zeros(torch.fmin(a, b), a, b, env)}[op]()
     else:
         result = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
                   "//": lambda: _divide(a, b, "floor")[0], "%": lambda: _divide(a, b, "floor")[1],
@@ -308,10 +309,26 @@ def evaluate(node, env: dict) -> torch.Tensor:
     return _round(result, dtype)
 
 
-def reference(program: Program, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The expected output C (in the output dtype)."""
+def _between_zeros(result, a, b, env):
+    """A float max / min of +0 and -0 is either zero (docs/semantics.md); env["zero"] picks one."""
+    if env.get("zero") is None:
+        return result
+    return torch.where((a == 0) & (b == 0), torch.full_like(result, env["zero"]), result)
+
+
+def references(program: Program, a: torch.Tensor, b: torch.Tensor) -> list:
+    """Every output C the semantics allow: `reference`, and where a float max / min may pick
+    between +0 and -0 (which a later division turns into the sign of an infinity), the outputs
+    with either zero picked throughout."""
+    if program.kind != "parallel" or not _mentions(program.expr, {"max", "min"}):
+        return [reference(program, a, b)]
+    return [reference(program, a, b, zero) for zero in (None, 0.0, -0.0)]
+
+
+def reference(program: Program, a: torch.Tensor, b: torch.Tensor, zero=None) -> torch.Tensor:
+    """The expected output C (in the output dtype); `zero`: see `references`."""
     if program.kind == "parallel":
-        value = evaluate(program.expr, {"A": a, "B": b}).to(TORCH[program.out_dtype])
+        value = evaluate(program.expr, {"A": a, "B": b, "zero": zero}).to(TORCH[program.out_dtype])
         return value.expand(LANES).clone()  # an expression of constants only
     x = a.to(_compute(program.a_dtype))
     if program.reduction == "absmax":  # |x| in the dtype: abs(INT_MIN) wraps to INT_MIN
@@ -340,6 +357,11 @@ def reference(program: Program, a: torch.Tensor, b: torch.Tensor) -> torch.Tenso
 def _mentions(expr, names: set) -> bool:
     """Does the expression tree `expr` (nested tuples) use any of the operations `names`?"""
     return isinstance(expr, tuple) and any(part in names or _mentions(part, names) for part in expr)
+
+
+def matches(actual: torch.Tensor, expected: list, program: Program) -> bool:
+    """`actual` is `same` as one of the allowed outputs `expected` (`references`)."""
+    return any(same(actual, one, program) for one in expected)
 
 
 def same(actual: torch.Tensor, expected: torch.Tensor, program: Program) -> bool:
