@@ -515,6 +515,36 @@ def test_int16_negation_is_a_32_bit_one_for_ptxas(backend):
         assert "_neg_int16" not in amd.get_source("triton") and "inline_asm" not in amd.get_source("triton")
 
 
+def _int16_negations_as_arithmetic():
+    """`0 - x`, `x * -1` and `-1 * x` of int16: LLVM makes each of them neg.s16 too."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((16,), T.int16), B: T.Tensor((16,), T.int16), C: T.Tensor((3, 16), T.int32)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(16):
+                C[0, i] = T.int32((0 - A[i]) // B[i])
+                C[1, i] = T.int32((A[i] * -1) // B[i])
+                C[2, i] = T.int32((-1 * A[i]) >> 1)
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_int16_negations_written_as_arithmetic(backend, device):
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a, b, _, _ = _int16_sign_operands()
+    kernel = tritile.compile(_int16_negations_as_arithmetic(), out_idx=[-1],
+                             backend="auto" if backend == "gluon" else backend)
+    negated = -a
+    expected = torch.stack([torch.div(negated, b, rounding_mode="floor"),
+                            torch.div(negated, b, rounding_mode="floor"), negated >> 1]).int()
+    assert torch.equal(kernel(a.to(device), b.to(device)).cpu(), expected)
+    ptx = tritile.compile(_int16_negations_as_arithmetic(), out_idx=[-1], target="cuda:90",
+                          backend=backend).get_source("ptx")
+    assert "neg.s32" in ptx and "neg.s16" not in ptx
+
+
 # ---------------------------------------------------------------------------- float -> int64 range
 
 

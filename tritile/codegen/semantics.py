@@ -395,9 +395,23 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
         return f"({a.text} {op} {b.text})"  # floor and truncation agree on non-negative operands
     if op == "/":
         return f"({a.text} {'//' if operand.is_int else '/'} {b.text})"  # C-style truncation on ints
+    negated = _negation_operand(op, e)
+    if operand.name == "int16" and negated is not None:  # LLVM makes these neg.s16: `_neg_int16`
+        return integer_sign_text("neg", (a, b)[negated].text, operand, em.target, lang)
     if op not in _PY_OPS:
         raise unsupported(em, f"the operator {op!r}")
     return f"({a.text} {_PY_OPS[op]} {b.text})"
+
+
+def _negation_operand(op: str, e: ir.BinOp):
+    """Which operand (0 or 1) integer BinOp `e` negates - `0 - x`, `x * -1`, `-1 * x` - or None."""
+    def constant(x, value):
+        return isinstance(x, ir.Const) and x.value == value
+    if op == "-" and constant(e.lhs, 0):
+        return 1
+    if op == "*":
+        return 0 if constant(e.rhs, -1) else 1 if constant(e.lhs, -1) else None
+    return None
 
 
 def _bfloat16_kept(text: str, dtype, lang: str) -> str:
