@@ -221,7 +221,7 @@ def cast_text(text: str, src, dst, lang: str) -> str:
     from a float16 inf, which cvt.rzi had saturated to INT64_MAX).  So no out-of-range value
     reaches the conversion: NaN selects 0, values clamp in float to the type's lower bound (exact
     in float32) and an 8- / 16-bit type's upper one; a 32- / 64-bit type's upper bound rounds up
-    in float (2^31 - 1 -> 2^31), so values at or above 2^bits select the bound as a constant.
+    in float (2^31 - 1 -> 2^31), so values past it (at or above bound + 1) select it as a constant.
     fp8: through float32 (as torch; exact from fp8) where Triton's cvt.rn.satfinite saturates."""
     if src == dst:
         return text
