@@ -673,7 +673,7 @@ def _constant_only_llvm_sees(dtype):
 @pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
 def test_an_fp8_conversion_of_a_value_llvm_finds_constant(dtype, device):
     """Gluon converts to fp8 four lanes at a time in inline asm packed by prmt
-    (codegen/semantics.py `_to_float8e4nv`): Triton's packing, `mov.b32 {%rs1, %rs1}` of one
+    (codegen/semantics.py `_fp8_conversion_helper`): Triton's packing, `mov.b32 {%rs1, %rs1}` of one
     converted pair, was what ptxas merged with a stray register."""
     a = torch.randint(-1000, 1000, (64,), dtype=torch.int32)
     kernel = tritile.compile(_constant_only_llvm_sees(dtype), out_idx=[-1])

@@ -146,44 +146,6 @@ def _atomic_update_16bit(ptr, base, val, mask, KIND: {lang}.constexpr, SEM: {lan
     return old.to(val.dtype, bitcast=True)
 
 
-# ptxas negates a 16-bit integer in its sign-extended 32-bit register and then takes the result
-# for sign-extended: -(-32768) and abs(-32768) read as +32768 when divided, shifted, compared or
-# widened (measured on the H100, bench/NOTES.md session 26).  A 32-bit negation in inline asm is
-# opaque to it, so the truncation back to int16 is followed by a real sign extension.
-@{jit}
-def _neg_int16(x):
-    return {lang}.inline_asm_elementwise("neg.s32 $0, $1;", "=r,r", [x.to({lang}.int32)], dtype={lang}.int32,
-                                       is_pure=True, pack=1).to({lang}.int16)
-
-
-@{jit}
-def _abs_int16(x):
-    return {lang}.inline_asm_elementwise("abs.s32 $0, $1;", "=r,r", [x.to({lang}.int32)], dtype={lang}.int32,
-                                       is_pure=True, pack=1).to({lang}.int16)
-
-
-# float32 -> fp8 four lanes at a time, packed by prmt.  Triton converts in pairs and packs a word
-# with mov.b32 {{lo, hi}}; where LLVM finds the value constant both halves are one register, and
-# ptxas then merged the word's upper half from a stray register (F2FP.PACK_AB_MERGE_C ..., R1):
-# lanes 2-3 of every 4 stored garbage on the H100 (docs/semantics.md, fp8 constants)
-@{jit}
-def _to_float8e4nv(x):
-    return {lang}.inline_asm_elementwise(
-        "{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
-        "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; "
-        "prmt.b32 $0, lo32, hi32, 0x5410; }}", "=r,r,r,r,r", [x], dtype={lang}.int8, is_pure=True,
-        pack=4).to({lang}.float8e4nv, bitcast=True)
-
-
-@{jit}
-def _to_float8e5(x):
-    return {lang}.inline_asm_elementwise(
-        "{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; cvt.rn.satfinite.e5m2x2.f32 lo, $2, $1; "
-        "cvt.rn.satfinite.e5m2x2.f32 hi, $4, $3; cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; "
-        "prmt.b32 $0, lo32, hi32, 0x5410; }}", "=r,r,r,r,r", [x], dtype={lang}.int8, is_pure=True,
-        pack=4).to({lang}.float8e5, bitcast=True)
-
-
 @{jit}
 def _max_propagate_nan(a, b):
     return {lang}.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
@@ -195,12 +157,40 @@ def _min_propagate_nan(a, b):
 '''
 
 
+def _int16_sign_helper(jit: str, lang: str, fn: str) -> str:
+    """`_neg_int16(x)` / `_abs_int16(x)` (`fn` "neg" / "abs").  ptxas negates a 16-bit integer in
+    its sign-extended 32-bit register and then takes the result for sign-extended: -(-32768) and
+    abs(-32768) read as +32768 when divided, shifted, compared or widened (measured on the H100,
+    bench/NOTES.md session 26).  A 32-bit negation in inline asm is opaque to it, so the
+    truncation back to int16 is followed by a real sign extension."""
+    return (f"@{jit}\ndef _{fn}_int16(x):\n"
+            f"    return {lang}.inline_asm_elementwise(\"{fn}.s32 $0, $1;\", \"=r,r\", [x.to({lang}.int32)],\n"
+            f"                                       dtype={lang}.int32, is_pure=True, pack=1).to({lang}.int16)")
+
+
+def _fp8_conversion_helper(jit: str, lang: str, dtype: str, ptx_type: str) -> str:
+    """`_to_<dtype>(x)`: float32 -> fp8 four lanes at a time, packed by prmt.  Triton converts in
+    pairs and packs a word with mov.b32 {lo, hi}; where LLVM finds the value constant both halves
+    are one register, and ptxas then merged the word's upper half from a stray register
+    (F2FP.PACK_AB_MERGE_C ..., R1): lanes 2-3 of every 4 stored garbage on the H100
+    (docs/semantics.md, fp8 constants)."""
+    cvt = f"cvt.rn.satfinite.{ptx_type}x2.f32"
+    asm = (f"{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; {cvt} lo, $2, $1; {cvt} hi, $4, $3; "
+           "cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; prmt.b32 $0, lo32, hi32, 0x5410; }")
+    return (f"@{jit}\ndef _to_{dtype}(x):\n"
+            f"    return {lang}.inline_asm_elementwise(\"{asm}\", \"=r,r,r,r,r\", [x], dtype={lang}.int8,\n"
+            f"                                       is_pure=True, pack=4).to({lang}.{dtype}, bitcast=True)")
+
+
 def helpers_text(jit: str, lang: str, code: str) -> str:
     """The helper functions the generated `code` calls (and the helpers those call), decorated
     with `jit` ("gluon.jit" or "triton.jit"), in language `lang`; the module imports `tl`
     (triton.language) and `libdevice` itself."""
-    chunks = {re.search(r"def (\w+)\(", chunk).group(1): chunk
-              for chunk in _HELPERS.format(jit=jit, lang=lang).split("\n\n\n")}
+    texts = [*_HELPERS.format(jit=jit, lang=lang).split("\n\n\n"),
+             *(_int16_sign_helper(jit, lang, fn) for fn in ("neg", "abs")),
+             *(_fp8_conversion_helper(jit, lang, dtype, ptx) for dtype, ptx in (("float8e4nv", "e4m3"),
+                                                                                ("float8e5", "e5m2")))]
+    chunks = {re.search(r"def (\w+)\(", chunk).group(1): chunk for chunk in texts}
     used, text = [], code
     while True:
         more = [name for name in chunks if name not in used and re.search(rf"\b{name}\b", text)]
@@ -237,7 +227,7 @@ def cast_text(text: str, src, dst, lang: str) -> str:
         return f"{lang}.where({x} >= {float(high + 1)}, {lang}.full([], {high}, {want}), {converted})"
     if dst.is_float and dst.bits == 8:
         as_float32 = text if src.name == "float32" else f"{text}.to({lang}.float32)"
-        if lang == "gl":  # the Gluon backend, CUDA only: its helper's comment says why
+        if lang == "gl":  # the Gluon backend, CUDA only: `_fp8_conversion_helper` says why
             return f"_to_{TRITON_DTYPES[dst.name]}({as_float32})"
         return f"{as_float32}.to({want})"
     if src.is_float and src.bits == 8 and dst.name != "float32":
@@ -456,7 +446,7 @@ def lower_unary(em, e: ir.UnaryOp) -> Val:
 
 def integer_sign_text(fn: str, text: str, dtype, target, lang: str) -> str:
     """`-x` (`fn` "neg") or `abs(x)` (`fn` "abs") of generated `text`, of integer IR dtype `dtype`
-    on `target`: int16 on CUDA through `_neg_int16` / `_abs_int16` (their comment says why),
+    on `target`: int16 on CUDA through `_neg_int16` / `_abs_int16` (`_int16_sign_helper` says why),
     every other type and target as Triton's own."""
     if dtype.name == "int16" and target.kind == "cuda":
         return f"_{fn}_int16({text})"
