@@ -505,26 +505,27 @@ def test_int16_negation_and_abs_wrap(backend, device):
 
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
 def test_int16_negation_is_a_32_bit_one_for_ptxas(backend):
-    """On CUDA the int16 negation and abs are 32-bit ones in inline asm (codegen/semantics.py says
-    why): no neg.s16 / abs.s16 for ptxas to widen wrong; an AMD target keeps Triton's own."""
+    """On CUDA the PTX of an int16 negation and abs is a 32-bit one (codegen/ptx_fixups.py says
+    why): no neg.s16 / abs.s16 left for ptxas to widen wrong.  The generated source is Triton's
+    own `-x` / `abs`, so an AMD target is untouched."""
     kernel = tritile.compile(_int16_signs(), out_idx=[2, 3], target="cuda:90", backend=backend)
-    ops = {line.split()[0] for line in kernel.get_source("ptx").splitlines() if line.strip().endswith(";")}
-    assert {"neg.s32", "abs.s32"} <= ops and not {"neg.s16", "abs.s16"} & ops
-    if backend == "triton":
-        amd = tritile.compile(_int16_signs(), out_idx=[2, 3], target="hip:gfx942", backend=backend)
-        assert "_neg_int16" not in amd.get_source("triton") and "inline_asm" not in amd.get_source("triton")
+    ops = {line.split()[0] for line in kernel.get_source("ptx").replace("; ", ";\n").splitlines()
+           if line.strip().endswith(";")}
+    assert {"neg.s32", "abs.s32", "cvt.s32.s16"} <= ops and not {"neg.s16", "abs.s16"} & ops
+    assert "inline_asm" not in kernel.get_source("gluon" if backend == "gluon" else "triton")
 
 
 def _int16_negations_as_arithmetic():
-    """`0 - x`, `x * -1` and `-1 * x` of int16: LLVM makes each of them neg.s16 too."""
+    """`0 - x`, `x * -1`, `-1 * x` and `~x + 1` of int16: LLVM makes each of them neg.s16 too."""
 
     @T.prim_func
-    def kernel(A: T.Tensor((16,), T.int16), B: T.Tensor((16,), T.int16), C: T.Tensor((3, 16), T.int32)):
+    def kernel(A: T.Tensor((16,), T.int16), B: T.Tensor((16,), T.int16), C: T.Tensor((4, 16), T.int32)):
         with T.Kernel(1, threads=128) as bx:
             for i in T.Parallel(16):
                 C[0, i] = T.int32((0 - A[i]) // B[i])
                 C[1, i] = T.int32((A[i] * -1) // B[i])
                 C[2, i] = T.int32((-1 * A[i]) >> 1)
+                C[3, i] = T.int32((~A[i] + 1) // B[i])
 
     return kernel
 
@@ -537,8 +538,8 @@ def test_int16_negations_written_as_arithmetic(backend, device):
     kernel = tritile.compile(_int16_negations_as_arithmetic(), out_idx=[-1],
                              backend="auto" if backend == "gluon" else backend)
     negated = -a
-    expected = torch.stack([torch.div(negated, b, rounding_mode="floor"),
-                            torch.div(negated, b, rounding_mode="floor"), negated >> 1]).int()
+    floor_quotient = torch.div(negated, b, rounding_mode="floor")
+    expected = torch.stack([floor_quotient, floor_quotient, negated >> 1, floor_quotient]).int()
     assert torch.equal(kernel(a.to(device), b.to(device)).cpu(), expected)
     ptx = tritile.compile(_int16_negations_as_arithmetic(), out_idx=[-1], target="cuda:90",
                           backend=backend).get_source("ptx")

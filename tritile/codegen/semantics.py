@@ -57,7 +57,7 @@ SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
 HELPER_NAMES = ("_add_combine", "_and_combine", "_or_combine", "_xor_combine", "_floordiv", "_floormod",
                 "_floordiv_float", "_floormod_float", "_any_lane", "_atomic_update_16bit", "_max_propagate_nan",
-                "_min_propagate_nan", "_neg_int16", "_abs_int16", "_to_float8e4nv", "_to_float8e5",
+                "_min_propagate_nan", "_to_float8e4nv", "_to_float8e5",
                 "libdevice")
 
 
@@ -157,17 +157,6 @@ def _min_propagate_nan(a, b):
 '''
 
 
-def _int16_sign_helper(jit: str, lang: str, fn: str) -> str:
-    """`_neg_int16(x)` / `_abs_int16(x)` (`fn` "neg" / "abs").  ptxas negates a 16-bit integer in
-    its sign-extended 32-bit register and then takes the result for sign-extended: -(-32768) and
-    abs(-32768) read as +32768 when divided, shifted, compared or widened (measured on the H100,
-    bench/NOTES.md session 26).  A 32-bit negation in inline asm is opaque to it, so the
-    truncation back to int16 is followed by a real sign extension."""
-    return (f"@{jit}\ndef _{fn}_int16(x):\n"
-            f"    return {lang}.inline_asm_elementwise(\"{fn}.s32 $0, $1;\", \"=r,r\", [x.to({lang}.int32)],\n"
-            f"                                       dtype={lang}.int32, is_pure=True, pack=1).to({lang}.int16)")
-
-
 def _fp8_conversion_helper(jit: str, lang: str, dtype: str, ptx_type: str) -> str:
     """`_to_<dtype>(x)`: float32 -> fp8 four lanes at a time, packed by prmt.  Triton converts in
     pairs and packs a word with mov.b32 {lo, hi}; where LLVM finds the value constant both halves
@@ -187,7 +176,6 @@ def helpers_text(jit: str, lang: str, code: str) -> str:
     with `jit` ("gluon.jit" or "triton.jit"), in language `lang`; the module imports `tl`
     (triton.language) and `libdevice` itself."""
     texts = [*_HELPERS.format(jit=jit, lang=lang).split("\n\n\n"),
-             *(_int16_sign_helper(jit, lang, fn) for fn in ("neg", "abs")),
              *(_fp8_conversion_helper(jit, lang, dtype, ptx) for dtype, ptx in (("float8e4nv", "e4m3"),
                                                                                 ("float8e5", "e5m2")))]
     chunks = {re.search(r"def (\w+)\(", chunk).group(1): chunk for chunk in texts}
@@ -271,14 +259,14 @@ def _propagates_nan(kind: str, src_dtype, nan_propagate: bool) -> bool:
     return nan_propagate and src_dtype.is_float and kind in _REDUCTIONS_PROPAGATING_NAN
 
 
-def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, target, lang: str) -> tuple:
-    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis` on `target`, the
+def reduction_text(kind: str, src: str, src_dtype, axis, nan_propagate: bool, lang: str) -> tuple:
+    """(text reducing register tile `src` (IR dtype `src_dtype`) along `axis`, the
     result's IR dtype: `reduction_dtype`).  The abs of abssum / absmax is taken in the source's
     type (integer abs wraps, as in the interpreter) before the reduction widens."""
     reduction = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
                  else _REDUCTIONS)[kind][0]
     if kind in ("abssum", "absmax"):
-        src = integer_sign_text("abs", src, src_dtype, target, lang) if src_dtype.is_int else f"{lang}.abs({src})"
+        src = f"{lang}.abs({src})"
     computed = reduction_dtype(src_dtype)
     src = cast_text(src, src_dtype, computed, lang)
     return reduction.format(lang=lang, src=src, axis=axis), computed
@@ -385,23 +373,9 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
         return f"({a.text} {op} {b.text})"  # floor and truncation agree on non-negative operands
     if op == "/":
         return f"({a.text} {'//' if operand.is_int else '/'} {b.text})"  # C-style truncation on ints
-    negated = _negation_operand(op, e)
-    if operand.name == "int16" and negated is not None:  # LLVM makes these neg.s16: `_neg_int16`
-        return integer_sign_text("neg", (a, b)[negated].text, operand, em.target, lang)
     if op not in _PY_OPS:
         raise unsupported(em, f"the operator {op!r}")
     return f"({a.text} {_PY_OPS[op]} {b.text})"
-
-
-def _negation_operand(op: str, e: ir.BinOp):
-    """Which operand (0 or 1) integer BinOp `e` negates - `0 - x`, `x * -1`, `-1 * x` - or None."""
-    def constant(x, value):
-        return isinstance(x, ir.Const) and x.value == value
-    if op == "-" and constant(e.lhs, 0):
-        return 1
-    if op == "*":
-        return 0 if constant(e.rhs, -1) else 1 if constant(e.lhs, -1) else None
-    return None
 
 
 def _bfloat16_kept(text: str, dtype, lang: str) -> str:
@@ -440,17 +414,8 @@ def lower_unary(em, e: ir.UnaryOp) -> Val:
             return Val(f"({a.text}.to({em.lang}.float32) * -1.0).to({dtype_text(e.dtype, em.lang)})", a.dims)
         return Val(f"({a.text} * -1.0)", a.dims)
     if e.op == "-":
-        return Val(integer_sign_text("neg", a.text, e.dtype, em.target, em.lang), a.dims)
+        return Val(f"(-{a.text})", a.dims)
     return Val(f"({e.op}{a.text})", a.dims)
-
-
-def integer_sign_text(fn: str, text: str, dtype, target, lang: str) -> str:
-    """`-x` (`fn` "neg") or `abs(x)` (`fn` "abs") of generated `text`, of integer IR dtype `dtype`
-    on `target`: int16 on CUDA through `_neg_int16` / `_abs_int16` (`_int16_sign_helper` says why),
-    every other type and target as Triton's own."""
-    if dtype.name == "int16" and target.kind == "cuda":
-        return f"_{fn}_int16({text})"
-    return f"(-{text})" if fn == "neg" else f"{lang}.abs({text})"
 
 
 # intrinsic -> function of the language module
@@ -484,7 +449,7 @@ def lower_call(em, e: ir.Call) -> Val:
     if in_float32:
         texts = [f"{t}.to({lang}.float32)" for t in texts]
     if e.fn == "abs" and e.dtype.is_int:
-        text = integer_sign_text("abs", texts[0], e.dtype, em.target, lang)
+        text = f"{lang}.abs({texts[0]})"
     elif e.fn in _MATH:
         text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
         if e.fn in ("max", "min") and not in_float32:

@@ -27,12 +27,13 @@
 
 Key = sha256 of (final IR text, specialization, target, tritile version and a digest of its
 sources, triton version).
-Triton's own key is extended with the same by `compiler.TritileGluonSource.hash`,
-because in Triton 3.6 nothing else of ours is part of it.
+Triton's own key is extended with the same by the sources both backends compile
+(`keyed_source`), because in Triton 3.6 nothing else of ours is part of it.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -69,6 +70,20 @@ def sources_digest(root: Optional[Path] = None) -> str:
 
 
 VERSION_KEY = f"tritile-{tritile.__version__}-{sources_digest()}/triton-{triton.__version__}"
+
+
+@functools.lru_cache(maxsize=None)
+def keyed_source(source_class):
+    """A subclass of Triton's compile source `source_class` (``ASTSource``, ``GluonASTSource``)
+    whose hash, and so Triton's cache key, also covers `VERSION_KEY`: in Triton 3.6 nothing else
+    of ours is part of that key, yet tritile changes what Triton makes of a source (the ptx stage's
+    fixups, codegen/ptx_fixups.py), so another tritile must never be served this one's binary."""
+    class TritileSource(source_class):
+        def hash(self):
+            return hashlib.sha256((super().hash() + VERSION_KEY).encode()).hexdigest()
+
+    TritileSource.__name__ = TritileSource.__qualname__ = f"Tritile{source_class.__name__}"
+    return TritileSource
 
 _memory = {}
 

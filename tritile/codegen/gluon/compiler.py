@@ -25,10 +25,9 @@ ones `JITKernel` chose it for.
 """
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
+from tritile.codegen import ptx_fixups
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.runtime_vars import RuntimeVarsLookup
@@ -184,10 +183,6 @@ def _triton_compile(func, target, gen, module, contract: bool):
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    class TritileGluonSource(GluonASTSource):
-        def hash(self):
-            return hashlib.sha256((super().hash() + cache.VERSION_KEY).encode()).hexdigest()
-
     signature = {}
     descs = {d.name: d for d in gen.descriptors}
     for name in gen.arg_names:
@@ -200,10 +195,11 @@ def _triton_compile(func, target, gen, module, contract: bool):
         else:
             signature[name] = gen.signature[name]
     attrs = divisibility_attrs(func, gen.arg_names, gen.signature)
-    src = TritileGluonSource(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
+    src = cache.keyed_source(GluonASTSource)(getattr(module, gen.kernel_name), signature, constexprs={}, attrs=attrs)
     try:
-        return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32),
-                                    {"num_warps": gen.num_warps, "enable_fp_fusion": contract})
+        with ptx_fixups.applied():
+            return cache.triton_compile(src, GPUTarget("cuda", target.arch, 32),
+                                        {"num_warps": gen.num_warps, "enable_fp_fusion": contract})
     except OSError:
         raise  # the environment (an unusable Triton cache directory, a missing ptxas), not the kernel
     except Exception as err:  # Triton's CompilationError / MLIR failures

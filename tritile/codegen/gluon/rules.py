@@ -1286,8 +1286,7 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
     # pad lanes (ir/padding.py) take the reduction's identity
     src_shape = s.src.buffer.shape if s.src.buffer.scope == "fragment" else s.src.tile_shape
     src = _masked_pads(em, src, src_shape, layout, semantics.reduction_identity(s.kind, s.src.buffer.dtype))
-    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, axis, s.nan_propagate,
-                                                   em.target, "gl")
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, axis, s.nan_propagate, "gl")
     new = em.tmp("red")
     em.emit(f"{new} = {reduction}")
     if to_one:  # a 1-D tile into a one-element fragment: the scalar, as that fragment's tile

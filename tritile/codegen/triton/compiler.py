@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 
+from tritile.codegen import ptx_fixups
 from tritile.codegen.arg_attrs import divisibility_attrs
 from tritile.codegen.generated_module import load_module
 from tritile.codegen.runtime_vars import RuntimeVarsLookup
@@ -84,11 +85,12 @@ class TritonKernel(RuntimeVarsLookup):
 
         gen, target = self._gen, self.target
         attrs = divisibility_attrs(self.func, gen.arg_names, gen.signature)
-        src = ASTSource(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
+        src = cache.keyed_source(ASTSource)(self._jit_fn, dict(gen.signature), constexprs={}, attrs=attrs)
         # num_stages=1: loops Triton pipelines are the T.Pipelined ones, each with its own stages
         options = {"num_warps": gen.num_warps, "num_stages": 1, "enable_fp_fusion": self.fp_fusion}
         try:
-            compiled = cache.triton_compile(src, GPUTarget(target.kind, target.arch, target.warp_size), options)
+            with ptx_fixups.applied():  # acts on CUDA's ptx stage only
+                compiled = cache.triton_compile(src, GPUTarget(target.kind, target.arch, target.warp_size), options)
         except OSError:
             raise  # the environment (an unusable Triton cache directory, a missing assembler), not the kernel
         except Exception as err:  # Triton's CompilationError / MLIR failures

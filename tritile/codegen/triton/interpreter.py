@@ -36,8 +36,6 @@ Where Triton 3.6's interpreter departs from what the compiled kernel computes
 * extern library calls do not run: the generated module's `libdevice` is swapped for
   `_INTERPRETED_LIBDEVICE` (mul_rn, the floor-modulo helper's unfused product, is numpy's
   product, never fused either).
-* inline assembly does not run: the int16 negation and abs helpers (inline PTX around a ptxas
-  bug) are Triton's `-x` and `tl.abs` there.
 numpy's warnings about IEEE results (x / 0, inf - inf, an all-NaN max) are silenced: the GPU gives
 none.
 """
@@ -77,7 +75,7 @@ def interpreting(module):
 
     with _lock:
         patches = [(JITFunction, "__call__", call_interpreted), (module, "libdevice", _INTERPRETED_LIBDEVICE),
-                   *[(module, name, helper) for name, helper in _interpreted_int16_helpers().items()], *_repairs()]
+                   *_repairs()]
         saved = [(owner, name, owner.__dict__.get(name, _ABSENT)) for owner, name, _ in patches]
         for owner, name, value in patches:
             setattr(owner, name, value)
@@ -91,13 +89,6 @@ def interpreting(module):
                     delattr(owner, name)
                 else:
                     setattr(owner, name, value)
-
-
-def _interpreted_int16_helpers() -> dict:
-    """The generated module's int16 negation and abs (inline PTX, which the interpreter does not
-    run: codegen/semantics.py) as Triton's own, whose numpy meaning (wrapping) is the GPU's."""
-    import triton.language as tl
-    return {"_neg_int16": lambda x: -x, "_abs_int16": lambda x: tl.abs(x)}
 
 
 def _repairs() -> list:

@@ -597,8 +597,7 @@ def lower_reduce(em: Emitter, s: ir.Reduce):
                           f"{list(s.dst.tile_shape)}", s.loc)
     src = _masked_pads(src, src_shape, semantics.reduction_identity(s.kind, s.src.buffer.dtype))  # pad lanes change nothing
     new = em.tmp("red")
-    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, s.dim, s.nan_propagate,
-                                                   em.target, "tl")
+    reduction, computed = semantics.reduction_text(s.kind, src, s.src.buffer.dtype, s.dim, s.nan_propagate, "tl")
     em.emit(f"{new} = {reduction}")
     if not out_shape:  # a 1-D tile reduced to one value
         out_shape = [1]
