@@ -7,7 +7,8 @@ one `tests/test_semantics_properties.py::test_replayed_programs_on_gpu` runs; an
 draws other programs).  Worker processes
 (spawned) compile every program for the GPU first, filling tritile's and Triton's on-disk
 caches; the main process then compiles each (cache hits), runs it on the interpreter (CPU
-tensors) and on the GPU, and compares them exactly (`expression_programs.same`).  A program that
+tensors) and on the GPU, and compares them exactly (`expression_programs.agrees`: equal, or both
+among the outputs the semantics allow where a float max / min of +0 and -0 may pick either zero).  A program that
 fails to compile or to run is recorded with its error and the replay goes on.  The GPU kernels are
 compiled with `TRITILE_FP_FUSION=off` (every float operation rounded, as the interpreter does;
 docs/semantics.md) unless `--fp-fusion` is given: with Triton's fused multiply-adds, seed 2027's
@@ -76,7 +77,7 @@ def main():
                                       "warm_error": warm_errors.get(index),
                                       "error": traceback.format_exc()[-3000:]})
             continue
-        if E.same(on_gpu, interpreted, program):
+        if E.agrees(on_gpu, interpreted, program, a, b):
             results["matched"] += 1
         else:
             results["mismatched"].append({

@@ -73,7 +73,29 @@ def test_replayed_programs_on_gpu(index, monkeypatch):
     a, b = E.inputs(program, torch.Generator().manual_seed(index))
     interpreted = kernel(a, b)
     on_gpu = kernel(a.cuda(), b.cuda()).cpu()
-    assert E.same(on_gpu, interpreted, program), f"{program.source}\ngpu         {on_gpu}\ninterpreter {interpreted}"
+    assert E.agrees(on_gpu, interpreted, program, a, b), f"{program.source}\ngpu         {on_gpu}\ninterpreter {interpreted}"
+
+
+def test_a_gpu_output_with_the_other_zero_agrees():
+    """bench/results/semantics_replay_seed2040_before_fix_h100.json, program 786, reduced: `x //
+    T.min(b, -b)` at b = 0 divides by whichever zero the min picked (unspecified,
+    docs/semantics.md), so the H100's -inf where the interpreter has +inf agrees - and a wrong
+    finite value still does not."""
+    program = E.Program("parallel", "float16", "uint8", "float64",
+                        ("bin", "//", "float64", ("cast", "float64", ("load", "A", "float16")),
+                         ("bin", "min", "float64", ("cast", "float64", ("load", "B", "uint8")),
+                          ("neg", "float64", ("cast", "float64", ("load", "B", "uint8"))))))
+    a = torch.randn(E.LANES).half() * 20
+    a[a == 0] = 1.0
+    b = torch.randint(1, 200, (E.LANES,), dtype=torch.uint8)
+    b[::4] = 0
+    interpreted = E.build(program)(a, b)
+    other_zero = torch.where(b == 0, -interpreted, interpreted)  # the infinities of -0.0
+    assert torch.isinf(interpreted[::4]).all() and not E.same(other_zero, interpreted, program)
+    assert E.agrees(other_zero, interpreted, program, a, b)
+    wrong = other_zero.clone()
+    wrong[1] += 1
+    assert not E.agrees(wrong, interpreted, program, a, b)
 
 
 # ---------------------------------------------------------------------------- fixed cases
