@@ -1,10 +1,11 @@
 """Replay the generated expression / reduction kernels on the GPU against the interpreter.
 
-    python bench/semantics_replay.py [--count 200] [--seed 2024] [--workers 16] [--out bench/results/semantics_replay_h100.json]
+    python bench/semantics_replay.py [--count 200] [--seed 2024] [--lanes 16] [--workers 16]
+                                     [--out bench/results/semantics_replay_h100.json]
 
-The list is `tests/expression_programs.replay_programs(count, seed)` (with the default seed the
-one `tests/test_semantics_properties.py::test_replayed_programs_on_gpu` runs; another seed
-draws other programs).  Worker processes
+The list is `tests/expression_programs.replay_programs(count, seed, lanes)` (with the default seed
+the one `tests/test_semantics_properties.py::test_replayed_programs_on_gpu` runs; another seed
+draws other programs; more lanes give each thread several, as library kernels have).  Worker processes
 (spawned) compile every program for the GPU first, filling tritile's and Triton's on-disk
 caches; the main process then compiles each (cache hits), runs it on the interpreter (CPU
 tensors) and on the GPU, and compares them exactly (`expression_programs.agrees`: equal, or both
@@ -33,10 +34,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 def _warm(args) -> tuple:
     """Worker: compile program `index` for the GPU (fills the on-disk caches)."""
-    index, count, seed = args
+    index, count, seed, lanes = args
     import expression_programs as E
     try:
-        kernel = E.build(E.replay_programs(count, seed)[index])
+        kernel = E.build(E.replay_programs(count, seed, lanes)[index])
         kernel.get_source("ptx")  # compiles for the kernel's target without launching
         return index, None
     except Exception as err:  # recorded, not fatal: the main process reports it with the run
@@ -47,6 +48,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=2024)
+    parser.add_argument("--lanes", type=int, default=16, help="the programs' length (wider: several lanes a thread)")
     parser.add_argument("--fp-fusion", action="store_true", help="let Triton contract multiply-adds (not exact)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "semantics_replay_h100.json"))
@@ -59,10 +61,10 @@ def main():
 
     if not torch.cuda.is_available():
         sys.exit("semantics_replay.py needs a CUDA GPU")
-    programs = E.replay_programs(args.count, args.seed)
+    programs = E.replay_programs(args.count, args.seed, args.lanes)
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
-        warm_errors = dict(pool.map(_warm, [(i, args.count, args.seed) for i in range(args.count)]))
+        warm_errors = dict(pool.map(_warm, [(i, args.count, args.seed, args.lanes) for i in range(args.count)]))
 
     results = {"matched": 0, "mismatched": [], "failed": []}
     for index, program in enumerate(programs):
@@ -91,7 +93,7 @@ def main():
     report = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
               "torch": torch.__version__, "triton": triton.__version__,
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "seed": args.seed, "fp_fusion": args.fp_fusion, "count": len(programs), "matched": results["matched"],
+              "seed": args.seed, "lanes": args.lanes, "fp_fusion": args.fp_fusion, "count": len(programs), "matched": results["matched"],
               "mismatched": len(results["mismatched"]), "failed": len(results["failed"]),
               "mismatches": results["mismatched"], "failures": results["failed"]}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

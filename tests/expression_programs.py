@@ -2,7 +2,7 @@
 
 A `Program` is a real kernel source (`Program.source`: a `@tritile.jit` function built as text,
 compiled from a file by `build`) over inputs A, B of 16 lanes (reductions: A of 4 x 16, B of
-4), with values drawn around 0, at the integer extremes (INT_MIN, -1), and NaN, +-inf, -0.0
+4; `Program.lanes` widens them), with values drawn around 0, at the integer extremes (INT_MIN, -1), and NaN, +-inf, -0.0
 for floats, in every dtype incl. float8.  `reference(program, a, b)` computes the expected
 output with torch per docs/semantics.md (each operation rounded to its dtype, floor `//` and
 `%`, NaN-ignoring max/min, saturating float -> int and -> fp8 casts); `same(actual, expected, dtype)`
@@ -14,13 +14,13 @@ fixed list for the GPU replay (`tests/test_semantics_properties.py`,
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
 import random
 import sys
 import tempfile
-from dataclasses import dataclass
 
 import torch
 from hypothesis import strategies as st
@@ -126,7 +126,7 @@ def _interesting_ints(dtype: str) -> list:
 # ---------------------------------------------------------------------------- programs
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Program:
     kind: str  # "parallel" | "reduce"
     a_dtype: str
@@ -136,6 +136,7 @@ class Program:
     reduction: str = ""  # reduce: max / min / absmax / sum
     clear: bool = True
     nan_propagate: bool = False
+    lanes: int = LANES  # A's, B's and C's length (reductions: A's rows)
 
     @property
     def source(self) -> str:
@@ -143,14 +144,14 @@ class Program:
                 "def program():", "    @T.prim_func"]
         if self.kind == "parallel":
             return "\n".join(head + [
-                f"    def kernel(A: T.Tensor(({LANES},), T.{self.a_dtype}), B: T.Tensor(({LANES},), T.{self.b_dtype}),"
-                f" C: T.Tensor(({LANES},), T.{self.out_dtype})):",
+                f"    def kernel(A: T.Tensor(({self.lanes},), T.{self.a_dtype}), B: T.Tensor(({self.lanes},), "
+                f"T.{self.b_dtype}), C: T.Tensor(({self.lanes},), T.{self.out_dtype})):",
                 "        with T.Kernel(1, threads=128) as bx:",
-                f"            for i in T.Parallel({LANES}):",
+                f"            for i in T.Parallel({self.lanes}):",
                 f"                C[i] = {text(self.expr)}",
                 "", "    return kernel", ""])
         nan = ", nan_propagate=True" if self.nan_propagate else ""
-        body = [f"            F = T.alloc_fragment(({ROWS}, {LANES}), T.{self.a_dtype})",
+        body = [f"            F = T.alloc_fragment(({ROWS}, {self.lanes}), T.{self.a_dtype})",
                 f"            R = T.alloc_fragment(({ROWS},), T.{self.out_dtype})",
                 "            T.copy(A, F)"]
         if not self.clear:
@@ -158,7 +159,7 @@ class Program:
         clear = "" if self.clear else ", clear=False"
         body += [f"            T.reduce_{self.reduction}(F, R, dim=1{clear}{nan})", "            T.copy(R, C)"]
         return "\n".join(head + [
-            f"    def kernel(A: T.Tensor(({ROWS}, {LANES}), T.{self.a_dtype}), B: T.Tensor(({ROWS},), T.{self.b_dtype}),"
+            f"    def kernel(A: T.Tensor(({ROWS}, {self.lanes}), T.{self.a_dtype}), B: T.Tensor(({ROWS},), T.{self.b_dtype}),"
             f" C: T.Tensor(({ROWS},), T.{self.out_dtype})):",
             "        with T.Kernel(1, threads=128) as bx:"] + body + ["", "    return kernel", ""])
 
@@ -184,17 +185,18 @@ def programs(draw):
     return program(Choices(draw=draw))
 
 
-def replay_programs(count: int, seed: int = 2024) -> list:
-    """A fixed list: program `k` drawn with a Random seeded by (seed, k)."""
-    return [program(Choices(rng=random.Random(f"{seed}-{k}"))) for k in range(count)]
+def replay_programs(count: int, seed: int = 2024, lanes: int = LANES) -> list:
+    """A fixed list: program `k` drawn with a Random seeded by (seed, k), over `lanes` lanes (wider
+    tiles give each thread several lanes: the code generators' and ptxas's vectorized paths)."""
+    return [dataclasses.replace(program(Choices(rng=random.Random(f"{seed}-{k}"))), lanes=lanes) for k in range(count)]
 
 
 # ---------------------------------------------------------------------------- inputs
 
 
 def inputs(program: Program, gen: torch.Generator) -> tuple:
-    shape_a = (LANES,) if program.kind == "parallel" else (ROWS, LANES)
-    shape_b = (LANES,) if program.kind == "parallel" else (ROWS,)
+    shape_a = (program.lanes,) if program.kind == "parallel" else (ROWS, program.lanes)
+    shape_b = (program.lanes,) if program.kind == "parallel" else (ROWS,)
     return _values(program.a_dtype, shape_a, gen), _values(program.b_dtype, shape_b, gen)
 
 
@@ -329,7 +331,7 @@ def reference(program: Program, a: torch.Tensor, b: torch.Tensor, zero=None) -> 
     """The expected output C (in the output dtype); `zero`: see `references`."""
     if program.kind == "parallel":
         value = evaluate(program.expr, {"A": a, "B": b, "zero": zero}).to(TORCH[program.out_dtype])
-        return value.expand(LANES).clone()  # an expression of constants only
+        return value.expand(program.lanes).clone()  # an expression of constants only
     x = a.to(_compute(program.a_dtype))
     if program.reduction == "absmax":  # |x| in the dtype: abs(INT_MIN) wraps to INT_MIN
         x = _round(x.abs(), program.a_dtype)
