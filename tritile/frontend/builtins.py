@@ -867,7 +867,10 @@ def cast(p, a, loc):
 
 
 def infinity(p, a, loc):
-    return ir.Call("infinity", (), _dtype(a["dtype"], loc))
+    dtype = _dtype(a["dtype"], loc)
+    if not dtype.is_float:  # TileLang (TVM) cannot decide one either
+        raise CompileError(f"T.infinity takes a float dtype, not {dtype}", loc)
+    return ir.Call("infinity", (), dtype)
 
 
 def clamp(p, a, loc):

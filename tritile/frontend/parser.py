@@ -926,7 +926,10 @@ class Parser:
             raise CompileError(f"T.Tensor: {exc}", loc) from None
         bound.apply_defaults()
         if bound.arguments["data"] is None:
-            return T.Tensor(*args, **kwargs)
+            try:
+                return T.Tensor(*args, **kwargs)
+            except (TypeError, ValueError) as exc:  # a bad shape or dtype
+                raise CompileError(f"T.Tensor: {exc}", loc) from None
         return tile_ops.tensor_over(self, bound.arguments["shape"], bound.arguments["dtype"], bound.arguments["data"],
                                     "T.Tensor(shape, dtype, data)", loc)
 

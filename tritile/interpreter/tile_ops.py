@@ -146,7 +146,7 @@ def reduce(run, s: ir.Reduce):
         raise run.error(f"unknown reduction {s.kind!r}")
     src = _read(run, s.src).reshape(s.src.tile_shape)
     if s.kind in ("abssum", "absmax"):  # |x| in the source's type: integer abs wraps, abs(INT_MIN) == INT_MIN
-        src = V.round_tensor(src.abs(), s.src.buffer.dtype)
+        src = src if src.dtype == torch.bool else V.round_tensor(src.abs(), s.src.buffer.dtype)
     propagate = s.nan_propagate and s.kind in _REDUCERS_PROPAGATING_NAN
     reducer = (_REDUCERS_PROPAGATING_NAN if propagate else _REDUCERS)[s.kind]
     result = reducer(src, _dim(run, s.src, s.dim))

@@ -547,7 +547,8 @@ def _cast(value, dtype):
 
 
 def _infinity(dtype):
-    as_dtype(dtype)
+    if not as_dtype(dtype).is_float:
+        raise TypeError(f"T.infinity takes a float dtype, not {as_dtype(dtype)}")
     return math.inf
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 
-from tritile.codegen import semantics
+from tritile.codegen import gemm_accumulators, semantics
 from tritile.ir import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, tma_reduce, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
@@ -283,6 +283,8 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         init = em.expr(s.init).text if s.init is not None else "0"
         em.emit(f"{name} = gl.to_tensor({init}).to({dt})")
     elif buf.scope == "shared":
+        if buf.dtype.kind == "bool":  # Triton 3.6 fails on (or aborts at) an i1 shared memory descriptor
+            raise unsupported(f"a bool shared buffer ({buf.name}; T.uint8 holds the same bytes)", s.loc)
         if id(buf) in em.hoisted:
             em.emit(f"# {name}: allocated before the warp-specialized fork")
         elif id(buf) not in em.deferred_buffers:  # else allocated at its first use (shared_lifetimes.py)
@@ -1072,6 +1074,7 @@ def _wait_for_group(em: Emitter, ring, iteration):
 
 
 def lower_gemm(em: Emitter, s: ir.Gemm):
+    gemm_accumulators.check(s, em.backend)
     engine = isel.gemm_engine(s, em.target, em.num_warps)
     acc_layout = isel.accumulator_layout(s, em.target, em.num_warps)
     c = s.c.buffer

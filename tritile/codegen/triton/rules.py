@@ -12,7 +12,7 @@ buffers must cover the buffer (unit dims may be added or dropped).
 """
 from __future__ import annotations
 
-from tritile.codegen import semantics
+from tritile.codegen import gemm_accumulators, semantics
 from tritile.codegen.semantics import Val, cast_text, dtype_text
 from tritile.codegen.source_writer import static_int
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
@@ -516,15 +516,19 @@ _DOT_MIN = 16  # tl.dot needs every dim >= 16
 
 
 def lower_gemm(em: Emitter, s: ir.Gemm):
-    """C (+)= op(A) @ op(B): `tl.dot` (computing in A's dtype; float32 as IEEE fp32, like
-    torch and the interpreter, unless the gemm is tf32: then its operands are truncated to TF32
-    first, so Triton's interpreter computes what the tensor cores do), or, for tiles with a dim
-    under 16, a broadcast product summed over K in the accumulator's dtype."""
+    """C (+)= op(A) @ op(B): `tl.dot` (computing in the operands' dtype - operands of two dtypes in
+    a float accumulator's, as the Gluon backend's FMA path; float32 as IEEE fp32, like torch and
+    the interpreter, unless the gemm is tf32: then its operands are truncated to TF32 first, so
+    Triton's interpreter computes what the tensor cores do), or, for tiles with a dim under 16, a
+    broadcast product summed over K in the accumulator's dtype."""
+    gemm_accumulators.check(s, em.backend)
     c = s.c.buffer
     _whole(s.c, s.loc)
     if len(c.shape) != 2:
         raise unsupported(f"T.gemm into a {len(c.shape)}-D accumulator {c.name}", s.loc)
     compute = s.a.buffer.dtype
+    if s.b.buffer.dtype != compute and c.dtype.is_float:
+        compute = c.dtype
     operands = []
     for region, transposed in ((s.a, s.transpose_a), (s.b, s.transpose_b)):
         tile = list(region.tile_shape)
