@@ -1,16 +1,13 @@
-"""Mutated T programs: a kernel with one line changed (a number, a buffer, a dtype, a flag, two
-arguments swapped, the line removed) either compiles for sm_90 down to PTX or is a
-`tritile.CompileError` quoting that kernel's file and line - never another exception, a
-Triton failure passed through, or a crash of the process.
+"""Mutated T programs (tests/mutated_programs.py): a kernel with one line changed either compiles
+for sm_90 down to PTX or is a `tritile.CompileError` quoting that kernel's file and line - never
+another exception, a Triton failure passed through, or a crash of the process; and where its
+result is defined, the triton backend computes it as the interpreter does (on the CPU, through
+Triton's interpreter; the GPU: bench/mutant_replay.py).
 
-The mutants are drawn from a seeded list (`TRITILE_HYPOTHESIS_SCALE` widens it) of five base
-kernels: a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop and a column
-sum by atomics.  The tests after them are what the mutants found (bench/NOTES.md, session 27),
-each checked for its result where the program is valid."""
-import importlib.util
+The mutants come from seeded lists (`TRITILE_HYPOTHESIS_SCALE` widens them).  The tests after
+them are what the mutants found (bench/NOTES.md, session 27), each checked for its result where
+the program is valid."""
 import os
-import random
-import re
 
 import pytest
 import torch
@@ -18,173 +15,7 @@ import torch
 import tritile
 import tritile.language as T
 from kernels import compile_error
-
-BASES = {
-    "gemm": '''
-import tritile.language as T
-
-def make():
-    @T.prim_func
-    def kernel(A: T.Tensor((256, 128), T.float16), B: T.Tensor((128, 192), T.float16), C: T.Tensor((256, 192), T.float16)):
-        with T.Kernel(T.ceildiv(192, 64), T.ceildiv(256, 128), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((128, 32), T.float16)
-            B_shared = T.alloc_shared((32, 64), T.float16)
-            C_local = T.alloc_fragment((128, 64), T.float32)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(128, 32), num_stages=3):
-                T.copy(A[by * 128, k * 32], A_shared)
-                T.copy(B[k * 32, bx * 64], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * 128, bx * 64])
-    return kernel
-''',
-    "softmax": '''
-import tritile.language as T
-
-def make():
-    @T.prim_func
-    def kernel(X: T.Tensor((128, 256), T.float32), Y: T.Tensor((128, 256), T.float32)):
-        with T.Kernel(T.ceildiv(128, 16), threads=128) as bx:
-            x = T.alloc_fragment((16, 256), T.float32)
-            m = T.alloc_fragment((16,), T.float32)
-            s = T.alloc_fragment((16,), T.float32)
-            T.copy(X[bx * 16, 0], x)
-            T.reduce_max(x, m, dim=1)
-            for i, j in T.Parallel(16, 256):
-                x[i, j] = T.exp(x[i, j] - m[i])
-            T.reduce_sum(x, s, dim=1)
-            for i, j in T.Parallel(16, 256):
-                x[i, j] = x[i, j] / s[i]
-            T.copy(x, Y[bx * 16, 0])
-    return kernel
-''',
-    "transpose": '''
-import tritile.language as T
-
-def make():
-    @T.prim_func
-    def kernel(A: T.Tensor((64, 96), T.float16), B: T.Tensor((96, 64), T.float16)):
-        with T.Kernel(T.ceildiv(96, 32), T.ceildiv(64, 32), threads=128) as (bx, by):
-            tile = T.alloc_shared((32, 32), T.float16)
-            out = T.alloc_fragment((32, 32), T.float16)
-            T.copy(A[by * 32, bx * 32], tile)
-            for i, j in T.Parallel(32, 32):
-                out[i, j] = tile[j, i] * 2
-            T.copy(out, B[bx * 32, by * 32])
-    return kernel
-''',
-    "attention": '''
-import tritile.language as T
-
-def make():
-    @T.prim_func
-    def kernel(Q: T.Tensor((1, 2, 128, 64), T.float16), K: T.Tensor((1, 2, 128, 64), T.float16),
-               V: T.Tensor((1, 2, 128, 64), T.float16), O: T.Tensor((1, 2, 128, 64), T.float16)):
-        with T.Kernel(T.ceildiv(128, 64), 2, 1, threads=128) as (bx, by, bz):
-            Q_shared = T.alloc_shared((64, 64), T.float16)
-            K_shared = T.alloc_shared((64, 64), T.float16)
-            V_shared = T.alloc_shared((64, 64), T.float16)
-            S = T.alloc_fragment((64, 64), T.float32)
-            P = T.alloc_fragment((64, 64), T.float16)
-            acc = T.alloc_fragment((64, 64), T.float32)
-            m = T.alloc_fragment((64,), T.float32)
-            m_prev = T.alloc_fragment((64,), T.float32)
-            l = T.alloc_fragment((64,), T.float32)
-            rs = T.alloc_fragment((64,), T.float32)
-            T.copy(Q[bz, by, bx * 64:(bx + 1) * 64, :], Q_shared)
-            T.fill(acc, 0)
-            T.fill(l, 0)
-            T.fill(m, -T.infinity(T.float32))
-            for k in T.Pipelined(T.ceildiv(128, 64), num_stages=2):
-                T.copy(K[bz, by, k * 64:(k + 1) * 64, :], K_shared)
-                T.clear(S)
-                T.gemm(Q_shared, K_shared, S, transpose_B=True)
-                T.copy(m, m_prev)
-                T.reduce_max(S, m, dim=1, clear=False)
-                for i, j in T.Parallel(64, 64):
-                    S[i, j] = T.exp2(S[i, j] * 0.18 - m[i] * 0.18)
-                for i in T.Parallel(64):
-                    rs[i] = T.exp2(m_prev[i] * 0.18 - m[i] * 0.18)
-                for i, j in T.Parallel(64, 64):
-                    acc[i, j] *= rs[i]
-                T.reduce_sum(S, l, dim=1, clear=False)
-                T.copy(S, P)
-                T.copy(V[bz, by, k * 64:(k + 1) * 64, :], V_shared)
-                T.gemm(P, V_shared, acc)
-            for i, j in T.Parallel(64, 64):
-                acc[i, j] /= l[i]
-            T.copy(acc, O[bz, by, bx * 64:(bx + 1) * 64, :])
-    return kernel
-''',
-    "column_sum": '''
-import tritile.language as T
-
-def make():
-    @T.prim_func
-    def kernel(A: T.Tensor((256, 64), T.float32), S: T.Tensor((64,), T.float32)):
-        with T.Kernel(T.ceildiv(256, 32), threads=128) as bx:
-            tile = T.alloc_fragment((32, 64), T.float32)
-            col = T.alloc_fragment((64,), T.float32)
-            T.copy(A[bx * 32, 0], tile)
-            T.reduce_sum(tile, col, dim=0)
-            for j in T.Parallel(64):
-                T.atomic_add(S[j], col[j])
-    return kernel
-''',
-}
-DTYPES = ["T.float16", "T.float32", "T.bfloat16", "T.int8", "T.int32", "T.float8_e4m3", "T.float64", "T.bool"]
-NUMBERS = ["0", "1", "2", "3", "7", "16", "17", "33", "48", "100", "1000", "-1", "-16", "4096"]
-MUTATIONS = ["number", "number", "name", "name", "dtype", "delete", "swap", "flag"]
-
-
-def mutate(src: str, rng: random.Random):
-    """`src` with one line of its kernel body changed, or None where the drawn change does not apply."""
-    lines = src.split("\n")
-    i = rng.choice([k for k, line in enumerate(lines) if line.startswith("        ") and line.strip()])
-    line, kind = lines[i], rng.choice(MUTATIONS)
-    if kind == "number":
-        numbers = list(re.finditer(r"(?<![\w.])\d+(?![\w.])", line))
-        if numbers:
-            m = rng.choice(numbers)
-            line = line[:m.start()] + rng.choice(NUMBERS) + line[m.end():]
-    elif kind == "name":
-        names = sorted(set(re.findall(r"\b([A-Z][A-Za-z_]*|[a-z_]+(?:_shared|_local|_prev))\b", src)) - {"T"})
-        present = [n for n in names if re.search(rf"\b{n}\b", line)]
-        if present:
-            line = re.sub(rf"\b{rng.choice(present)}\b", rng.choice(names), line, count=1)
-    elif kind == "dtype":
-        found = [d for d in DTYPES if d in line]
-        if found:
-            line = line.replace(rng.choice(found), rng.choice(DTYPES), 1)
-    elif kind == "delete":
-        if not line.rstrip().endswith(":"):
-            line = line[:len(line) - len(line.lstrip())] + "pass"
-    elif kind == "swap":
-        m = re.search(r"T\.(copy|gemm)\((\w+(?:\[[^\]]*\])?), (\w+(?:\[[^\]]*\])?)", line)
-        if m:
-            line = line[:m.start(2)] + m.group(3) + ", " + m.group(2) + line[m.end(3):]
-    elif "transpose_B=True" in line:
-        line = line.replace("transpose_B=True", "transpose_A=True")
-    elif "T.gemm(" in line:
-        line = line.replace(")", ", transpose_B=True)", 1)
-    elif "dim=1" in line:
-        line = line.replace("dim=1", rng.choice(["dim=0", "dim=2", "dim=-1"]))
-    if line == lines[i]:
-        return None
-    lines[i] = line
-    return "\n".join(lines)
-
-
-def mutants(seed: int, count: int) -> list:
-    """`count` distinct mutants [(base name, source)], drawn with a Random seeded by `seed`."""
-    rng, found = random.Random(seed), {}
-    while len(found) < count:
-        base = rng.choice(sorted(BASES))
-        src = mutate(BASES[base], rng)
-        if src is not None:
-            found.setdefault(src, base)
-    return [(base, src) for src, base in found.items()]
-
+from mutated_programs import agree, interpreted, load, mutants, random_arguments
 
 COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
 
@@ -195,21 +26,49 @@ def test_mutated_programs_compile_or_quote_their_line(backend, tmp_path):
     for index, (base, src) in enumerate(mutants({"gluon": 2027, "triton": 2028}[backend], COUNT)):
         name = f"mutant_{backend}_{index}"
         path = tmp_path / f"{name}.py"
-        path.write_text(src)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except Exception:  # no longer Python (a removed line left a name undefined): Python's own error
+        make = load(src, str(path))
+        if make is None:
             continue
         try:
-            tritile.compile(module.make(), target="cuda:90", backend=backend).get_source("ptx")
+            tritile.compile(make(), target="cuda:90", backend=backend).get_source("ptx")
         except tritile.CompileError as err:
             message = str(err)
             if f"{name}.py:" not in message or "failed to compile kernel" in message or "cannot lower" in message:
                 problems.append(f"{base} -> {path}: {message[:400]}")
         except Exception as err:  # noqa: BLE001 - what the test is for
             problems.append(f"{base} -> {path}: {type(err).__name__}: {err}"[:400])
+    assert not problems, "\n".join(problems)
+
+
+def test_mutants_compute_on_the_triton_backend_what_they_compute_on_the_interpreter(tmp_path):
+    """Each mutant that both compile, where its result is defined (`interpreted`), on fresh
+    random inputs: Triton's interpreter running the triton backend's code against tritile's."""
+    problems, compared = [], 0
+    for index, (base, src) in enumerate(mutants(2029, COUNT)):
+        path = tmp_path / f"mutant_{index}.py"
+        make = load(src, str(path))
+        try:
+            reference = tritile.compile(make(), target="cpu")
+            on_triton = tritile.compile(make(), backend="triton")
+        except Exception:  # noqa: BLE001 - not Python, or refused: the test above holds those
+            continue
+        args = random_arguments(reference.func, torch.Generator().manual_seed(index))
+        try:
+            undefined, expected = interpreted(reference, args)
+        except (tritile.CompileError, ValueError, TypeError, RuntimeError):
+            continue  # the interpreter refuses to run it (an out-of-range access it can name)
+        if undefined:
+            continue
+        actual = [t.clone() for t in args]
+        try:
+            on_triton(*actual)  # the backend generates its code at the first call
+        except tritile.CompileError:
+            continue  # refused, with the mutant's line (the test above holds that)
+        compared += 1
+        wrong = [i for i, (x, y) in enumerate(zip(actual, expected)) if not agree(x, y)]
+        if wrong:
+            problems.append(f"{base} -> {path}: parameter {wrong[0]} differs")
+    assert compared >= COUNT // 4, f"only {compared} of {COUNT} mutants compared"
     assert not problems, "\n".join(problems)
 
 
@@ -366,3 +225,40 @@ def test_t_tensor_as_a_loop_range_is_a_compile_error():
                     A[i, j] = 0
 
     assert "for i, j in T.Tensor(32, 32):" in compile_error(build)
+
+
+def _shifted_rows(through_shared: bool):
+    """Each block copies the 32 rows starting 16 before its own: the first block's tile starts
+    at row -16."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((128, 64), T.float32), B: T.Tensor((128, 64), T.float32)):
+        with T.Kernel(4, threads=128) as bx:
+            tile = T.alloc_fragment((32, 64), T.float32)
+            if through_shared:
+                staged = T.alloc_shared((32, 64), T.float32)
+                T.copy(A[bx * 32 - 16, 0], staged)
+                T.copy(staged, tile)
+            else:
+                T.copy(A[bx * 32 - 16, 0], tile)
+            T.copy(tile, B[bx * 32, 0])
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("through_shared", [False, True])
+def test_a_tile_starting_before_the_tensor_reads_zeros_there(backend, through_shared, device):
+    """diff_42_290 of the mutant replay (`bx * -1` as a column start): the GPU copies' masks
+    tested only the upper bounds, so lanes before the tensor read whatever lay there."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a = torch.randn(128, 64)
+    shifted = torch.cat([torch.zeros(16, 64), a[:-16]])
+    kernel = tritile.compile(_shifted_rows(through_shared), out_idx=[-1], backend=backend)
+    assert torch.equal(kernel(a.to(device)).cpu(), shifted)
+    on_sm90 = tritile.compile(_shifted_rows(through_shared), out_idx=[-1], target="cuda:90",
+                              backend="gluon" if backend == "auto" else backend)
+    assert ".target sm_90" in on_sm90.get_source("ptx")
+    if backend == "auto" and not through_shared:  # a masked load (TMA, the other copies, zero-fills by itself)
+        assert ">= 0)" in on_sm90.get_source("gluon")

@@ -2,7 +2,8 @@
 TRITILE_PERSISTENT, TRITILE_CONSUMER_PARTITIONS): one spelling of on / off / auto for all.
 `overridden(settings)` sets some for the passes run inside it (a kernel's `pass_configs`), in
 this thread and context only, over the environment.  `interpret_requested()` reads
-TRITILE_INTERPRET, which every kernel call reads."""
+TRITILE_INTERPRET, which every kernel call reads; `blocks_reversed()` TRITILE_BLOCK_ORDER, the
+interpreter's order of blocks."""
 from __future__ import annotations
 
 import contextlib
@@ -43,6 +44,13 @@ def fp_fusion() -> bool:
     TRITILE_FP_FUSION: "off" rounds every operation, as docs/semantics.md and the interpreter do;
     on by default.  Read when a kernel is compiled (part of its cache key)."""
     return schedule_switch("TRITILE_FP_FUSION", "on") != "off"
+
+
+def blocks_reversed() -> bool:
+    """TRITILE_BLOCK_ORDER=reversed: the reference interpreter runs a grid's blocks last to first
+    instead of in launch order.  A kernel whose result changes with it has blocks that race (one
+    reads or writes what another writes), which the GPU runs in no fixed order.  Read per call."""
+    return os.environ.get("TRITILE_BLOCK_ORDER", "launch").strip().lower() == "reversed"
 
 
 def interpret_requested() -> bool:

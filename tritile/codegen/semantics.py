@@ -752,12 +752,18 @@ def bounds_mask(em, indices, emitted, buf) -> str:
     return " & ".join(tests)
 
 
+def tile_starts_inside(em, start) -> bool:
+    """Whether a global tile's `start` along a dim is >= 0 on every run (`signs`: block indices,
+    loop variables, products and sums of them), so that the tile's test of the lower bound is
+    dropped; a halo's ``bx * 32 - 16`` is tested, its lanes before the tensor reading 0."""
+    return signs.of(em).proves(start)
+
+
 def tile_inside(em, start, extent: int, size) -> bool:
     """Whether the indices `start` .. `start` + `extent` - 1 of a global tile along a dim of
     `size` stay below it on every run (`signs.NonNegative.upper_bound` of block indices, loop
     variables and `Let`s: ``j * 64`` for j < ceildiv(4096, 64)), so that the tile's test
-    against `size` is dropped; the tiles' lower bound (a start >= 0) is the program's, as for
-    every tile copy."""
+    against `size` is dropped (the lower bound: `tile_starts_inside`)."""
     analysis = signs.of(em)
     top, least = analysis.upper_bound(start), analysis.interval(size)[0]
     return top is not None and least is not None and top + extent - 1 < least

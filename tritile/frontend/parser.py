@@ -589,7 +589,8 @@ class Parser:
         only at run time runs on a static one with the lanes past it masked off: on its upper
         bound when it has one (``T.min(valid_len, 512)``: 512), else in chunks of the kernel's
         threads (rounded up to a power of two) by a serial loop around the `T.Parallel` - the
-        last such extent; the others in chunks of one lane."""
+        last such extent; the others in chunks of one lane.  A static extent of 0 (or less) runs
+        the body for no lane, as `range(0)` would: it is parsed, and dropped."""
         unbounded = [i for i, e in enumerate(extents) if isinstance(e, ir.Expr)
                      and upper_bound(e, self.let_values) is None]
         lane_vars = tuple(ir.Var(n) for n in names)
@@ -614,6 +615,8 @@ class Parser:
             stmts = self._scoped_block(body, dict(zip(names, indices)))
         finally:
             self.parallel_depth -= 1
+        if any(isinstance(extent, int) and extent <= 0 for extent in extents):
+            return
         if len(stmts.stmts) == 1 and isinstance(stmts.stmts[0], ir.Parallel):  # T.vectorized inside: one nest
             inner = stmts.stmts[0]
             lane_vars, static, stmts = lane_vars + inner.vars, static + list(inner.extents), inner.body

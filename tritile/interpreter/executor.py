@@ -23,7 +23,8 @@ padded to three:
     pid (bx, by, bz) msg                          obj=None
 floats as C's %f, integers and bools as integers.  Blocks run in launch order (bx fastest),
 so the interpreter's output is deterministic; the GPU's lines come from every thread that
-holds a value, in no fixed order.
+holds a value, in no fixed order.  TRITILE_BLOCK_ORDER=reversed runs them last to first
+(`switches.blocks_reversed`): a result that changes has racing blocks.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from tritile.interpreter.hazards import AsyncTracker
 from tritile.interpreter.memory import Memory
 from tritile.ir import nodes as ir
 from tritile.ir.affine import solve_dim
+from tritile.switches import blocks_reversed
 
 
 def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
@@ -51,7 +53,8 @@ def execute(func: ir.PrimFunc, args: list, dim_values: dict) -> None:
     grid_eval.stmt = kernel
     grid = [int(grid_eval.scalar(g)) for g in kernel.grid]
     # bx varies fastest, as block ids are numbered on the GPU
-    for block in itertools.product(*(range(g) for g in reversed(grid))):
+    blocks = itertools.product(*(range(g) for g in reversed(grid)))
+    for block in reversed(list(blocks)) if blocks_reversed() else blocks:
         block = tuple(reversed(block))
         env = dict(scalars)
         env.update(zip(kernel.block_vars, block))

@@ -303,8 +303,8 @@ class Emitter(SourceWriter):
         """(pointer text, mask text) of a tile of a global region in a register layout whose
         rank is the tile's rank, or the rank of `shape`: the register tensor's shape when it
         keeps unit dims (a (1, N) fragment), which must then be the region's trailing extents.
-        The mask tests each dim the tile may leave (`semantics.tile_inside`) and the pad lanes;
-        None where nothing is left to test."""
+        The mask tests each dim the tile may leave (`semantics.tile_inside`, `tile_starts_inside`)
+        and the pad lanes; None where nothing is left to test."""
         buf = region.buffer
         tdims = [d for d, e in enumerate(region.extents) if e != 1]
         if shape is not None and len(shape) != len(tdims):
@@ -338,6 +338,9 @@ class Emitter(SourceWriter):
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
             if not semantics.tile_inside(self, start, extent, buf.shape[d]):
                 masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+                tile_masked = tile_masked or d in tdims
+            if not semantics.tile_starts_inside(self, start):
+                masks.append(f"({idx} >= 0)")
                 tile_masked = tile_masked or d in tdims
         if masks and not tile_masked and rank:
             # only a dim outside the tile (a batch index a partition cannot bound) is tested: Gluon's

@@ -191,7 +191,8 @@ class Emitter(SourceWriter):
     def global_tile(self, region: ir.Region, shape: list, loc) -> tuple:
         """(pointer text, mask text) of the tile of global `region` as a tensor of `shape`
         (`_tile_dims`).  Out-of-bounds lanes are masked off: the mask tests each dim the tile
-        may leave (`semantics.tile_inside`) and the pad lanes; None where nothing is left to test."""
+        may leave (`semantics.tile_inside`, `tile_starts_inside`) and the pad lanes; None where
+        nothing is left to test."""
         buf = region.buffer
         tdims = self._tile_dims(region, shape, loc)
         strides = self.strides(buf)
@@ -213,4 +214,6 @@ class Emitter(SourceWriter):
             offs.append(idx if strides[d] == "1" else f"{paren(idx)} * {paren(strides[d])}")
             if not semantics.tile_inside(self, start, extent, buf.shape[d]):
                 masks.append(f"({idx} < {self.shape_text(buf.shape[d])})")
+            if not semantics.tile_starts_inside(self, start):
+                masks.append(f"({idx} >= 0)")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None

@@ -1,0 +1,242 @@
+"""Mutated T programs for tests/test_mutated_programs.py and bench/mutant_replay.py: five base
+kernels (a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop, a column sum
+by atomics), each mutant one of them with one line of its kernel changed - a number, a buffer, a
+dtype, a flag, two arguments swapped, the line removed (`mutate`; `mutants(seed, count)` a
+seeded list of distinct ones).
+
+A mutant is a program, not necessarily a meaningful one: where it compiles, `interpreted` runs
+it on the reference interpreter twice (blocks in launch order and reversed,
+TRITILE_BLOCK_ORDER) and says whether its result is defined - not when its blocks race or it
+reads memory nothing wrote (the interpreter's fresh on-chip buffers hold NaN) - so that a
+backend's result can be held to it (`agree`).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+from unittest import mock
+
+import torch
+
+BASES = {
+    "gemm": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((256, 128), T.float16), B: T.Tensor((128, 192), T.float16), C: T.Tensor((256, 192), T.float16)):
+        with T.Kernel(T.ceildiv(192, 64), T.ceildiv(256, 128), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((128, 32), T.float16)
+            B_shared = T.alloc_shared((32, 64), T.float16)
+            C_local = T.alloc_fragment((128, 64), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(128, 32), num_stages=3):
+                T.copy(A[by * 128, k * 32], A_shared)
+                T.copy(B[k * 32, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * 128, bx * 64])
+    return kernel
+''',
+    "softmax": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(X: T.Tensor((128, 256), T.float32), Y: T.Tensor((128, 256), T.float32)):
+        with T.Kernel(T.ceildiv(128, 16), threads=128) as bx:
+            x = T.alloc_fragment((16, 256), T.float32)
+            m = T.alloc_fragment((16,), T.float32)
+            s = T.alloc_fragment((16,), T.float32)
+            T.copy(X[bx * 16, 0], x)
+            T.reduce_max(x, m, dim=1)
+            for i, j in T.Parallel(16, 256):
+                x[i, j] = T.exp(x[i, j] - m[i])
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(16, 256):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, Y[bx * 16, 0])
+    return kernel
+''',
+    "transpose": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((64, 96), T.float16), B: T.Tensor((96, 64), T.float16)):
+        with T.Kernel(T.ceildiv(96, 32), T.ceildiv(64, 32), threads=128) as (bx, by):
+            tile = T.alloc_shared((32, 32), T.float16)
+            out = T.alloc_fragment((32, 32), T.float16)
+            T.copy(A[by * 32, bx * 32], tile)
+            for i, j in T.Parallel(32, 32):
+                out[i, j] = tile[j, i] * 2
+            T.copy(out, B[bx * 32, by * 32])
+    return kernel
+''',
+    "attention": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(Q: T.Tensor((1, 2, 128, 64), T.float16), K: T.Tensor((1, 2, 128, 64), T.float16),
+               V: T.Tensor((1, 2, 128, 64), T.float16), O: T.Tensor((1, 2, 128, 64), T.float16)):
+        with T.Kernel(T.ceildiv(128, 64), 2, 1, threads=128) as (bx, by, bz):
+            Q_shared = T.alloc_shared((64, 64), T.float16)
+            K_shared = T.alloc_shared((64, 64), T.float16)
+            V_shared = T.alloc_shared((64, 64), T.float16)
+            S = T.alloc_fragment((64, 64), T.float32)
+            P = T.alloc_fragment((64, 64), T.float16)
+            acc = T.alloc_fragment((64, 64), T.float32)
+            m = T.alloc_fragment((64,), T.float32)
+            m_prev = T.alloc_fragment((64,), T.float32)
+            l = T.alloc_fragment((64,), T.float32)
+            rs = T.alloc_fragment((64,), T.float32)
+            T.copy(Q[bz, by, bx * 64:(bx + 1) * 64, :], Q_shared)
+            T.fill(acc, 0)
+            T.fill(l, 0)
+            T.fill(m, -T.infinity(T.float32))
+            for k in T.Pipelined(T.ceildiv(128, 64), num_stages=2):
+                T.copy(K[bz, by, k * 64:(k + 1) * 64, :], K_shared)
+                T.clear(S)
+                T.gemm(Q_shared, K_shared, S, transpose_B=True)
+                T.copy(m, m_prev)
+                T.reduce_max(S, m, dim=1, clear=False)
+                for i, j in T.Parallel(64, 64):
+                    S[i, j] = T.exp2(S[i, j] * 0.18 - m[i] * 0.18)
+                for i in T.Parallel(64):
+                    rs[i] = T.exp2(m_prev[i] * 0.18 - m[i] * 0.18)
+                for i, j in T.Parallel(64, 64):
+                    acc[i, j] *= rs[i]
+                T.reduce_sum(S, l, dim=1, clear=False)
+                T.copy(S, P)
+                T.copy(V[bz, by, k * 64:(k + 1) * 64, :], V_shared)
+                T.gemm(P, V_shared, acc)
+            for i, j in T.Parallel(64, 64):
+                acc[i, j] /= l[i]
+            T.copy(acc, O[bz, by, bx * 64:(bx + 1) * 64, :])
+    return kernel
+''',
+    "column_sum": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((256, 64), T.float32), S: T.Tensor((64,), T.float32)):
+        with T.Kernel(T.ceildiv(256, 32), threads=128) as bx:
+            tile = T.alloc_fragment((32, 64), T.float32)
+            col = T.alloc_fragment((64,), T.float32)
+            T.copy(A[bx * 32, 0], tile)
+            T.reduce_sum(tile, col, dim=0)
+            for j in T.Parallel(64):
+                T.atomic_add(S[j], col[j])
+    return kernel
+''',
+}
+DTYPES = ["T.float16", "T.float32", "T.bfloat16", "T.int8", "T.int32", "T.float8_e4m3", "T.float64", "T.bool"]
+NUMBERS = ["0", "1", "2", "3", "7", "16", "17", "33", "48", "100", "1000", "-1", "-16", "4096"]
+MUTATIONS = ["number", "number", "name", "name", "dtype", "delete", "swap", "flag"]
+
+
+def mutate(src: str, rng: random.Random):
+    """`src` with one line of its kernel body changed, or None where the drawn change does not apply."""
+    lines = src.split("\n")
+    i = rng.choice([k for k, line in enumerate(lines) if line.startswith("        ") and line.strip()])
+    line, kind = lines[i], rng.choice(MUTATIONS)
+    if kind == "number":
+        numbers = list(re.finditer(r"(?<![\w.])\d+(?![\w.])", line))
+        if numbers:
+            m = rng.choice(numbers)
+            line = line[:m.start()] + rng.choice(NUMBERS) + line[m.end():]
+    elif kind == "name":
+        names = sorted(set(re.findall(r"\b([A-Z][A-Za-z_]*|[a-z_]+(?:_shared|_local|_prev))\b", src)) - {"T"})
+        present = [n for n in names if re.search(rf"\b{n}\b", line)]
+        if present:
+            line = re.sub(rf"\b{rng.choice(present)}\b", rng.choice(names), line, count=1)
+    elif kind == "dtype":
+        found = [d for d in DTYPES if d in line]
+        if found:
+            line = line.replace(rng.choice(found), rng.choice(DTYPES), 1)
+    elif kind == "delete":
+        if not line.rstrip().endswith(":"):
+            line = line[:len(line) - len(line.lstrip())] + "pass"
+    elif kind == "swap":
+        m = re.search(r"T\.(copy|gemm)\((\w+(?:\[[^\]]*\])?), (\w+(?:\[[^\]]*\])?)", line)
+        if m:
+            line = line[:m.start(2)] + m.group(3) + ", " + m.group(2) + line[m.end(3):]
+    elif "transpose_B=True" in line:
+        line = line.replace("transpose_B=True", "transpose_A=True")
+    elif "T.gemm(" in line:
+        line = line.replace(")", ", transpose_B=True)", 1)
+    elif "dim=1" in line:
+        line = line.replace("dim=1", rng.choice(["dim=0", "dim=2", "dim=-1"]))
+    if line == lines[i]:
+        return None
+    lines[i] = line
+    return "\n".join(lines)
+
+
+def mutants(seed: int, count: int) -> list:
+    """`count` distinct mutants [(base name, source)], drawn with a Random seeded by `seed`."""
+    rng, found = random.Random(seed), {}
+    while len(found) < count:
+        base = rng.choice(sorted(BASES))
+        src = mutate(BASES[base], rng)
+        if src is not None:
+            found.setdefault(src, base)
+    return [(base, src) for src, base in found.items()]
+
+
+def load(src: str, path: str):
+    """The `make` of mutant `src`, written to `path` (the file its errors quote), or None where
+    it is no longer Python that runs (a removed line left a name undefined: Python's own error)."""
+    with open(path, "w") as f:
+        f.write(src)
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # noqa: BLE001 - any error of the user's own Python
+        return None
+    return module.make
+
+
+def random_arguments(func, gen: torch.Generator) -> list:
+    """Fresh random tensors for every parameter of `func` (static shapes), outputs included."""
+    out = []
+    for param in func.params:
+        shape, dtype = [int(d) for d in param.shape], param.dtype.torch
+        if dtype.is_floating_point:
+            out.append((torch.randn(shape, generator=gen) * 2).to(dtype))
+        elif dtype == torch.bool:
+            out.append(torch.rand(shape, generator=gen) > 0.5)
+        else:
+            out.append(torch.randint(-20, 20, shape, generator=gen).to(dtype))
+    return out
+
+
+def interpreted(kernel, args: list):
+    """(why the result is undefined or None, the arguments after `kernel` ran on the interpreter
+    on copies of `args` in launch order)."""
+    forward = [t.clone() for t in args]
+    backward = [t.clone() for t in args]
+    kernel(*forward)
+    with mock.patch.dict(os.environ, {"TRITILE_BLOCK_ORDER": "reversed"}):
+        kernel(*backward)
+    if not all(agree(x, y) for x, y in zip(forward, backward)):
+        return "its blocks race", forward
+    if any(t.dtype.is_floating_point and bool(t.isnan().any()) for t in forward):
+        return "it reads memory nothing wrote", forward
+    return None, forward
+
+
+def agree(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Integers and bools equal; floats within 2 % of the tensor's largest magnitude (a float16
+    accumulator's rounding differs between backends by a few ulps a step)."""
+    if not expected.dtype.is_floating_point:
+        return torch.equal(actual.cpu(), expected.cpu())
+    x, y = actual.cpu().double(), expected.cpu().double()
+    scale = max(1.0, float(y.abs().nan_to_num(0.0, 0.0, 0.0).max()) if y.numel() else 1.0)
+    close = ((x - y).abs() <= 2e-2 * scale) | (x.isnan() & y.isnan()) | (x == y)
+    return bool(close.all())
