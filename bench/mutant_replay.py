@@ -1,0 +1,128 @@
+"""Replay mutated T programs on the GPU against the interpreter.
+
+    python bench/mutant_replay.py [--count 800] [--seed 2030] [--workers 16] [--out bench/results/mutant_replay_h100.json]
+
+The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
+row softmax, a transposing copy, a FlashAttention loop, a column sum by atomics) with one line
+changed each.  Worker processes (spawned) compile every mutant for the GPU first (tritile's and
+Triton's caches); the main process then takes each one that compiles, runs it on the reference
+interpreter in launch order and reversed (`mutated_programs.interpreted`: a mutant whose blocks
+race or that reads memory nothing wrote has no defined result and is skipped) and on the GPU on
+the same fresh random inputs, and compares every argument after the run
+(`mutated_programs.agree`).  `TRITILE_BACKEND` picks the backend as for any kernel.  The JSON holds
+the device, versions, date, the counts (refused by a CompileError, undefined, compared, agreed)
+and every mismatch or failure with the mutant's source.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import sys
+import tempfile
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+DIRECTORY = os.path.join(tempfile.gettempdir(), "tritile_mutants")
+
+
+def _path(seed: int, index: int) -> str:
+    return os.path.join(DIRECTORY, f"mutant_{seed}_{index}.py")
+
+
+def _warm(args) -> int:
+    """Worker: compile mutant `index` for the GPU (fills the on-disk caches); errors are the main
+    process's to report."""
+    index, count, seed = args
+    import torch  # noqa: F401
+    import tritile
+    from mutated_programs import load, mutants
+
+    make = load(mutants(seed, count)[index][1], _path(seed, index))
+    try:
+        if make is not None:
+            tritile.compile(make()).get_source("ptx")
+    except Exception:  # noqa: BLE001 - reported by the main process
+        pass
+    return index
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=800)
+    parser.add_argument("--seed", type=int, default=2030)
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
+    args = parser.parse_args()
+
+    import torch
+    import triton
+    import tritile
+    from mutated_programs import agree, interpreted, load, mutants, random_arguments
+
+    if not torch.cuda.is_available():
+        sys.exit("mutant_replay.py needs a CUDA GPU")
+    os.makedirs(DIRECTORY, exist_ok=True)
+    drawn = mutants(args.seed, args.count)
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_warm, [(i, args.count, args.seed) for i in range(len(drawn))]))
+
+    counts, mismatches, failures = collections.Counter(), [], []
+    for index, (base, src) in enumerate(drawn):
+        make = load(src, _path(args.seed, index))
+        if make is None:
+            counts["not python"] += 1
+            continue
+        try:
+            reference = tritile.compile(make(), target="cpu")
+            on_gpu = tritile.compile(make())
+            on_gpu.get_source("ptx")
+        except tritile.CompileError:
+            counts["refused"] += 1
+            continue
+        inputs = random_arguments(reference.func, torch.Generator().manual_seed(index))
+        try:
+            undefined, expected = interpreted(reference, inputs)
+        except (tritile.CompileError, ValueError, TypeError, RuntimeError):
+            counts["refused by the interpreter"] += 1
+            continue
+        if undefined:
+            counts["undefined"] += 1
+            continue
+        actual = [t.cuda() for t in inputs]
+        try:
+            on_gpu(*actual)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - recorded
+            failures.append({"index": index, "base": base, "source": src, "error": traceback.format_exc()[-3000:]})
+            continue
+        counts["compared"] += 1
+        wrong = [i for i, (x, y) in enumerate(zip(actual, expected)) if not agree(x, y)]
+        if wrong:
+            i = wrong[0]
+            mismatches.append({"index": index, "base": base, "source": src, "parameter": i,
+                               "max_difference": float((actual[i].cpu().double() - expected[i].double())
+                                                       .abs().nan_to_num(float("inf")).max())})
+        else:
+            counts["agreed"] += 1
+        print(f"\r{index + 1}/{len(drawn)} {dict(counts)}, mismatched {len(mismatches)}, failed {len(failures)}",
+              end="", flush=True)
+    print()
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "backend": os.environ.get("TRITILE_BACKEND", "auto"),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "seed": args.seed, "count": len(drawn), **counts, "mismatched": len(mismatches),
+              "failed": len(failures), "mismatches": mismatches, "failures": failures}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
