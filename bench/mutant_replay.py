@@ -1,6 +1,7 @@
 """Replay mutated T programs on the GPU against the interpreter.
 
-    python bench/mutant_replay.py [--count 800] [--seed 2030] [--workers 16] [--out bench/results/mutant_replay_h100.json]
+    python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--workers 16]
+                                  [--out bench/results/mutant_replay_h100.json]
 
 The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
 row softmax, a transposing copy, a FlashAttention loop, a column sum by atomics) with one line
@@ -11,7 +12,9 @@ race or that reads memory nothing wrote has no defined result and is skipped) an
 the same fresh random inputs, and compares every argument after the run
 (`mutated_programs.agree`).  `TRITILE_BACKEND` picks the backend as for any kernel.  The JSON holds
 the device, versions, date, the counts (refused by a CompileError, undefined, compared, agreed)
-and every mismatch or failure with the mutant's source.
+and every mismatch or failure with the mutant's source.  A mutant that fails on the GPU ends the
+replay there (a faulting kernel leaves the CUDA context unusable): the report names it, and
+`--start` resumes after it.
 """
 from __future__ import annotations
 
@@ -39,7 +42,6 @@ def _warm(args) -> int:
     """Worker: compile mutant `index` for the GPU (fills the on-disk caches); errors are the main
     process's to report."""
     index, count, seed = args
-    import torch  # noqa: F401
     import tritile
     from mutated_programs import load, mutants
 
@@ -56,12 +58,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=800)
     parser.add_argument("--seed", type=int, default=2030)
+    parser.add_argument("--start", type=int, default=0, help="the first mutant to replay")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
     args = parser.parse_args()
 
     import torch
     import triton
+
     import tritile
     from mutated_programs import agree, interpreted, load, mutants, random_arguments
 
@@ -70,17 +74,23 @@ def main():
     os.makedirs(DIRECTORY, exist_ok=True)
     drawn = mutants(args.seed, args.count)
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_warm, [(i, args.count, args.seed) for i in range(len(drawn))]))
+        list(pool.map(_warm, [(i, args.count, args.seed) for i in range(args.start, len(drawn))]))
 
     counts, mismatches, failures = collections.Counter(), [], []
     for index, (base, src) in enumerate(drawn):
+        if index < args.start:
+            continue
         make = load(src, _path(args.seed, index))
-        if make is None:
+        try:
+            funcs = (make(), make()) if make is not None else None
+        except Exception:  # noqa: BLE001 - the mutant's own Python fails (an annotation run at its def)
+            funcs = None
+        if funcs is None:
             counts["not python"] += 1
             continue
         try:
-            reference = tritile.compile(make(), target="cpu")
-            on_gpu = tritile.compile(make())
+            reference = tritile.compile(funcs[0], target="cpu")
+            on_gpu = tritile.compile(funcs[1])
             on_gpu.get_source("ptx")
         except tritile.CompileError:
             counts["refused"] += 1
@@ -98,9 +108,9 @@ def main():
         try:
             on_gpu(*actual)
             torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - recorded
+        except Exception:  # noqa: BLE001 - recorded; the CUDA context may be lost: stop here
             failures.append({"index": index, "base": base, "source": src, "error": traceback.format_exc()[-3000:]})
-            continue
+            break
         counts["compared"] += 1
         wrong = [i for i, (x, y) in enumerate(zip(actual, expected)) if not agree(x, y)]
         if wrong:
@@ -116,7 +126,7 @@ def main():
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "backend": os.environ.get("TRITILE_BACKEND", "auto"),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "seed": args.seed, "count": len(drawn), **counts, "mismatched": len(mismatches),
+              "seed": args.seed, "count": len(drawn), "start": args.start, **counts, "mismatched": len(mismatches),
               "failed": len(failures), "mismatches": mismatches, "failures": failures}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
