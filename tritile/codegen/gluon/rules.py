@@ -34,12 +34,22 @@ def _identity(indices, par) -> bool:
     return len(indices) == len(par.loop.vars) and all(a is b for a, b in zip(indices, par.loop.vars))
 
 
+def _refuse_bool_tile(buf: ir.Buffer):
+    """Tiles of a bool shared buffer - T.copy to or from it, T.Parallel over it - fail in Triton
+    3.6 (an MLIR pass, or an abort of the process); its elements one at a time (T.serial, as
+    TileLang's any_of test fills one) are fine."""
+    if buf.scope == "shared" and buf.dtype.kind == "bool":
+        raise unsupported(f"a tile of bool shared buffer {buf.name} (T.copy or T.Parallel; T.uint8 holds the "
+                          f"same bytes)", None)
+
+
 def _parallel_tile_view(em: Emitter, buf: ir.Buffer, indices, par):
     """The view of shared `buf` whose elements T.Parallel's lanes read or write at `indices`, or
     None: dim d indexed by the loop's d-th variable plus an offset that is a constant or a
     consumer partition's own first row (lowering/consumer_partitions.py turns ``x[i, j]`` over
     a tile's rows into ``x[i + part * rows, j]`` over the partition's rows) - the whole tile,
     or a slice of it."""
+    _refuse_bool_tile(buf)
     lead = 1 if buf.num_versions > 1 else 0
     dims = indices[lead:]
     if len(dims) != len(par.loop.vars):
@@ -283,8 +293,6 @@ def lower_alloc(em: Emitter, s: ir.Alloc):
         init = em.expr(s.init).text if s.init is not None else "0"
         em.emit(f"{name} = gl.to_tensor({init}).to({dt})")
     elif buf.scope == "shared":
-        if buf.dtype.kind == "bool":  # Triton 3.6 fails on (or aborts at) an i1 shared memory descriptor
-            raise unsupported(f"a bool shared buffer ({buf.name}; T.uint8 holds the same bytes)", s.loc)
         if id(buf) in em.hoisted:
             em.emit(f"# {name}: allocated before the warp-specialized fork")
         elif id(buf) not in em.deferred_buffers:  # else allocated at its first use (shared_lifetimes.py)
@@ -715,6 +723,7 @@ def lower_copy(em: Emitter, s):
     for b in (src.buffer, dst.buffer):
         if b.scope in ("local", "var"):
             raise unsupported(f"T.copy from/to {b.scope} buffer {b.name}", s.loc)
+        _refuse_bool_tile(b)
     if any(r.buffer.scope == "fragment" and semantics.sliced_dims(r) != [] for r in (src, dst)):
         return _copy_fragment_part(em, s)
     if em.partitions is not None and id(s) in em.partitions.tile_loads:
