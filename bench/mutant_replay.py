@@ -14,7 +14,9 @@ the same fresh random inputs, and compares every argument after the run
 the device, versions, date, the counts (refused by a CompileError, undefined, compared, agreed)
 and every mismatch or failure with the mutant's source.  A mutant that fails on the GPU ends the
 replay there (a faulting kernel leaves the CUDA context unusable): the report names it, and
-`--start` resumes after it.
+`--start` resumes after it.  While a mutant runs on the GPU, `<out>.running` holds its index and
+source: a kernel that never returns (a broken barrier protocol) is named there when the replay
+is killed.
 """
 from __future__ import annotations
 
@@ -105,6 +107,8 @@ def main():
             counts["undefined"] += 1
             continue
         actual = [t.cuda() for t in inputs]
+        with open(args.out + ".running", "w") as running:  # names the mutant a hung kernel stops at
+            running.write(f"{index}\n{src}")
         try:
             on_gpu(*actual)
             torch.cuda.synchronize()
