@@ -1,6 +1,6 @@
 """Replay mutated T programs on the GPU against the interpreter.
 
-    python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--workers 16]
+    python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--stop N] [--workers 16]
                                   [--out bench/results/mutant_replay_h100.json]
 
 The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
@@ -61,6 +61,7 @@ def main():
     parser.add_argument("--count", type=int, default=800)
     parser.add_argument("--seed", type=int, default=2030)
     parser.add_argument("--start", type=int, default=0, help="the first mutant to replay")
+    parser.add_argument("--stop", type=int, default=None, help="the mutant to stop before (default: all)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
     args = parser.parse_args()
@@ -74,7 +75,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("mutant_replay.py needs a CUDA GPU")
     os.makedirs(DIRECTORY, exist_ok=True)
-    drawn = mutants(args.seed, args.count)
+    drawn = mutants(args.seed, args.count)[:args.stop]
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(_warm, [(i, args.count, args.seed) for i in range(args.start, len(drawn))]))
 
