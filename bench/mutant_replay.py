@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -33,6 +31,9 @@ import multiprocessing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import save_report  # noqa: E402
 DIRECTORY = os.path.join(tempfile.gettempdir(), "tritile_mutants")
 
 
@@ -67,7 +68,6 @@ def main():
     args = parser.parse_args()
 
     import torch
-    import triton
 
     import tritile
     from mutated_programs import agree, interpreted, load, mutants, random_arguments
@@ -128,15 +128,9 @@ def main():
         print(f"\r{index + 1}/{len(drawn)} {dict(counts)}, mismatched {len(mismatches)}, failed {len(failures)}",
               end="", flush=True)
     print()
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "backend": os.environ.get("TRITILE_BACKEND", "auto"),
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "seed": args.seed, "count": len(drawn), "start": args.start, **counts, "mismatched": len(mismatches),
-              "failed": len(failures), "mismatches": mismatches, "failures": failures}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {args.out}")
+    save_report(args.out, {"backend": os.environ.get("TRITILE_BACKEND", "auto"), "seed": args.seed,
+                           "count": len(drawn), "start": args.start, **counts, "mismatched": len(mismatches),
+                           "failed": len(failures), "mismatches": mismatches, "failures": failures})
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ program's source and both outputs.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import traceback
@@ -30,6 +28,9 @@ import multiprocessing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import save_report  # noqa: E402
 
 
 def _warm(args) -> tuple:
@@ -56,7 +57,6 @@ def main():
     os.environ["TRITILE_FP_FUSION"] = "on" if args.fp_fusion else "off"  # the spawned workers inherit it
 
     import torch
-    import triton
     import expression_programs as E
 
     if not torch.cuda.is_available():
@@ -90,16 +90,11 @@ def main():
         print(f"\r{index + 1}/{len(programs)} matched {results['matched']}, mismatched "
               f"{len(results['mismatched'])}, failed {len(results['failed'])}", end="", flush=True)
     print()
-    report = {"device": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
-              "torch": torch.__version__, "triton": triton.__version__,
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "seed": args.seed, "lanes": args.lanes, "fp_fusion": args.fp_fusion, "count": len(programs), "matched": results["matched"],
-              "mismatched": len(results["mismatched"]), "failed": len(results["failed"]),
-              "mismatches": results["mismatched"], "failures": results["failed"]}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"wrote {args.out}")
+    save_report(args.out, {"capability": list(torch.cuda.get_device_capability()), "seed": args.seed,
+                           "lanes": args.lanes, "fp_fusion": args.fp_fusion, "count": len(programs),
+                           "matched": results["matched"], "mismatched": len(results["mismatched"]),
+                           "failed": len(results["failed"]), "mismatches": results["mismatched"],
+                           "failures": results["failed"]})
 
 
 if __name__ == "__main__":

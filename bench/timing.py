@@ -5,13 +5,14 @@ writing a result.
 each call between two CUDA events and synchronised; `median_batched_ms(fn)` - the same per call
 of batches of back-to-back calls (host call paths hidden); `load_example(name)` - examples/<name>.py
 as a module (the benchmarks time the examples' own kernels); `save(path, rows)` - the rows as
-json with the run's device, versions and date.
+json with the run's device, versions and date; `save_report(path, fields)` - a replay's fields so.
 """
 from __future__ import annotations
 
 import datetime
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -57,3 +58,15 @@ def save(path, rows: list) -> None:
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def save_report(path, fields: dict) -> None:
+    """A GPU replay's report: the device, versions and date (UTC), then `fields`, as json at `path`."""
+    import triton
+
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **fields}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {path}")

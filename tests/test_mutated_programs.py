@@ -15,7 +15,7 @@ import torch
 import tritile
 import tritile.language as T
 from kernels import compile_error
-from mutated_programs import agree, interpreted, load, mutants, random_arguments
+from mutated_programs import BASES, agree, interpreted, load, mutants, random_arguments
 
 COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
 
@@ -265,31 +265,14 @@ def test_a_tile_starting_before_the_tensor_reads_zeros_there(backend, through_sh
         assert ">= 0)" in on_sm90.get_source("gluon")
 
 
-def _gemm_of_shifted_columns():
-    """Mutant 53 of bench/mutant_replay.py's seed 2030: the A tile starts at column k * 3."""
-
-    @T.prim_func
-    def kernel(A: T.Tensor((256, 128), T.float16), B: T.Tensor((128, 192), T.float16),
-               C: T.Tensor((256, 192), T.float16)):
-        with T.Kernel(T.ceildiv(192, 64), T.ceildiv(256, 128), threads=128) as (bx, by):
-            A_shared = T.alloc_shared((128, 32), T.float16)
-            B_shared = T.alloc_shared((32, 64), T.float16)
-            C_local = T.alloc_fragment((128, 64), T.float32)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(128, 32), num_stages=3):
-                T.copy(A[by * 128, k * 3], A_shared)
-                T.copy(B[k * 32, bx * 64], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * 128, bx * 64])
-
-    return kernel
-
-
 @pytest.mark.xfail(strict=True, reason="open (bench/NOTES.md, session 27): a TMA load from column k * 3 (6 bytes "
                                        "into an fp16 row) stopped the H100 with an illegal instruction; refusing "
                                        "TMA per copy instance broke the pipeline's barrier protocol where the "
                                        "pipeline's peeled copies have constant, aligned starts")
-def test_a_tma_copy_needs_a_start_aligned_to_16_bytes():
-    """Not run on the GPU: the fault would end the CUDA context of the whole suite."""
-    source = tritile.compile(_gemm_of_shifted_columns(), out_idx=[-1], target="cuda:90").get_source("gluon")
+def test_a_tma_copy_needs_a_start_aligned_to_16_bytes(tmp_path):
+    """Mutant 53 of bench/mutant_replay.py's seed 2030, the GEMM's A tile from column k * 3.  Not run
+    on the GPU: the fault would end the CUDA context of the whole suite."""
+    make = load(BASES["gemm"].replace("T.copy(A[by * 128, k * 32]", "T.copy(A[by * 128, k * 3]"),
+                str(tmp_path / "shifted_columns.py"))
+    source = tritile.compile(make(), out_idx=[-1], target="cuda:90").get_source("gluon")
     assert "(A_desc, [(by * 128), (k_t * 3)]" not in source
