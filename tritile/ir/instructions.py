@@ -215,10 +215,11 @@ def _tma_tile_ok(region, box) -> bool:
     runtime one specialised as a multiple of 16 elements: the host descriptor is encoded from
     the tensor's actual shape and strides at launch, and clips the edge tiles; a
     `T.StridedTensor`'s declared strides, `_pitches_ok`), a box row of
-    at least 16 bytes, box dims <= 256 (the hardware limit)."""
+    at least 16 bytes, box dims <= 256 (the hardware limit), and a start along the last dim
+    provably a multiple of 16 bytes (`_starts_aligned`)."""
     global_buf = region.buffer
     elem = global_buf.dtype.itemsize
-    if is_padded(box):  # a box fills whole shared tiles: padded ones take masked loads / stores
+    if is_padded(box) or not _starts_aligned(region):  # padded boxes take masked loads / stores
         return False
     if tma_full_rank(global_buf):
         addressed = all(e == 1 for e in region.extents[:-2])
@@ -227,6 +228,14 @@ def _tma_tile_ok(region, box) -> bool:
                      and _pitches_ok(global_buf, 16 // math.gcd(16, elem)))
     return (addressed and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
             and box[-1] * elem >= 16 and all(b <= 256 for b in box))
+
+
+def _starts_aligned(region) -> bool:
+    """Is the start of global `region` along its last dim provably a multiple of 16 bytes?  A TMA
+    copy from ``A[row, k * 3]`` (fp16: 6 bytes in) stopped the H100 with "an illegal instruction
+    was encountered" (bench/NOTES.md, session 27: a mutated GEMM); such copies take cp.async or
+    masked loads instead."""
+    return is_multiple_of(region.starts[-1], 16 // math.gcd(16, region.buffer.dtype.itemsize))
 
 
 def _pitches_ok(buf: ir.Buffer, elements: int) -> bool:
@@ -248,7 +257,8 @@ def tma_row_vector(region, box) -> bool:
     leading indices must lie inside the tensor."""
     global_buf = region.buffer
     elem = global_buf.dtype.itemsize
-    return (len(box) == 1 and not is_padded(box) and tuple(region.extents[-1:]) == tuple(box)
+    return (len(box) == 1 and not is_padded(box) and _starts_aligned(region)
+            and tuple(region.extents[-1:]) == tuple(box)
             and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
             and _pitches_ok(global_buf, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
 

@@ -129,6 +129,22 @@ def _seqs_of(seq: ir.Seq) -> list:
     return out
 
 
+def _every_group_has_tma(em: Emitter, members: list) -> bool:
+    """Does every commit group of the ring's async statements `members` hold a TMA copy?  A group
+    of cp.async copies alone (a tile whose start TMA cannot take, in a step the other tiles of
+    its stage leave) would leave its slot's barrier unarmed while the consumers wait on it."""
+    groups, current = [], []
+    for m in members:
+        if isinstance(m, ir.AsyncCopy):
+            current.append(isel.uses_tma(m, em.target) and m.iteration is not None)
+        elif isinstance(m, ir.CommitGroup):
+            groups.append(current)
+            current = []
+    groups.append(current)
+    copied = [group for group in groups if group]
+    return bool(copied) and all(any(group) for group in copied)
+
+
 def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     loop = stmts[at]
     sections = [_members(stmts[lo:at]), _members(loop.body.stmts), _members(stmts[at + 1:hi])]
@@ -146,8 +162,7 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     # iterations past the end, whose groups no wait waits for
     unguarded = not any(isinstance(n, ir.If) for s in loop.body.stmts if _members([s]) and not is_fold_guard(loop, s)
                         for n in walk(s))
-    ring.has_tma = one_group_per_step and unguarded and any(
-        isinstance(m, ir.AsyncCopy) and isel.uses_tma(m, em.target) and m.iteration is not None for m in members)
+    ring.has_tma = one_group_per_step and unguarded and _every_group_has_tma(em, members)
     span = _group_span(loop, sections[1])
     ring.has_tma = ring.has_tma and span is not None
     if not ring.has_tma:
