@@ -85,15 +85,15 @@ def main():
             continue
         make = load(src, _path(args.seed, index))
         try:
-            funcs = (make(), make()) if make is not None else None
+            func = make() if make is not None else None
         except Exception:  # noqa: BLE001 - the mutant's own Python fails (an annotation run at its def)
-            funcs = None
-        if funcs is None:
+            func = None
+        if func is None:
             counts["not python"] += 1
             continue
         try:
-            reference = tritile.compile(funcs[0], target="cpu")
-            on_gpu = tritile.compile(funcs[1])
+            reference = tritile.compile(func, target="cpu")
+            on_gpu = tritile.compile(func)
             on_gpu.get_source("ptx")
         except tritile.CompileError:
             counts["refused"] += 1

@@ -403,23 +403,11 @@ def is_python_number(text: str) -> bool:
     return _NUMBER.match(text.strip()) is not None
 
 
-def _negated_number(text: str) -> str:
-    """The literal of minus the float that bare Python number `text` (`is_python_number`) is."""
-    value = -float(eval(text, {"__builtins__": {}, "float": float}))  # a literal, checked by _NUMBER
-    if value != value:
-        return 'float("nan")'
-    if value in (float("inf"), float("-inf")):
-        return 'float("inf")' if value > 0 else '-float("inf")'
-    return repr(value)
-
-
 def lower_unary(em, e: ir.UnaryOp) -> Val:
     a = em.expr(e.operand)
     if e.op == "not":
         return Val(f"({a.text} == 0)", a.dims)
     if e.op == "-" and e.dtype.is_float:
-        if is_python_number(a.text):  # `-T.infinity(T.float16)`: still a literal, which has no `.to`
-            return Val(_negated_number(a.text))
         # Triton's unary minus is 0 - x, which gives +0.0 for +0.0: a product by -1 flips the
         # sign of zeros too (exact); fp8 computes in float32 (no fp8 arithmetic in Triton)
         if e.dtype.bits == 8:
@@ -479,8 +467,6 @@ def lower_cast(em, e: ir.Cast) -> Val:
     if isinstance(e.value, ir.Const):
         return lower_const(em, ir.Const(e.value.value if not e.dtype.is_int else int(e.value.value), e.dtype))
     v = em.expr(e.value)
-    if is_python_number(v.text):  # a literal has no `.to`: a typed scalar of its own dtype first
-        v = Val(f"{em.lang}.full([], {v.text}, {dtype_text(e.value.dtype, em.lang)})", v.dims)
     return Val(cast_text(v.text, e.value.dtype, e.dtype, em.lang), v.dims)
 
 
@@ -523,8 +509,7 @@ def lower_thread_barrier(em, s: ir.ThreadBarrier):
 
 def is_constant(e) -> bool:
     """An expression of constants only (no variable, load or table read)."""
-    return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) or isinstance(n, ir.Call) and n.fn == "infinity"
-                   for n in walk(e))
+    return not any(isinstance(n, (ir.Var, ir.Load, ir.TableRead)) for n in walk(e))
 
 
 
