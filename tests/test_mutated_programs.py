@@ -265,16 +265,16 @@ def test_a_tile_starting_before_the_tensor_reads_zeros_there(backend, through_sh
     assert ".target sm_80" in on_sm80.get_source("ptx") and ">= 0)" in on_sm80.get_source(name)
 
 
-def test_a_tma_copy_needs_a_start_aligned_to_16_bytes(tmp_path):
+def test_a_tma_copy_needs_a_start_aligned_to_16_bytes(tmp_path, device):
     """Mutant 53 of bench/mutant_replay.py's seed 2030, the GEMM's A tile from column k * 3 (6 bytes
     into an fp16 row): as a TMA load it stopped the H100 with "an illegal instruction was
     encountered".  Its A tiles load through the registers now, while B's stay TMA loads in the same
-    ring (every commit group keeps a TMA copy: `rings._every_group_has_tma`).  CPU only: the fixed
-    kernel has not run on a GPU yet, and a fault would end the CUDA context of the whole suite."""
+    ring (every commit group keeps a TMA copy: `rings._every_group_has_tma`)."""
     make = load(BASES["gemm"].replace("T.copy(A[by * 128, k * 32]", "T.copy(A[by * 128, k * 3]"),
                 str(tmp_path / "shifted_columns.py"))
     a, b = torch.randn(256, 128).half(), torch.randn(128, 192).half()
     expected = sum(a[:, 3 * k:3 * k + 32].float() @ b[32 * k:32 * k + 32].float() for k in range(4))
-    torch.testing.assert_close(tritile.compile(make(), out_idx=[-1])(a, b).float(), expected, rtol=1e-2, atol=5e-2)
+    torch.testing.assert_close(tritile.compile(make(), out_idx=[-1])(a.to(device), b.to(device)).float().cpu(), expected,
+                               rtol=1e-2, atol=5e-2)
     source = tritile.compile(make(), out_idx=[-1], target="cuda:90").get_source("gluon")
     assert "(A_desc, [(by * 128), (k_t * 3)]" not in source and "async_copy_global_to_shared(B_desc" in source
