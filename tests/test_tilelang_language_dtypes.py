@@ -148,6 +148,14 @@ def test_fill_of_a_global_output_with_infinity(dtype):
     assert "tl.float8e5" in _fill_with_infinity(dtype).get_source("triton") or dtype.bits > 8
 
 
+@pytest.mark.parametrize("dtype", [T.float16, T.float8_e5m2])
+def test_infinity_stays_infinite_in_the_generated_code(dtype):
+    """The folded constant of `T.infinity(T.float8_e5m2)` was saturated to 57344 as a cast's
+    result would be (only the GPU saw it); Triton's interpreter runs the triton backend's code."""
+    out = tritile.compile(_fill_with_infinity(dtype).func, backend="triton")()
+    assert torch.all(out.float() == float("inf"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [T.float16, T.float32, T.float8_e5m2])
 def test_fill_of_a_global_output_with_infinity_on_the_gpu(dtype):

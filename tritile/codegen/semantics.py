@@ -23,6 +23,7 @@ A rule returns a `Val`: the text and the `T.Parallel` dims it varies along.
 """
 from __future__ import annotations
 
+import math
 import re
 import struct
 from dataclasses import dataclass
@@ -312,6 +313,8 @@ def lower_const(em, e: ir.Const) -> Val:
     v, lang = e.value, em.lang
     if isinstance(v, bool):
         return Val(str(v))
+    if e.dtype.is_float and e.dtype.bits == 8 and v in (math.inf, -math.inf):
+        return fp8_literal(v, e.dtype, lang)  # a folded `T.infinity`: e5m2's own (a cast would saturate)
     v = round_scalar(v, e.dtype)  # a folded cast may have left it outside its dtype
     if e.dtype.is_float and e.dtype.bits == 8:
         return fp8_literal(float(v), e.dtype, lang)
