@@ -157,6 +157,44 @@ def test_bool_reductions_are_any_and_all(kind, backend, device):
     assert torch.equal(kernel(x.to(device)).cpu(), expected)
 
 
+def _float_sums_into(dtype):
+    @T.prim_func
+    def kernel(X: T.Tensor((16, 64), T.float32), Y: T.Tensor((16,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((16, 64), T.float32)
+            total = T.alloc_fragment((16,), dtype)
+            T.copy(X, x)
+            T.fill(total, 1)
+            T.reduce_sum(x, total, dim=1, clear=False)
+            T.reduce_sum(x, total, dim=1, clear=False)
+            for i in T.Parallel(16):
+                Y[i] = total[i]
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("dtype", [T.bool, T.int32])
+def test_a_float_sum_added_to_a_bool_or_int_destination_adds_in_float(dtype, backend, device):
+    """Mutant 284 of the GPU replay (attention's row sum `l` a bool fragment): the old value and
+    the float sum were added in the destination's type - an int1 `+` is an exclusive or, so two
+    nonzero sums made it False and `acc /= l` gave inf; an int destination lost a negative
+    fraction (1 + trunc(-0.5) against trunc(1 - 0.5))."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    x = torch.randn(16, 64) / 8
+    kernel = tritile.compile(_float_sums_into(dtype), out_idx=[-1], backend=backend)
+    sums = x.sum(1)
+    if dtype == T.bool:
+        expected = (((1 + sums) != 0).float() + sums != 0).float()
+    else:
+        expected = ((1 + sums).trunc() + sums).trunc()
+    torch.testing.assert_close(kernel(x.to(device)).cpu(), expected)
+    # Triton's interpreter adds int1 as numpy adds bools (an or): only the GPU shows the xor
+    gluon = tritile.compile(_float_sums_into(dtype), out_idx=[-1], target="cuda:90").get_source("gluon")
+    assert "total.to(gl.float32) + " in gluon
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

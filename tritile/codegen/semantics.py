@@ -278,10 +278,16 @@ def reduction_combine_text(kind: str, old: str, old_dtype, new: str, new_dtype, 
     """(text combining a `T.reduce_*(clear=False)`'s old destination value `old` with the new
     reduction result `new`, its IR dtype): in the reduction's dtype `new_dtype`, or in the
     destination's where that is wider or of another kind (a float64 or float destination of an
-    integer reduction), so the old value is never narrowed; rounded once when written."""
+    integer reduction), so the old value is never narrowed; rounded once when written.  A float
+    side wins over an integer one and any side over a bool destination, as torch promotes in the
+    interpreter: a float sum added to a bool or int destination is added in float (an int1 `+`
+    is an exclusive or, and truncating the sum first loses a negative fraction)."""
     combine = (_REDUCTIONS_PROPAGATING_NAN if _propagates_nan(kind, src_dtype, nan_propagate)
                else _REDUCTIONS)[kind][1]
-    wider = old_dtype if old_dtype.kind != new_dtype.kind or old_dtype.bits > new_dtype.bits else new_dtype
+    if old_dtype.is_float != new_dtype.is_float or old_dtype.kind == "bool":
+        wider = new_dtype if new_dtype.is_float or old_dtype.kind == "bool" else old_dtype
+    else:
+        wider = old_dtype if old_dtype.kind != new_dtype.kind or old_dtype.bits > new_dtype.bits else new_dtype
     text = combine.format(lang=lang, old=cast_text(old, old_dtype, wider, lang), new=cast_text(new, new_dtype, wider, lang))
     return text, wider
 
