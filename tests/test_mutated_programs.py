@@ -195,6 +195,34 @@ def test_a_float_sum_added_to_a_bool_or_int_destination_adds_in_float(dtype, bac
     assert "total.to(gl.float32) + " in gluon
 
 
+def _first_column_shifted():
+    @T.prim_func
+    def kernel(X: T.Tensor((16, 64), T.float32), Y: T.Tensor((16, 64), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((16, 64), T.float32)
+            m = T.alloc_fragment((16,), T.float32)
+            T.copy(X, x)
+            T.reduce_max(x, m, dim=1)
+            for i, j in T.Parallel(16, 1):
+                x[i, j] = x[i, j] - m[i]
+            T.copy(x, Y)
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_a_unit_range_of_a_fragment_read_in_parallel_keeps_its_dim(backend, device):
+    """Mutant 150 of seed 2051 (a softmax's `T.Parallel(16, 256)` made `(16, 1)`): the triton
+    backend read `x[i, j]`'s one column as a [16] tile, which met `m[i]`'s [16, 1] as [16, 16]."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    x = torch.randn(16, 64)
+    expected = x.clone()
+    expected[:, 0] -= x.max(1).values
+    kernel = tritile.compile(_first_column_shifted(), out_idx=[-1], backend=backend)
+    torch.testing.assert_close(kernel(x.to(device)).cpu(), expected)
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

@@ -42,8 +42,8 @@ def _e_load(em: Emitter, e: ir.Load) -> Val:
     if buf.scope == "local":
         raise unsupported(f"indexing local array {buf.name} by a T.Parallel variable (a register gather)")
     region = _lanes_range(em, buf, e.indices)
-    if region is not None:
-        return Val(_tile(em, region, None)[0], frozenset(range(len(em.par.loop.vars))))
+    if region is not None:  # a tile of the Parallel's shape: a unit range (`x[i, j]` in T.Parallel(16, 1)) kept
+        return Val(_tile(em, region, None, list(em.par.loop.extents))[0], frozenset(range(len(em.par.loop.vars))))
     return Val(_lanes_view(em, buf, e.indices), dims)
 
 
