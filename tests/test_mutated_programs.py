@@ -223,6 +223,35 @@ def test_a_unit_range_of_a_fragment_read_in_parallel_keeps_its_dim(backend, devi
     torch.testing.assert_close(kernel(x.to(device)).cpu(), expected)
 
 
+def _first_sum_added():
+    @T.prim_func
+    def kernel(A: T.Tensor((32, 64), T.float32), S: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            tile = T.alloc_fragment((32, 64), T.float32)
+            col = T.alloc_fragment((64,), T.float32)
+            T.copy(A, tile)
+            T.reduce_sum(tile, col, dim=0)
+            for j in T.Parallel(1):
+                T.atomic_add(S[j], col[j])
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_one_element_of_a_fragment_read_in_a_unit_parallel(backend, device):
+    """Mutant 1 of seed 2053 (the column sum's `T.Parallel(64)` made `(1)`): the range's one
+    element is a scalar, which `tl.reshape` does not take."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    a, s = torch.randn(32, 64), torch.randn(64)
+    expected = s.clone()
+    expected[0] += a[:, 0].sum()
+    kernel = tritile.compile(_first_sum_added(), backend=backend)
+    s_out = s.to(device)
+    kernel(a.to(device), s_out)
+    torch.testing.assert_close(s_out.cpu(), expected)
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

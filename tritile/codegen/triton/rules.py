@@ -441,6 +441,8 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
                                              buf.dtype)
     if shape is None or list(shape) == have:
         return text, have
+    if not have:  # one element (a scalar: Triton reshapes only tensors) into a tile of unit dims
+        return f"tl.broadcast_to({text}, {padded_shape(shape)})", list(shape)
     return f"tl.reshape({text}, {padded_shape(shape)})", list(shape)
 
 
