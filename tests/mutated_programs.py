@@ -218,15 +218,16 @@ def random_arguments(func, gen: torch.Generator) -> list:
 
 def interpreted(kernel, args: list):
     """(why the result is undefined or None, the arguments after `kernel` ran on the interpreter
-    on copies of `args` in launch order)."""
-    forward = [t.clone() for t in args]
-    backward = [t.clone() for t in args]
+    on copies of `args` in launch order; scalar arguments are passed as they are)."""
+    forward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+    backward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     kernel(*forward)
     with mock.patch.dict(os.environ, {"TRITILE_BLOCK_ORDER": "reversed"}):
         kernel(*backward)
-    if not all(agree(x, y) for x, y in zip(forward, backward)):
+    tensors = [(x, y) for x, y in zip(forward, backward) if isinstance(x, torch.Tensor)]
+    if not all(agree(x, y) for x, y in tensors):
         return "its blocks race", forward
-    if any(t.dtype.is_floating_point and bool(t.isnan().any()) for t in forward):
+    if any(x.dtype.is_floating_point and bool(x.isnan().any()) for x, _ in tensors):
         return "it reads memory nothing wrote", forward
     return None, forward
 

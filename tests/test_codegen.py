@@ -569,23 +569,70 @@ def test_sm90_shared_tile_written_elementwise_is_stored_without_tma():
     assert "async_copy_shared_to_global" not in src and "gl.store(C + " in src
 
 
-@pytest.mark.parametrize("rows, start, ok", [
-    (1024, lambda bx, part: add(mul(bx, 128), mul(part, 64)), True),   # the split 128-row tile
-    (1024, lambda bx, part: add(mul(bx, 192), mul(part, 64)), False),  # 1024 % 192: the last block runs into the next head
-    (1152, lambda bx, part: add(mul(bx, 192), mul(part, 64)), True),
-    (1024, lambda bx, part: c(960), True),
-    (1024, lambda bx, part: add(mul(bx, 128), c(64)), True),
-    (1024, lambda bx, part: add(mul(bx, 128), c(128)), False),         # past the 128-row block it offsets
+@pytest.mark.parametrize("rows, blocks, trips, start, head, path", [
+    (1024, 8, 1, lambda bx, part, k: add(mul(bx, 128), mul(part, 64)), None, "rows view"),  # the split 128-row tile
+    # the last block runs into the next head: not a row block of the view (1024 % 192), no TMA
+    (1024, 6, 1, lambda bx, part, k: add(mul(bx, 192), mul(part, 64)), None, "masked"),
+    (1152, 6, 1, lambda bx, part, k: add(mul(bx, 192), mul(part, 64)), None, "rows view"),
+    (1024, 8, 1, lambda bx, part, k: c(960), None, "rows view"),
+    (1024, 8, 1, lambda bx, part, k: add(mul(bx, 128), c(64)), None, "rows view"),
+    (1024, 8, 1, lambda bx, part, k: add(mul(bx, 128), c(128)), None, "masked"),  # past the 128-row block it offsets
+    (128, 1, 2, lambda bx, part, k: mul(k, 64), None, "rows view"),                # a K loop over its head
+    (128, 1, 19, lambda bx, part, k: mul(k, 64), None, "full rank"),               # T.ceildiv(128, 7) blocks (mutant 583)
+    (128, 1, 3, lambda bx, part, k: mul(ir.BinOp("-", k, c(1)), 64), None, "full rank"),  # the first block before the head
+    (128, 1, 2, lambda bx, part, k: mul(k, 64), lambda by: add(by, 1), "full rank"),     # the last block's next head
 ])
-def test_rows_view_tiles_never_reach_into_the_next_head(rows, start, ok):
-    """A [B, H, S, D] tile through the [B*H*S, D] view is clipped only at the view's end, so a
-    row block must stay inside its own head's S rows for every block index."""
+def test_rows_view_tiles_never_leave_their_head(rows, blocks, trips, start, head, path):
+    """A [B, H, S, D] tile through the [B*H*S, D] view is clipped only at the view's end, so it
+    takes the view only where its bounds (block indices below the grid, loop variables below their
+    stop) keep every index but the last inside the tensor - its row block inside its own head's S
+    rows; elsewhere a descriptor of the full rank serves it, which clips every dim.  Tiles that
+    are no row block of the view at all keep the masked path."""
+    from types import SimpleNamespace
+
+    import irb
+    from tritile.codegen import semantics
     from tritile.ir import instructions as isel
 
     q = ir.Buffer("Q", (2, 4, rows, 64), dt.float16, "global")
-    bx, part, by = ir.Var("bx"), ir.Var("part"), ir.Var("by")
-    tile = region(q, (c(0), by, start(bx, part), c(0)), (1, 1, 64, 64))
-    assert isel.tma_rows_view(tile) is ok
+    q_shared = ir.Buffer("Q_shared", (64, 64), dt.float16, "shared")
+    bx, part, by, k = ir.Var("bx"), ir.Var("part"), ir.Var("by"), ir.Var("k")
+    tile = region(q, (c(0), head(by) if head else by, start(bx, part, k), c(0)), (1, 1, 64, 64))
+    body = irb.seq(irb.alloc(q_shared), irb.for_(k, 0, trips, irb.copy(tile, irb.full(q_shared))))
+    em = SimpleNamespace(func=irb.prim_func("f", [q], grid=(blocks, 2, 4), block_vars=(bx, part, by), body=body))
+
+    def inside(start, extent, size):
+        return semantics.tile_starts_inside(em, start) and semantics.tile_inside(em, start, extent, size)
+
+    if not isel.uses_tma(ir.Copy(tile, irb.full(q_shared)), H100):
+        assert path == "masked"
+    else:
+        assert path == ("rows view" if isel.tma_rows_view(tile, inside) else "full rank")
+
+
+def _row_vectors(shift: int):
+    @T.prim_func
+    def kernel(L: T.Tensor((2, 4, 256), T.float32), O: T.Tensor((2, 4, 256), T.float32)):
+        with T.Kernel(4, 2, threads=128) as (by, bz):
+            staged = T.alloc_shared((64,), T.float32)
+            row = T.alloc_fragment((64,), T.float32)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(L[bz, by + shift, k * 64:(k + 1) * 64], staged)
+                T.copy(staged, row)
+                T.copy(row, O[bz, by, k * 64:(k + 1) * 64])
+
+    return kernel
+
+
+@pytest.mark.parametrize("shift, block", [(0, "(1, 64)"), (1, "(1, 1, 64)")])
+def test_a_row_vector_whose_leading_index_may_leave_its_dim_takes_the_full_rank(shift, block):
+    """A 1-D tile's (1, n) block of the rows view is clipped only at the view's end: the last
+    head's ``by + 1`` would read the next batch's first row there, where the interpreter reads
+    zeros.  Such a tile takes a (1, 1, n) block of a descriptor of the tensor's full rank."""
+    import tritile
+
+    src = tritile.compile(_row_vectors(shift), target="cuda:90").get_source("gluon")
+    assert f"TMA_DESCRIPTORS = (({block}, HOST_L_desc_layout), )" in src
 
 
 @pytest.mark.parametrize("causal", [False, True])

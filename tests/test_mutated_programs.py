@@ -8,6 +8,7 @@ The mutants come from seeded lists (`TRITILE_HYPOTHESIS_SCALE` widens them).  Th
 them are what the mutants found (bench/NOTES.md, session 27), each checked for its result where
 the program is valid."""
 import os
+import re
 
 import pytest
 import torch
@@ -373,3 +374,77 @@ def test_a_tma_copy_needs_a_start_aligned_to_16_bytes(tmp_path, device):
                                rtol=1e-2, atol=5e-2)
     source = tritile.compile(make(), out_idx=[-1], target="cuda:90").get_source("gluon")
     assert "(A_desc, [(by * 128), (k_t * 3)]" not in source and "async_copy_global_to_shared(B_desc" in source
+
+
+# the attention base's loop over K / V blocks with its trip count a runtime scalar
+_RUNTIME_TRIPS = {"T.Pipelined(T.ceildiv(128, 64)": "T.Pipelined(n",
+                  "O: T.Tensor((1, 2, 128, 64), T.float16)):": "O: T.Tensor((1, 2, 128, 64), T.float16), n: T.int32):"}
+# how each program's K / V loop leaves its 128-row head: (the base's lines replaced, its scalar
+# arguments, the environment it compiles in, the row starts of the copies that leave the head as
+# the rows view's coordinates would read them)
+OVERRUNS = {
+    # mutant 583 of seed 2030: 19 blocks of 64 rows; on the H100 its replay hung
+    "ceildiv(128, 7) blocks": ({"T.Pipelined(T.ceildiv(128, 64)": "T.Pipelined(T.ceildiv(128, 7)"}, [], {},
+                               ["(k_t * 64)", "1152"]),
+    # the same 19 blocks, their count known at run time only
+    "runtime trip count": (_RUNTIME_TRIPS, [19], {}, ["(k_t * 64)"]),
+    "runtime trip count, producer warp": (_RUNTIME_TRIPS, [19], {"TRITILE_WARP_SPECIALIZE": "1"}, ["(g * 64)"]),
+    # the first block starts 64 rows before its head
+    "a block before the head": ({"T.Pipelined(T.ceildiv(128, 64)": "T.Pipelined(3",
+                                 "[bz, by, k * 64:(k + 1) * 64, :]": "[bz, by, (k - 1) * 64:k * 64, :]"}, [], {},
+                                ["-64"]),
+}
+
+
+def _overrunning(overrun: str, tmp_path, monkeypatch):
+    """(the program's `make`, its scalar arguments) of `OVERRUNS[overrun]`, its environment set."""
+    replaced, scalars, environment, _ = OVERRUNS[overrun]
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    src = BASES["attention"]
+    for old, new in replaced.items():
+        assert old in src
+        src = src.replace(old, new)
+    return load(src, str(tmp_path / "overrun.py")), scalars
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("overrun", list(OVERRUNS))
+def test_a_loop_leaving_its_head_reads_zeros_past_it(overrun, backend, device, tmp_path, monkeypatch):
+    """Mutant 583 (attention over `T.ceildiv(128, 7)` K blocks of a 128-row head) and its kin on
+    fresh random inputs: the interpreter reads zeros past the head's rows, and so must the GPU
+    (the H100 read the next head's rows through TMA's rows view, or hung) and Triton's
+    interpreter of the triton backend's full-rank descriptors."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    make, scalars = _overrunning(overrun, tmp_path, monkeypatch)
+    reference = tritile.compile(make(), target="cpu")
+    tensors = random_arguments(reference.func, torch.Generator().manual_seed(583))
+    undefined, expected = interpreted(reference, tensors + scalars)
+    assert undefined is None
+    actual = [t.to(device) for t in tensors] + scalars
+    tritile.compile(make(), backend=backend)(*actual)
+    assert agree(actual[3], expected[3])
+
+
+@pytest.mark.parametrize("overrun", list(OVERRUNS))
+def test_a_copy_leaving_its_head_takes_no_rows_view(overrun, tmp_path, monkeypatch):
+    """The sm_90 Gluon of those programs: a TMA copy through the [B*H*S, D] rows view is clipped
+    only at the view's end, so `tma_rows_view` proved that a block never straddles two heads but
+    not that it stays inside its own.  A rows-view tile now needs bounds keeping every index but
+    the last inside the tensor (`codegen/signs.py`; a pipelined copy's iteration below its trip
+    count), else it takes a descriptor of the tensor's full rank, which clips every dim.  The
+    replay's hang was mutant 583's epilogue at the replayed commit: V of iteration 18 (rows
+    1152..1215) took cp.async in a ring whose barriers only TMA copies arm, a wait nothing
+    completes (95fdaab's `rings._every_group_has_tma` fixed that since); the host replay of
+    each module's mbarrier protocol holds it."""
+    from pipeline_programs import mbarrier_problems
+
+    make, scalars = _overrunning(overrun, tmp_path, monkeypatch)
+    kernel = tritile.compile(make(), target="cuda:90")
+    source = kernel.get_source("gluon")
+    rows_view_starts = re.findall(r"async_copy_global_to_shared\([KV]_desc\w*, \[\(\(bz\) \* 2 \+ by\) \* 128 \+ (.*?), 0\]",
+                                  source)
+    assert not set(OVERRUNS[overrun][-1]) & set(rows_view_starts)
+    tensors = random_arguments(kernel.func, torch.Generator().manual_seed(583))
+    assert mbarrier_problems(source, tensors, scalars) == []

@@ -59,3 +59,41 @@ def test_upper_bound_follows_a_loop_whose_stop_falls_as_its_block_rises():
     assert analysis.upper_bound(rows) == 62 * 64
     last = irb.mul(irb.add(first, irb.sub(irb.binop("max", irb.sub(64, first), 1), 1)), 64)
     assert analysis.upper_bound(last) == 63 * 64
+
+
+@given(grid=st.integers(1, 8), first_kind=st.sampled_from(["times", "floordiv"]), scale=st.integers(1, 3),
+       count=st.integers(1, 30), start_kind=st.sampled_from(["zero", "one", "first"]),
+       stop_kind=st.sampled_from(["count", "count - first", "max(count - first, 1)"]),
+       lag=st.integers(-2, 2), span=st.integers(0, 2), cf=st.integers(-2, 3), ct=st.integers(-2, 3),
+       c=st.integers(-5, 5), k=st.integers(1, 64))
+def test_bounds_at_an_iteration_hold_every_value_the_copy_loads(grid, first_kind, scale, count, start_kind,
+                                                                stop_kind, lag, span, cf, ct, c, k):
+    """`at_iteration`: a copy of iteration ``t - lag`` in a loop over t that runs `span` steps past
+    the trip count (a folded loop, a producer's groups: the copy is guarded off there) loads only
+    iterations in [0, trips); the bounds of its start over those are never inside the values it
+    loads."""
+    func, bx, first, t, first_of, start_of, stop_of = _program(grid, first_kind, scale, count, start_kind,
+                                                               stop_kind)
+    trips = func.kernel.body.stmts[1].stop
+    func.kernel.body.stmts[1].stop = irb.add(trips, span)
+    expr = irb.mul(irb.add(irb.add(irb.mul(cf, first), irb.mul(ct, t)), c), k)
+    reached = [(cf * f + ct * i + c) * k for f in map(first_of, range(grid))
+               for i in range(start_of(f), stop_of(f) + span) if 0 <= i - lag < stop_of(f)]
+    analysis = NonNegative(func)
+    at = analysis.at_iteration(expr, irb.sub(t, lag) if lag else t, trips)
+    lo, hi = analysis.interval(at)[0], analysis.upper_bound(at)
+    if reached:
+        assert lo is None or lo <= min(reached), (lo, min(reached))
+        assert hi is None or hi >= max(reached), (hi, max(reached))
+
+
+def test_a_producers_copy_is_bounded_by_the_iterations_it_loads():
+    """A producer partition's V copy of group g, iteration g - 1 of 8, for g in [0, 9): its rows
+    ``(g - 1) * 128`` lie in [0, 7 * 128] - not [-128, 7 * 128 + 128] as g's own range says."""
+    g = irb.var("g")
+    func = irb.prim_func("producer", [], grid=(1,), block_vars=(irb.var("bx"),), body=irb.seq(irb.for_(g, 0, 9)))
+    rows = irb.mul(irb.sub(g, 1), 128)
+    analysis = NonNegative(func)
+    assert analysis.interval(rows) == (-128, 7 * 128)
+    at = analysis.at_iteration(rows, irb.sub(g, 1), irb.ex(8))
+    assert analysis.interval(at)[0] == 0 and analysis.upper_bound(at) == 7 * 128

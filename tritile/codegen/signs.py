@@ -26,6 +26,13 @@ loop over ``range(1, 64 - first)`` (a causal backward's query blocks, `first` = 
 Only stops built of Vars, constants and arithmetic (no buffer loads) take part: a Var never
 changes while its loop runs.
 
+`at_iteration(e, iteration, trips)` reads an expression of a pipelined async copy, which runs
+only for iterations in [0, trips) (`AsyncCopy.iteration`'s contract, lowering/pipeline_injection.py),
+over that range: the iteration's term (its loop variable, or an epilogue's ``max(n, 2)``)
+becomes a fresh variable holding the iteration, so that a warp producer's ``(g - 1) * 128`` or
+a folded loop's copy, whose variable runs past the trip count while the copy itself is guarded
+off, is bounded by the iterations the copy loads.
+
 Both backends (Gluon, triton.language) emit integer `//` and `%` as Triton's truncating
 division when both operands are proven non-negative (floor and truncation agree there): index arithmetic -
 block and lane indices, loop counters, persistent tile numbers, buffer-version slots -
@@ -33,12 +40,12 @@ takes the plain instructions.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Optional
 
 from tritile.ir import nodes as ir
-from tritile.ir.printer import expr_str
-from tritile.ir.transform import substitute_vars, walk
+from tritile.ir.transform import Transformer, substitute_vars, walk
 
 _BIG = 1 << 40  # stands for an unbounded end when a multilinear form is evaluated at corners
 _MAX_TERMS = 8  # corners evaluated: 2 ** terms
@@ -107,6 +114,32 @@ class NonNegative:
             if last is not None and (best is None or last < best):
                 best = last
         return best
+
+    def at_iteration(self, e, iteration, trips):
+        """`e`, evaluated only where the pipeline iteration `iteration` lies in [0, `trips`), as
+        an expression of a fresh variable holding the iteration there (stop `trips`, so
+        `upper_bound` moves it to ``trips - 1``; its range also within the iteration's own
+        interval, a steady-state loop's): the iteration is ``term + c`` (a loop variable, or an
+        epilogue's ``max(n, 2)``), and every occurrence of `term` in `e` becomes ``fresh - c``.
+        A constant iteration (whose copy's starts are constants too) leaves `e` as it is."""
+        term, offset = _term_and_offset(iteration)
+        if term is None:
+            return e
+        fresh = ir.Var("iteration", term.dtype)
+        (lo, hi), last = self.interval(iteration), self.interval(trips)[1]
+        last = None if last is None else last - 1
+        self.ranges[id(fresh)] = (0 if lo is None else max(lo, 0), _join(min, hi, last, False))
+        if isinstance(trips, int) or not any(isinstance(n, ir.Load) for n in walk(trips)):
+            self.stops[id(fresh)] = (fresh, trips if isinstance(trips, ir.Expr) else ir.Const(trips))
+        value = ir.BinOp("-", fresh, ir.Const(offset, term.dtype), term.dtype) if offset else fresh
+        key = _key(term)
+
+        class _Replace(Transformer):
+            def transform(self, node):
+                node = super().transform(node)
+                return value if isinstance(node, ir.Expr) and _key(node) == key else node
+
+        return _Replace().transform(e)
 
     # ------------------------------------------------------------------ bounds
     def interval(self, e) -> tuple:
@@ -216,12 +249,28 @@ class NonNegative:
 
 
 def _key(e):
-    """A structural key of an expression (Vars by identity, not by name)."""
+    """A structural key of an expression (Vars, buffers and tables by identity, not by name)."""
     if isinstance(e, ir.Var):
         return ("var", e.uid)
-    if isinstance(e, ir.BinOp):
-        return (e.op, _key(e.lhs), _key(e.rhs))
-    return expr_str(e) if isinstance(e, ir.Expr) else repr(e)
+    if isinstance(e, (ir.Buffer, ir.ConstTable)):
+        return (type(e).__name__, id(e))
+    if isinstance(e, (list, tuple)):
+        return tuple(_key(x) for x in e)
+    if isinstance(e, ir.Expr) and dataclasses.is_dataclass(e):
+        return (type(e).__name__,) + tuple(_key(getattr(e, f.name)) for f in dataclasses.fields(e) if f.name != "loc")
+    return repr(e)
+
+
+def _term_and_offset(iteration) -> tuple:
+    """(term, c) of an iteration ``term + c`` (``term - c``, nested; a constant: (None, c))."""
+    if not isinstance(iteration, ir.Expr):
+        return None, iteration
+    if isinstance(iteration, ir.Const):
+        return None, iteration.value
+    if isinstance(iteration, ir.BinOp) and iteration.op in ("+", "-") and isinstance(iteration.rhs, ir.Const):
+        term, offset = _term_and_offset(iteration.lhs)
+        return term, offset + iteration.rhs.value if iteration.op == "+" else offset - iteration.rhs.value
+    return iteration, 0
 
 
 def _floordiv_bound(n, clo: int, chi, low: bool):

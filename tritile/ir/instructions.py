@@ -4,7 +4,8 @@ Layout inference and warp specialization (which must give each buffer the encodi
 copy the producer, its instruction needs) and the Gluon emitter (which must emit that
 instruction) all ask these functions, so they can never disagree; it lives beside the IR's
 layouts because the target-independent passes may not import a backend.  Every function is a pure function of the IR node, the target and the warp
-count.
+count - but `tma_rows_view`, the addressing of a tile that already takes TMA, which the code
+generator asks with its static bounds of the variables (layouts and plans do not depend on it).
 
 Paths:
 * `gemm_engine`: "wgmma" (sm_90, 16/8-bit inputs, B in shared, M a multiple of 64),
@@ -15,10 +16,13 @@ Paths:
 * `uses_tma`: a global->shared copy that a TMA descriptor can serve (sm_90, rank-2 tile
   equal to one whole buffer version, same dtype, a row pitch provably a multiple of 16
   bytes: static, or a `T.dynamic` dim specialised on divisibility, `ir/divisibility.py`); a
-  rank-3/4 tensor (attention's [B, H, S, D]) qualifies through `tma_rows_view`; a 1-D tile
-  along a tensor's last dim (the backward's per-row LSE / Delta) through `tma_row_vector`.
+  tile of a rank-3/4 tensor (attention's [B, H, S, D]) in the shape of its 2-D rows view
+  where a descriptor of the tensor's full rank could serve it too (`full_rank_describes`):
+  the rows view where the tile provably stays inside its own rows (`tma_rows_view`), else the
+  full rank; a 1-D tile along a tensor's last dim (the backward's per-row LSE / Delta) through
+  `tma_row_vector`.
   A `T.StridedTensor` qualifies where its declared strides allow it (`strides_allow_rows`:
-  last stride 1, the others multiples of 16 bytes): through the rows view where its leading
+  last stride 1, the others multiples of 16 bytes): as a contiguous tensor where its leading
   dims flatten into rows, else through a descriptor of its full rank (`tma_full_rank`: a
   fused projection's permuted q / k / v slices); otherwise its copies take pointer loads /
   stores.
@@ -157,47 +161,54 @@ def strides_allow_rows(buf: ir.Buffer, elements: int, rows_view: bool = False) -
     return True
 
 
-def tma_rows_view(region) -> bool:
-    """A tile of a rank-3+ tensor served by a 2-D descriptor over its contiguous
-    ``[prod(shape[:-1]), shape[-1]]`` view: unit extents on the leading dims, whole static
-    last dim, and a row block that can never straddle two leading indices.  The hardware
-    clips only at the view's end, so a block must never reach past its own leading index's
-    rows: the row dim is a static multiple of the block and of every coefficient of the
-    block's start (``bx * 192 + part * 64`` needs rows % 192 == 0: otherwise the last row
-    block of a head runs into the next head's rows), and a constant offset stays inside the
-    smallest of them.  Like every TMA tile, the leading indices must lie inside the tensor."""
+def tma_rows_view(region, inside) -> bool:
+    """Is a TMA tile of global `region` served by a 2-D descriptor over its tensor's contiguous
+    ``[prod(shape[:-1]), shape[-1]]`` rows view rather than one of its full rank?  A rank-1 or
+    rank-2 tensor's always is (it is its own view).  A rank-3+ tensor's (a tile of unit leading
+    extents: `_tma_tile_ok`, `tma_row_vector`) where its leading dims flatten into rows (not
+    `tma_full_rank`) and every index but the last provably stays inside the tensor:
+    ``inside(start, extent, size)``, the caller's static bounds of the variables (block indices
+    below the grid, loop variables below their stop; codegen/signs.py).  The hardware clips a
+    rows view only at the view's end, so a row block starting before its own leading index's
+    rows or running past them - a loop overrunning its head, ``k * 64`` for k < ceildiv(128, 7)
+    (mutant 583) - or a leading index outside its dim would read the neighbouring rows where
+    every other path reads zeros, and write them where it drops the writes; a descriptor of the
+    full rank clips every dim at its own size, as the masked path does.  Divisibility of the
+    rows by the block and its start proves neither end (a start can be negative, a loop can run
+    long), so only the bounds decide."""
     buf = region.buffer
-    if len(buf.shape) < 3 or any(e != 1 for e in region.extents[:-2]):
-        return False
-    rows, inner = buf.shape[-2], buf.shape[-1]
-    block_rows = region.extents[-2]
-    if not (isinstance(rows, int) and isinstance(inner, int) and region.extents[-1] == inner
-            and _static(region.starts[-1]) == 0 and rows % block_rows == 0
-            and is_multiple_of(region.starts[-2], block_rows)):
-        return False
-    coefficients, offset = _linear_terms(region.starts[-2])
-    return (all(rows % c == 0 for c in coefficients)
-            and offset + block_rows <= min(coefficients | {rows}))
+    if len(buf.shape) <= 2:
+        return True
+    return not tma_full_rank(buf) and all(inside(start, extent, size) for start, extent, size
+                                          in zip(region.starts[:-1], region.extents[:-1], buf.shape[:-1]))
 
 
 def tma_full_rank(buf: ir.Buffer) -> bool:
     """Is global `buf` addressed by TMA through descriptors of its full rank (block ``[1, ...,
-    1, rows, cols]``, every start a coordinate) rather than the 2-D rows view?  A
-    `T.StridedTensor` of 3 to 5 dims (TMA's limit) whose leading dims do not flatten into rows
-    (a fused projection's ``qkv.view(b, t, 3, H, D).permute(2, 0, 3, 1, 4)`` slices: [B, H, S, D]
-    with strides (S*3*H*D, D, 3*H*D, 1)), but whose strides a descriptor takes (last 1, the
-    others multiples of 16 bytes), and whose dims are provably positive (a descriptor cannot
-    describe an empty dim).  The hardware clips every dim at its own size, so a row block may
-    end anywhere.  Contiguous tensors and flattening strided ones keep the rows view.
-    `TRITILE_FULL_RANK_TMA=0` leaves such tensors to cp.async / pointer accesses (an A/B switch:
-    the attention backward on views measured slower with these descriptors, bench/NOTES.md
-    session 20)."""
+    1, rows, cols]``, every start a coordinate) whatever the tile, rather than the 2-D rows
+    view?  A `T.StridedTensor` whose leading dims do not flatten into rows (a fused projection's
+    ``qkv.view(b, t, 3, H, D).permute(2, 0, 3, 1, 4)`` slices: [B, H, S, D] with strides
+    (S*3*H*D, D, 3*H*D, 1)) but that a full-rank descriptor can describe (`full_rank_describes`).
+    Contiguous tensors and flattening strided ones take the rows view where their tile provably
+    stays inside it (`tma_rows_view`) and a full-rank descriptor elsewhere.
+    `TRITILE_FULL_RANK_TMA=0` leaves the non-flattening tensors to cp.async / pointer accesses
+    (an A/B switch: the attention backward on views measured slower with these descriptors,
+    bench/NOTES.md session 20); it does not take the fallback of the others away."""
     if schedule_switch("TRITILE_FULL_RANK_TMA") == "off":
         return False
-    if buf.strides is None or not 3 <= len(buf.shape) <= 5 or not all(known_positive(d) for d in buf.shape):
-        return False
     per = 16 // math.gcd(16, buf.dtype.itemsize)
-    return strides_allow_rows(buf, per) and not strides_allow_rows(buf, per, rows_view=True)
+    return full_rank_describes(buf) and not strides_allow_rows(buf, per, rows_view=True)
+
+
+def full_rank_describes(buf: ir.Buffer) -> bool:
+    """Can a TMA descriptor of the full rank of global `buf` describe it: 3 to 5 dims (TMA's
+    limit), each provably positive (a descriptor cannot describe an empty dim), strides a
+    descriptor takes (row-major ones, or declared ones whose last is 1 and the others multiples
+    of 16 bytes)?  The hardware then clips every dim at its own size, so a tile may start or
+    end anywhere."""
+    if not 3 <= len(buf.shape) <= 5 or not all(known_positive(d) for d in buf.shape):
+        return False
+    return strides_allow_rows(buf, 16 // math.gcd(16, buf.dtype.itemsize))
 
 
 def known_positive(dim) -> bool:
@@ -208,9 +219,33 @@ def known_positive(dim) -> bool:
     return isinstance(dim, ir.Var) and dim.multiple_of > 1
 
 
+def _rows_tile(region) -> bool:
+    """Is a tile of a rank-3+ global tensor one of the row blocks its rows view is for: unit
+    extents on the leading dims, the whole of a static last dim, and a row block aligned to its
+    leading index's static rows - the rows a multiple of the block and of every coefficient of
+    the block's start (``bx * 192 + part * 64`` needs rows % 192 == 0), a constant offset inside
+    the smallest of them.  Alignment does not keep a block inside its rows (a loop may run past
+    them, a start may be negative: `tma_rows_view` decides that); it selects the tiles that take
+    TMA at all, the same as before the full-rank descriptor became the rows view's fallback.
+    Others (flash decoding's GQA query rows ``hid * 8`` in 64-row blocks) keep the masked path: a
+    full-rank descriptor would serve them too, not measured."""
+    buf = region.buffer
+    rows, inner = buf.shape[-2], buf.shape[-1]
+    block_rows = region.extents[-2]
+    if not (all(e == 1 for e in region.extents[:-2]) and isinstance(rows, int) and isinstance(inner, int)
+            and region.extents[-1] == inner and _static(region.starts[-1]) == 0 and rows % block_rows == 0
+            and is_multiple_of(region.starts[-2], block_rows)):
+        return False
+    coefficients, offset = _linear_terms(region.starts[-2])
+    return all(rows % c == 0 for c in coefficients) and offset + block_rows <= min(coefficients | {rows})
+
+
 def _tma_tile_ok(region, box) -> bool:
-    """A TMA descriptor for `region` of a global tensor with block `box`: rank 2 (or a
-    `tma_rows_view`, or unit leading extents of a `tma_full_rank` tensor), a row pitch provably a
+    """A TMA descriptor for `region` of a global tensor with block `box`: rank 2, or unit leading
+    extents of a rank-3+ tensor that a descriptor of its full rank can describe
+    (`full_rank_describes`) - at its full rank (`tma_full_rank`), or in the rows view's shape
+    (`_rows_tile`), which the code generator addresses through the rows view only where the tile
+    provably stays inside it (`tma_rows_view`, else at the full rank) -; a row pitch provably a
     multiple of 16 bytes (a static last dim, or a
     runtime one specialised as a multiple of 16 elements: the host descriptor is encoded from
     the tensor's actual shape and strides at launch, and clips the edge tiles; a
@@ -224,7 +259,7 @@ def _tma_tile_ok(region, box) -> bool:
     if tma_full_rank(global_buf):
         addressed = all(e == 1 for e in region.extents[:-2])
     else:
-        addressed = ((len(global_buf.shape) == 2 or tma_rows_view(region))
+        addressed = ((len(global_buf.shape) == 2 or full_rank_describes(global_buf) and _rows_tile(region))
                      and _pitches_ok(global_buf, 16 // math.gcd(16, elem)))
     return (addressed and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
             and box[-1] * elem >= 16 and all(b <= 256 for b in box))
@@ -253,13 +288,15 @@ def tma_row_vector(region, box) -> bool:
     provably a multiple of 16 bytes, a block of at most 256 elements whose bytes are a multiple
     of 128 (TMA writes shared memory at 128-byte aligned addresses: each version of a
     pipelined tile must start at one).  The hardware clips
-    at the row's end (past it reads zeros, as a masked load does); like every TMA tile, the
-    leading indices must lie inside the tensor."""
+    at the row's end (past it reads zeros, as a masked load does); a rank-3+ tensor's leading
+    indices must provably lie inside it for the rows view (`tma_rows_view`), else the block is
+    ``(1, ..., 1, n)`` of a descriptor of its full rank (`full_rank_describes`)."""
     global_buf = region.buffer
     elem = global_buf.dtype.itemsize
     return (len(box) == 1 and not is_padded(box) and _starts_aligned(region)
             and tuple(region.extents[-1:]) == tuple(box)
             and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
+            and (len(global_buf.shape) <= 2 or full_rank_describes(global_buf))
             and _pitches_ok(global_buf, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
 
 

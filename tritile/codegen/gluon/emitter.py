@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from tritile.ir import instructions as isel
-from tritile.codegen import semantics
+from tritile.codegen import semantics, signs
 from tritile.codegen.semantics import HELPER_NAMES, TRITON_DTYPES, Val, cast_text
 from tritile.codegen.source_writer import SourceWriter, paren, static_int
 from tritile.codegen.tma_descriptors import DescriptorArg
@@ -349,25 +349,39 @@ class Emitter(SourceWriter):
             masks.insert(0, f"gl.full({shape}, 1, gl.int1, layout={layout_name})")
         return f"{self.name(buf)} + " + " + ".join(offs), " & ".join(masks) or None
 
-    def descriptor(self, region: ir.Region, layout) -> tuple:
+    def rows_view(self, region: ir.Region, iteration=None, trips=None) -> bool:
+        """Is a TMA tile of global `region` addressed through its tensor's 2-D rows view
+        (instructions.tma_rows_view: a rank-1 or rank-2 tensor always, a rank-3+ one where the
+        signs analysis keeps every index but the last inside the tensor)?  A pipelined async
+        copy passes its `iteration` and its loop's `trips`: it runs only for iterations in
+        [0, trips) (`signs.NonNegative.at_iteration`)."""
+        analysis = signs.of(self)
+
+        def inside(start, extent, size) -> bool:
+            if iteration is not None:
+                start = analysis.at_iteration(start, iteration, trips)
+            return semantics.tile_starts_inside(self, start) and semantics.tile_inside(self, start, extent, size)
+
+        return isel.tma_rows_view(region, inside)
+
+    def descriptor(self, region: ir.Region, layout, iteration=None, trips=None) -> tuple:
         """(descriptor argument name, coordinate list text, block shape) of a TMA tile of a global
-        region stored in shared memory with `layout`; rank-3+ tensors are addressed through their
-        2-D rows view (instructions.tma_rows_view), or at their full rank, block ``[1, ..., 1,
-        rows, cols]`` (instructions.tma_full_rank), and a 1-D tile (a rank-1 `layout`,
-        instructions.tma_row_vector) as a (1, n) block of the rows view of any other rank.  The
-        shared tile moved is viewed in the block's shape (`tma_view`): a reshape that keeps the
-        NVMMA encoding of the same bytes, at the block's rank."""
+        region stored in shared memory with `layout` (rank 2, or 1 for a 1-D tile,
+        instructions.tma_row_vector); a pipelined async copy passes its `iteration` and its
+        loop's `trips` (`rows_view`).  A rank-2 tensor is its own 2-D descriptor; a rank-3+ one
+        is addressed through its 2-D rows view where the tile provably stays inside it
+        (`rows_view`), else at its full rank, block ``[1, ..., 1, rows, cols]`` (``[1, ..., 1,
+        n]`` for a 1-D tile); a 1-D tile is a (1, n) block of the rows view.  The shared tile
+        moved is viewed in the block's shape (`tma_view`): a reshape that keeps the NVMMA
+        encoding of the same bytes, at the block's rank."""
         buf = region.buffer
-        full_rank = layout.rank != 1 and isel.tma_full_rank(buf)
-        if layout.rank == 1:
-            rows_view, block = len(buf.shape) != 2, (1, region.extents[-1])
+        tile = tuple(region.extents[-layout.rank:])
+        if self.rows_view(region, iteration, trips):
+            rows_view, block = len(buf.shape) != 2, (1,) * (2 - len(tile)) + tile
             layout = replace(layout, rank=2)
-        elif full_rank:
-            rows_view, block = False, (1,) * (len(buf.shape) - 2) + tuple(region.extents[-2:])
-            layout = replace(layout, rank=len(buf.shape))
         else:
-            rows_view = len(buf.shape) > 2
-            block = tuple(region.extents[-2:]) if rows_view else tuple(region.extents)
+            rows_view, block = False, (1,) * (len(buf.shape) - len(tile)) + tile
+            layout = replace(layout, rank=len(buf.shape))
         key = (self.param_index[id(buf)], block, rows_view, str(layout))  # one descriptor per smem encoding
         if key not in self.descriptors:
             name = self.fresh(f"{self.name(buf)}_desc")
@@ -388,7 +402,7 @@ class Emitter(SourceWriter):
     @staticmethod
     def tma_view(view: str, rank: int, block: tuple) -> str:
         """A shared view `view` of a `rank`-D tile in the shape of a TMA `block`: a 1-D tile as (1, n),
-        a 2-D tile of a full-rank descriptor as [1, ..., 1, rows, cols]."""
+        a tile of a full-rank descriptor as [1, ..., 1, rows, cols] (or [1, ..., 1, n])."""
         return view if rank == len(block) else f"{view}.reshape({list(block)})"
 
     def body_staging(self, key: tuple, layout_name: str, nbytes: int) -> str:

@@ -983,7 +983,7 @@ def lower_async_copy(em: Emitter, s: ir.AsyncCopy):
         return warp_specialize.emit_release(em, s)  # the producer partition issues the copy
     if ring is not None and ring.has_tma and isel.uses_tma(s, em.target) and s.iteration is not None:
         layout = em.buffer_layout(s.dst.buffer)
-        desc, coords, block = em.descriptor(s.src, layout)
+        desc, coords, block = em.descriptor(s.src, layout, s.iteration, ring.loop.pipeline_trips)
         group = em.copy_group.get(id(s), s.iteration)
         for lane, nbytes in enumerate(em.expect_bytes.get(id(s), ())):
             em.emit(f"mbarrier.expect({_ring_position(em, ring, group, lane)[0]}, {nbytes})")

@@ -10,11 +10,12 @@ a CTA barrier more (ncu, bench/NOTES.md session 22).  A TMA reduce hands the who
 copy engine, as FlashAttention-3 does: the kernel ran 10 % faster (5.93 -> 5.31 ms at
 4x32x4096x128).
 
-Contract (`lower`, for an atomic `instructions.uses_tma_reduce` takes, whose leading indices
-the signs analysis keeps inside the tensor - `indices_inside`): the fragment is cast to the
-destination's dtype and stored into a staging tile of shared memory (NVMMA layout), fenced for
-the async proxy, and reduced into the global tile through a descriptor like a TMA store's; the
-hardware drops the elements past the tensor's edges, as the atomic's bounds test does.  The
+Contract (`lower`, for an atomic `applies` takes: `instructions.uses_tma_reduce`, and a rank-3+
+tensor's tile through a rows view it provably stays inside, or a tensor addressed at its full
+rank): the fragment is cast to the destination's dtype and stored into a staging tile of shared
+memory (NVMMA layout), fenced for the async proxy, and reduced into the global tile through a
+descriptor like a TMA store's; the hardware drops the elements past the tensor's edges, as the
+atomic's bounds test does.  The
 staging tile of each (dtype, shape, layout) is allocated once for the whole kernel body
 (`Emitter.body_prefix`), so no other buffer ever shares its bytes while a reduce still reads
 them; before each write the statement waits until earlier bulk copies have read it
@@ -34,7 +35,6 @@ import math
 from triton._C.libtriton import ir as triton_ir
 from triton.experimental.gluon.language._core import builtin
 
-from tritile.codegen import semantics
 from tritile.codegen.gluon.emitter import GL_DTYPES
 from tritile.ir import instructions as isel
 from tritile.ir import layouts as lay
@@ -55,11 +55,14 @@ def async_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 def applies(em, s: ir.AtomicAdd, shared_bytes: int) -> bool:
-    """Does `lower` take atomic `s`: a tile atomic TMA can reduce, its leading indices inside the
-    tensor, and its staging tile allocated already or fitting beside the kernel's `shared_bytes`
-    and the staging tiles allocated so far?"""
+    """Does `lower` take atomic `s`: a tile atomic TMA can reduce, into a tensor addressed at its
+    full rank or through a rows view its tile provably stays inside (`Emitter.rows_view`; where
+    that is not proven the atomics stay per element, as before the full-rank descriptor was the
+    rows view's fallback: a full-rank reduce of a tile leaving the tensor has not run on a GPU),
+    and its staging tile allocated already or fitting beside the kernel's `shared_bytes` and the
+    staging tiles allocated so far?"""
     if schedule_switch("TRITILE_TMA_REDUCE") == "off" or not isel.uses_tma_reduce(s, em.target) \
-            or not indices_inside(em, s.dst):
+            or not (isel.tma_full_rank(s.dst.buffer) or em.rows_view(s.dst)):
         return False
     layout, nbytes = _staging(s.dst)
     return em.staged(_key(s.dst, layout)) or \
@@ -75,18 +78,6 @@ def _staging(dst: ir.Region) -> tuple:
 def _key(dst: ir.Region, layout) -> tuple:
     """(dtype, shape, layout) of a staging tile: tiles of one key are one allocation."""
     return GL_DTYPES[dst.buffer.dtype.name], tuple(dst.tile_shape), str(layout)
-
-
-def indices_inside(em, region: ir.Region) -> bool:
-    """Can a TMA tile of global `region` not land in another index's elements?  A 2-D tile or a
-    full-rank descriptor's is clipped by the hardware in every dim; a rows view's
-    (`instructions.tma_rows_view`) only at the view's end, so its leading indices and its row
-    block must stay inside the tensor on every run (`semantics.tile_inside`)."""
-    buf = region.buffer
-    if len(buf.shape) == 2 or isel.tma_full_rank(buf):
-        return True
-    return all(semantics.tile_inside(em, start, extent, size)
-               for start, extent, size in zip(region.starts[:-1], region.extents[:-1], buf.shape[:-1]))
 
 
 def lower(em, s: ir.AtomicAdd, value: str) -> None:

@@ -337,7 +337,8 @@ def _emit_producer_loop(em: Emitter, ring, parts: Partitions, groups_seen: str =
         em.emit(f"mbarrier.expect({bar}, {sum(rings.tile_bytes(c) for c in copies)})")
     for copy in copies:
         signs.of(em).assume_nonnegative(copy.iteration)  # the copy runs only for iterations >= 0
-        desc, coords, block = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer))
+        desc, coords, block = em.descriptor(copy.src, em.buffer_layout(copy.dst.buffer), copy.iteration,
+                                            loop.pipeline_trips)
         dst = em.tma_shared_view(copy.dst, copy.loc, block)
         if parts.full_arrivals[id(ring)] == 1:
             em.emit(f"tma.async_copy_global_to_shared({desc}, [{coords}], {bar}, {dst})")
