@@ -219,8 +219,11 @@ def gemm_program(loops, tiles=(16, 16, 16), grid=(1, 1), outer: int = 1, read_af
 # complete, so a `mbarrier.wait(bar, parity)` whose parity still matches the current phase once
 # every copy issued before it has landed blocks forever: a hang on the GPU (whatever the
 # timing).  Also reported: an invalidate with a phase half done (TMA in flight), a barrier index
-# outside its ring, and `//` / `%` / shifts are evaluated with Triton's (C) semantics; integer
-# scalars (`gl.to_tensor(n)`, `gl.maximum` / `gl.minimum` of ints) stay Python ints.
+# outside its ring, and TMA copies no wait stands for: a phase completed by copies that no
+# `mbarrier.wait` has seen when its barrier is invalidated or the block exits (on the GPU those
+# copies may still be writing bytes that the code after them reuses, or that the CTA leaves).
+# `//` / `%` / shifts are evaluated with Triton's (C) semantics; integer scalars
+# (`gl.to_tensor(n)`, `gl.maximum` / `gl.minimum` of ints) stay Python ints.
 
 import ast as _ast
 
@@ -285,10 +288,21 @@ class _BarLayout:
 class _Barrier:
     def __init__(self, name):
         self.name, self.count, self.arrived, self.tx, self.completed, self.valid = name, None, 0, 0, 0, False
+        # one thread of control: did TMA copies land on the current phase, the last phase they
+        # completed, the phases a returning wait has seen
+        self.copied, self.landed, self.seen = False, 0, 0
 
     def _settle(self):
         if self.valid and self.arrived == self.count and self.tx == 0:
             self.completed, self.arrived = self.completed + 1, 0
+            if self.copied:
+                self.landed, self.copied = self.completed, False
+
+    def unwaited(self, when: str):
+        """Raise when a phase TMA copies completed is one no wait has seen."""
+        if self.landed > self.seen:
+            raise MbarrierProblem(f"TMA copies completing phase {self.landed} of {self.name} are waited for "
+                                  f"by no mbarrier.wait {when}: they may still be in flight")
 
 
 class _Ring:
@@ -308,7 +322,7 @@ def _bar(ref):
 
 class _State:
     def __init__(self):
-        self.rings, self.events = 0, []
+        self.rings, self.events, self.bars = 0, [], []
 
 
 def _stand_ins(state):
@@ -348,7 +362,9 @@ def _stand_ins(state):
         def allocate_shared_memory(dtype, shape, layout, *a, _name=None):
             if isinstance(layout, _BarLayout):
                 state.rings += 1
-                return _Ring(shape[0], _name or f"ring{state.rings}")
+                ring = _Ring(shape[0], _name or f"ring{state.rings}")
+                state.bars += ring.bars
+                return ring
             return _OPAQUE
 
     class MBarrier:
@@ -358,6 +374,7 @@ def _stand_ins(state):
         def init(ref, count):
             b = _bar(ref)
             b.count, b.arrived, b.tx, b.completed, b.valid = count, 0, 0, 0, True
+            b.copied, b.landed, b.seen = False, 0, 0
 
         @staticmethod
         def invalidate(ref):
@@ -365,6 +382,7 @@ def _stand_ins(state):
             if b.arrived or b.tx:
                 raise MbarrierProblem(f"invalidate of {b.name} with a phase in flight "
                                       f"(arrivals {b.arrived}, tx bytes {b.tx})")
+            b.unwaited("before its invalidate")
             b.valid = False
 
         @staticmethod
@@ -395,6 +413,7 @@ def _stand_ins(state):
                         f"block {state.pid}: mbarrier.wait({b.name}, parity {phase}) never returns: "
                         f"{b.completed} phases completed, the current one has {b.arrived}/{b.count} "
                         f"arrivals and {b.tx} tx bytes outstanding; last events: {state.events[-6:]}")
+                b.seen = b.completed
 
     class TMA:
         @staticmethod
@@ -403,6 +422,7 @@ def _stand_ins(state):
                 b = _bar(ref)
                 state.events.append(f"copy {desc.name} -> {b.name} {desc.nbytes}")
                 b.tx -= desc.nbytes
+                b.copied = True
                 b._settle()
 
         def __getattr__(self, name):
@@ -508,9 +528,12 @@ def mbarrier_problems(source: str, args, dims=(), schedules=None) -> list:
                 for z in range(grid[2]):
                     for y in range(grid[1]):
                         for x in range(grid[0]):
-                            state.pid, state.events = (x, y, z), []
+                            state.pid, state.events, state.bars = (x, y, z), [], []
                             try:
                                 kernel(*kernel_args)
+                                for b in state.bars:
+                                    if b.valid:
+                                        b.unwaited("before the block exits")
                             except MbarrierProblem as err:
                                 problems.append(str(err))
             return run

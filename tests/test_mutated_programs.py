@@ -17,6 +17,7 @@ import tritile
 import tritile.language as T
 from kernels import compile_error
 from mutated_programs import BASES, agree, interpreted, load, mutants, random_arguments
+from pipeline_programs import mbarrier_problems
 
 COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
 
@@ -448,3 +449,31 @@ def test_a_copy_leaving_its_head_takes_no_rows_view(overrun, tmp_path, monkeypat
     assert not set(OVERRUNS[overrun][-1]) & set(rows_view_starts)
     tensors = random_arguments(kernel.func, torch.Generator().manual_seed(583))
     assert mbarrier_problems(source, tensors, scalars) == []
+
+
+@pytest.mark.parametrize("threads", [128, 256])
+def test_loads_nothing_consumes_are_waited_for_after_their_loop(threads, tmp_path, device):
+    """Mutant 139 of bench/mutant_replay.py's seed 2030, the GEMM with its `T.gemm` line removed:
+    the H100 stored values up to 7.2 into C, which is 0.  Nothing consumes the loads, so the
+    one-stage loop waits for a group only before the next refills its tiles, and the Gluon ring
+    dropped the drain after the loop (pipeline injection's `WaitGroup(0)`, "no TMA group can be
+    in flight here"): the last group's TMA loads could still be writing A_shared / B_shared when
+    their barrier was invalidated and the epilogue's TMA-store staging tile took their bytes
+    (Triton places buffers by liveness).  With a producer warp (256 threads: warp specialized,
+    persistent) the consumers released the last group's slot before it landed - the host replay
+    deadlocks there - and no partition waited for it before the kernel exited."""
+    src = BASES["gemm"].replace("T.gemm(A_shared, B_shared, C_local)", "pass")
+    make = load(src.replace("threads=128", f"threads={threads}"), str(tmp_path / f"unconsumed_loads_{threads}.py"))
+    reference = tritile.compile(make(), target="cpu")
+    args = random_arguments(reference.func, torch.Generator().manual_seed(139))
+    undefined, expected = interpreted(reference, args)
+    assert undefined is None and not expected[2].any()
+    actual = [t.to(device) for t in args]
+    tritile.compile(make())(*actual)
+    assert agree(actual[2], expected[2])
+    source = tritile.compile(make(), target="cuda:90", backend="gluon").get_source("gluon")
+    assert "no TMA group can be in flight here" not in source
+    if threads == 128:  # group 3 (slot 0, its fourth phase) waited for before the staging tile's bytes
+        drain = source.index("\n    mbarrier.wait(k_t_bars.index(0), 1)\n")
+        assert drain < source.index("mbarrier.invalidate(k_t_bars") < source.index("_store_tile0 = gl.allocate_shared_memory")
+    assert mbarrier_problems(source, args) == []

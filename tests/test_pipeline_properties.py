@@ -282,3 +282,15 @@ def test_mbarrier_replay_finds_planted_deadlocks(planted):
             call.args[1] = ast.BinOp(call.args[1], ast.BitXor(), ast.Constant(1))
             lines[i] = lines[i][:len(lines[i]) - len(lines[i].lstrip())] + ast.unparse(call)
     assert mbarrier_problems("\n".join(lines), program.make_args(0), program.dim_values())
+
+
+def test_mbarrier_replay_finds_a_copy_no_wait_stands_for():
+    """The checker itself: with its last wait dropped, a correct pipelined GEMM's last group of
+    TMA loads lands on the replay's host at once but is waited for by nothing before its
+    barrier is invalidated - on the GPU still in flight there (mutant 139,
+    tests/test_mutated_programs.py)."""
+    program = gemm_program([LoopSpec(3, 5)])
+    lines = _gluon(program).splitlines()
+    del lines[max(i for i, ln in enumerate(lines) if "mbarrier.wait(" in ln)]
+    problems = mbarrier_problems("\n".join(lines), program.make_args(0), program.dim_values())
+    assert problems and all("waited for by no mbarrier.wait before its invalidate" in p for p in problems), problems

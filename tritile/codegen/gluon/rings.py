@@ -18,6 +18,16 @@ committed group is the nearest `CommitGroup` before the wait in its section (pro
 body, epilogue), or the nearest one after it minus one (the previous time step).  Waits on
 iterations outside ``[0, n)`` (empty groups) are predicated off.
 
+Every TMA copy of a ring is waited for before anything after the loop's `Seq` runs and
+before its barriers are invalidated, as the interpreter holds the IR to (`check_drained`):
+a barrier wait completes one group, so the drain after a loop whose section commits nothing
+of its own (a one-stage loop, which has no epilogue steps, or a folded one) waits on the
+newest group with copies that its last step committed, unless a wait of that step already
+did.  A one-stage loop whose copies nothing reads (mutant 139, tests/test_mutated_programs.py)
+waits for each group only before the next refills its tiles, so its last group is waited for
+there alone: without it, its TMA loads still wrote the ring's bytes when the code after the
+loop reused them (Triton places a TMA-store staging tile by liveness) or the CTA exited.
+
 Guarantees (recorded on the `Emitter`):
 * `rings[id(stmt)]` = the `Ring` of every AsyncCopy / CommitGroup / WaitGroup of a loop;
 * `ring_owner[id(loop)]`, `ring_before[id(stmt)]` (allocate + init the ring's barriers before
@@ -52,7 +62,7 @@ Guarantees (recorded on the `Emitter`):
   pipeline injection dropped.  Every group of the ring then completes its barrier phase,
   even one with no copy at all (a trip count of 0);
 * `wait_iteration[id(wait)]` = the iteration (an Expr) whose barrier a WaitGroup waits on,
-  or None when no group can be pending;
+  or None when no group with copies can be pending that an earlier wait has not completed;
 * `cp_async` = True when some AsyncCopy will be lowered to cp.async (then commit/wait
   groups are real cp.async groups as well).
 """
@@ -185,8 +195,9 @@ def _make_ring(em: Emitter, stmts, lo: int, at: int, hi: int, tile_loop=None):
     after = tile_loop if last is None else stmts[last]
     em.ring_before.setdefault(id(before), []).append(ring)
     em.ring_after.setdefault(id(after), []).append(ring)
-    for section in sections:
-        _resolve_waits(em, section)
+    _resolve_waits(em, sections[0])
+    _resolve_waits(em, sections[1])
+    _resolve_waits(em, sections[2], ring)
     tma_copies = [m for m in members if isinstance(m, ir.AsyncCopy) and served_by_tma(em, m)]
     if span and static_int(loop.pipeline_trips) is None and "warp_specialization" not in em.func.attrs:
         # (a producer partition does this accounting itself: warp_specialize.full_arrivals)
@@ -304,21 +315,51 @@ def _group_span(loop, body: list):
     return span
 
 
-def _resolve_waits(em: Emitter, section: list):
+def _resolve_waits(em: Emitter, section: list, after: Ring = None):
+    """`wait_iteration` of the waits of one section; `after`: the ring of the loop the section
+    follows (its epilogue and drains), whose waits before any commit of the section's own
+    follow the loop's last step."""
     commits = [(j, m) for j, m in enumerate(section) if isinstance(m, ir.CommitGroup) and m.iteration is not None]
+    waited = None if after is None else _waited_at_last_step(em, after.loop)
     for j, m in enumerate(section):
         if not isinstance(m, ir.WaitGroup):
             continue
-        before = [c for i, c in commits if i < j]
-        after = [c for i, c in commits if i > j]
-        if before:
-            newest = before[-1].iteration
-        elif after:
-            newest = _minus(after[0].iteration, 1)
+        older = [c for i, c in commits if i < j]
+        newer = [c for i, c in commits if i > j]
+        if older:
+            newest = older[-1].iteration
+        elif newer:
+            newest = _minus(newer[0].iteration, 1)
+        elif after is not None:
+            em.wait_iteration[id(m)], waited = _drain(after, m.pending, waited)
+            continue
         else:
             em.wait_iteration[id(m)] = None
             continue
         em.wait_iteration[id(m)] = m.iteration if m.iteration is not None else _minus(newest, m.pending)
+
+
+def _waited_at_last_step(em: Emitter, loop: ir.For):
+    """The newest group the unconditional waits of `loop`'s last step wait for, as its offset
+    (iterations before that step, t = stop - 1; None: none that the ring knows)."""
+    lags = [lag(em.wait_iteration.get(id(s)), loop.var) for s in loop.body.stmts if isinstance(s, ir.WaitGroup)]
+    lags = [k for k in lags if k is not None]
+    return min(lags, default=None)
+
+
+def _drain(ring: Ring, pending: int, waited):
+    """(the group a drain of `pending` after `ring`'s loop waits on, or None when a wait of
+    the loop's last step or an earlier drain already waited for it; the offset of the newest
+    group waited for after it)."""
+    loop = ring.loop
+    commit = next(m for m in _members(loop.body.stmts) if isinstance(m, ir.CommitGroup))
+    # groups past the trip count (a folded loop's last D steps) have no copies to wait for:
+    # group g has copies while g - span < trips
+    past_end = (loop.start.value if loop.trips is not None else 0) - ring.span
+    target = max(lag(commit.iteration, loop.var) + pending, past_end)
+    if waited is not None and target >= waited:
+        return None, waited
+    return _minus(loop.stop, 1 + target), target
 
 
 def _minus(e, k: int):

@@ -10,8 +10,12 @@ persistent one (its buffers are hoisted above the tile loop) keeps every allocat
 Why reuse stays safe: Triton ends a buffer's lifetime at its last use in program order, but
 an asynchronous wgmma goes on reading its shared operands until it is waited for.  Every
 wgmma still in flight is therefore retired before a deferred allocation (TMA stores, the other
-asynchronous reader, are waited for where they are issued in such kernels; asynchronous copies
-write buffers that are read later, so those stay live).
+asynchronous reader, are waited for where they are issued in such kernels).  Asynchronous
+copies (TMA, cp.async) go on writing theirs until waited for, and their buffer's last use is
+the copy itself when nothing reads it: every copy of a pipelined loop is waited for by the
+loop's drain, before any statement after it (rings.py turns the drain into a wait on the last
+group a TMA ring left in flight; cp.async waits for all its groups), so neither a deferred
+allocation nor a TMA-store staging tile placed over a ring's bytes receives a copy's data.
 """
 from __future__ import annotations
 
