@@ -92,7 +92,7 @@ def main():
             counts["not python"] += 1
             continue
         try:
-            reference = tritile.compile(func, target="cpu")
+            reference = tritile.compile(func, target="cpu", backend="auto")  # tritile's interpreter (`interpreted`)
             on_gpu = tritile.compile(func)
             on_gpu.get_source("ptx")
         except tritile.CompileError:

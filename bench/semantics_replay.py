@@ -7,8 +7,8 @@ The list is `tests/expression_programs.replay_programs(count, seed, lanes)` (wit
 the one `tests/test_semantics_properties.py::test_replayed_programs_on_gpu` runs; another seed
 draws other programs; more lanes give each thread several, as library kernels have).  Worker processes
 (spawned) compile every program for the GPU first, filling tritile's and Triton's on-disk
-caches; the main process then compiles each (cache hits), runs it on the interpreter (CPU
-tensors) and on the GPU, and compares them exactly (`expression_programs.agrees`: equal, or both
+caches; the main process then compiles each (cache hits), runs it on tritile's interpreter (CPU
+tensors, whatever `TRITILE_BACKEND` picks for the GPU) and on the GPU, and compares them exactly (`expression_programs.agrees`: equal, or both
 among the outputs the semantics allow where a float max / min of +0 and -0 may pick either zero).  A program that
 fails to compile or to run is recorded with its error and the replay goes on.  The GPU kernels are
 compiled with `TRITILE_FP_FUSION=off` (every float operation rounded, as the interpreter does;
@@ -71,7 +71,7 @@ def main():
         try:
             kernel = E.build(program)
             a, b = E.inputs(program, torch.Generator().manual_seed(index))
-            interpreted = kernel(a, b)
+            interpreted = E.interpreted(kernel, a, b)
             on_gpu = kernel(a.cuda(), b.cuda()).cpu()
             torch.cuda.synchronize()
         except Exception:

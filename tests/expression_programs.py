@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import tempfile
+from unittest import mock
 
 import torch
 from hypothesis import strategies as st
@@ -364,6 +365,14 @@ def _mentions(expr, names: set) -> bool:
 def matches(actual: torch.Tensor, expected: list, program: Program) -> bool:
     """`actual` is `same` as one of the allowed outputs `expected` (`references`)."""
     return any(same(actual, one, program) for one in expected)
+
+
+def interpreted(kernel, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`kernel` (a `build`) on CPU tensors `a`, `b` through tritile's interpreter, whatever
+    `TRITILE_BACKEND` says: the triton backend runs CPU tensors through Triton's interpreter,
+    its own code - not the reference a GPU replay of that backend must meet."""
+    with mock.patch.dict(os.environ, {"TRITILE_INTERPRET": "1"}):
+        return kernel(a, b)
 
 
 def agrees(on_gpu: torch.Tensor, interpreted: torch.Tensor, program: Program, a: torch.Tensor,

@@ -218,7 +218,12 @@ def random_arguments(func, gen: torch.Generator) -> list:
 
 def interpreted(kernel, args: list):
     """(why the result is undefined or None, the arguments after `kernel` ran on the interpreter
-    on copies of `args` in launch order; scalar arguments are passed as they are)."""
+    on copies of `args` in launch order; scalar arguments are passed as they are).  `kernel` must
+    be compiled with ``target="cpu", backend="auto"``: the triton backend (``TRITILE_BACKEND=triton``
+    too) runs CPU tensors through Triton's interpreter, which `TRITILE_BLOCK_ORDER` does not
+    reverse - its racing mutants would pass as defined."""
+    if kernel.backend == "triton":
+        raise ValueError("interpreted() needs tritile's interpreter: compile with backend='auto'")
     forward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     backward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
     kernel(*forward)

@@ -51,7 +51,7 @@ def test_mutants_compute_on_the_triton_backend_what_they_compute_on_the_interpre
         make = load(src, str(path))
         try:
             func = make()
-            reference = tritile.compile(func, target="cpu")
+            reference = tritile.compile(func, target="cpu", backend="auto")
             on_triton = tritile.compile(func, backend="triton")
         except Exception:  # noqa: BLE001 - not Python, or refused: the test above holds those
             continue
@@ -419,7 +419,7 @@ def test_a_loop_leaving_its_head_reads_zeros_past_it(overrun, backend, device, t
     if backend == "triton" and device == "cuda":
         pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
     make, scalars = _overrunning(overrun, tmp_path, monkeypatch)
-    reference = tritile.compile(make(), target="cpu")
+    reference = tritile.compile(make(), target="cpu", backend="auto")
     tensors = random_arguments(reference.func, torch.Generator().manual_seed(583))
     undefined, expected = interpreted(reference, tensors + scalars)
     assert undefined is None
@@ -464,7 +464,7 @@ def test_loads_nothing_consumes_are_waited_for_after_their_loop(threads, tmp_pat
     deadlocks there - and no partition waited for it before the kernel exited."""
     src = BASES["gemm"].replace("T.gemm(A_shared, B_shared, C_local)", "pass")
     make = load(src.replace("threads=128", f"threads={threads}"), str(tmp_path / f"unconsumed_loads_{threads}.py"))
-    reference = tritile.compile(make(), target="cpu")
+    reference = tritile.compile(make(), target="cpu", backend="auto")
     args = random_arguments(reference.func, torch.Generator().manual_seed(139))
     undefined, expected = interpreted(reference, args)
     assert undefined is None and not expected[2].any()
