@@ -362,6 +362,42 @@ def test_a_tile_starting_before_the_tensor_reads_zeros_there(backend, through_sh
     assert ".target sm_80" in on_sm80.get_source("ptx") and ">= 0)" in on_sm80.get_source(name)
 
 
+def _stored_before_the_tensor(through_shared):
+    @T.prim_func
+    def kernel(X: T.Tensor((128, 64), T.float32), Y: T.Tensor((128, 64), T.float32)):
+        with T.Kernel(8, threads=128) as bx:
+            if through_shared:
+                tile = T.alloc_shared((16, 64), T.float32)
+            else:
+                tile = T.alloc_fragment((16, 64), T.float32)
+            T.copy(X[bx * 16, 0], tile)
+            T.copy(tile, Y[bx * 16 - 8, 0])
+
+    return kernel
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("through_shared", [False, True])
+def test_a_tile_stored_from_before_the_tensor_drops_those_rows(backend, through_shared, device):
+    """Mutant 177 of the triton backend's GPU replay (seed 2031: a softmax storing its rows at
+    `Y[bx * -1, 0]`): a TMA store from a start before the tensor stopped the H100 with "an
+    illegal instruction was encountered", on both backends, from registers and from shared
+    memory.  Such stores take the masked path; the rows before the tensor are dropped."""
+    if backend == "triton" and device == "cuda":
+        pytest.skip("the GPU suite runs the triton backend under TRITILE_BACKEND=triton")
+    x, y = torch.randn(128, 64), torch.randn(128, 64)
+    expected = y.clone()
+    expected[:120] = x[8:]  # block b's rows at 16 b - 8: block 0's first 8 before the tensor
+    kernel = tritile.compile(_stored_before_the_tensor(through_shared), backend=backend)
+    out = y.to(device)
+    kernel(x.to(device), out)
+    assert torch.equal(out.cpu(), expected)
+    name = "gluon" if backend == "auto" else "triton"
+    source = tritile.compile(_stored_before_the_tensor(through_shared), target="cuda:90",
+                             backend=name).get_source(name)
+    assert "async_copy_shared_to_global(Y_desc" not in source and "Y_desc.store" not in source
+
+
 def test_a_tma_copy_needs_a_start_aligned_to_16_bytes(tmp_path, device):
     """Mutant 53 of bench/mutant_replay.py's seed 2030, the GEMM's A tile from column k * 3 (6 bytes
     into an fp16 row): as a TMA load it stopped the H100 with "an illegal instruction was

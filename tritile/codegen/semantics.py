@@ -753,6 +753,15 @@ def tile_starts_inside(em, start) -> bool:
     return signs.of(em).proves(start)
 
 
+def tma_may_store(em, region) -> bool:
+    """May a TMA store write global `region`: is every start provably >= 0 (`tile_starts_inside`)?
+    A TMA store from a start before the tensor stopped the H100 with "an illegal instruction was
+    encountered" (both backends, from registers and straight from shared memory; bench/NOTES.md,
+    session 28), while past the end it drops the elements as a masked store does and a TMA load
+    before the start reads zeros.  Such stores take the masked path."""
+    return all(tile_starts_inside(em, start) for start in region.starts)
+
+
 def tile_inside(em, start, extent: int, size) -> bool:
     """Whether the indices `start` .. `start` + `extent` - 1 of a global tile along a dim of
     `size` stay below it on every run (`signs.NonNegative.upper_bound` of block indices, loop

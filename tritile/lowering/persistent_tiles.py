@@ -302,7 +302,10 @@ def _rasterize(tile: ir.Var, block_vars, grid, swizzle, loc) -> list:
     offset = let("in_panel", ir.BinOp("%", tile, span))
     index = let("panel", ir.BinOp("//", tile, span))
     width = let("width", ir.BinOp("min", ir.BinOp("-", size_minor, ir.BinOp("*", index, c(panel))), c(panel)))
-    along = let("along", ir.BinOp("//", offset, width))
+    # clamped to the grid, which no tile leaves: the range analysis (codegen/signs.py) cannot bound
+    # offset // width by itself, and without it cannot prove the serpentine's index >= 0 - which
+    # a TMA store's start must be (codegen/semantics.py: tma_may_store)
+    along = let("along", ir.BinOp("min", ir.BinOp("//", offset, width), ir.BinOp("-", size_major, c(1))))
     # serpentine: odd panels walk back, so the tiles at a panel boundary stay L2-hot
     back = ir.BinOp("-", ir.BinOp("-", size_major, c(1)), ir.BinOp("*", c(2), along))
     lets.append(ir.Let(block_vars[major], ir.BinOp("+", along, ir.BinOp("*", ir.BinOp("%", index, c(2)), back)), loc=loc))

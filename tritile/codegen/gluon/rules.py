@@ -752,9 +752,9 @@ def lower_copy(em: Emitter, s):
             ptr, mask = em.global_tile(dst, lname, s.loc)
             em.emit(f"gl.store({ptr}, {tmp}{semantics.mask_argument(mask)})")
         return
-    if isel.uses_tma_store(s, em.target):
+    if isel.uses_tma_store(s, em.target) and semantics.tma_may_store(em, dst):
         return _tma_store(em, s)
-    if ss == "shared" and ds == "global" and id(src.buffer) in em.tma_store_sources:
+    if ss == "shared" and ds == "global" and id(src.buffer) in em.tma_store_sources and semantics.tma_may_store(em, dst):
         return _tma_store_from_shared(em, s)
     # the source as a register tensor
     if ss == "fragment":

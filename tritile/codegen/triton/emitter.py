@@ -149,8 +149,9 @@ class Emitter(SourceWriter):
 
     def store_tile(self, region: ir.Region, value: str, shape: list, loc):
         """Emit the write of `value` (a tensor of `shape`, of the global's dtype) to global
-        `region`, out-of-bounds elements dropped: a descriptor store or a masked store."""
-        desc = self._descriptor(region, shape, loc)
+        `region`, out-of-bounds elements dropped: a descriptor store (`semantics.tma_may_store`) or a
+        masked store."""
+        desc = self._descriptor(region, shape, loc) if semantics.tma_may_store(self, region) else None
         if desc is None:
             ptr, mask = self.global_tile(region, shape, loc)
             self.emit(f"tl.store({ptr}, {value}{semantics.mask_argument(mask)})")
