@@ -1,7 +1,7 @@
 """Replay mutated T programs on the GPU against the interpreter.
 
     python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--stop N] [--workers 16]
-                                  [--out bench/results/mutant_replay_h100.json]
+                                  [--out bench/results/mutant_replay_h100.json] [--fp-fusion]
 
 The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
 row softmax, a transposing copy, a FlashAttention loop, a column sum by atomics) with one line
@@ -16,7 +16,9 @@ and every mismatch or failure with the mutant's source.  A mutant that fails on 
 replay there (a faulting kernel leaves the CUDA context unusable): the report names it, and
 `--start` resumes after it.  While a mutant runs on the GPU, `<out>.running` holds its index and
 source: a kernel that never returns (a broken barrier protocol) is named there when the replay
-is killed.
+is killed.  The GPU kernels are compiled with `TRITILE_FP_FUSION=off` (every float operation
+rounded, as the interpreter does) unless `--fp-fusion` is given: a contracted `S * c - m * c`
+missed exp2(0) = 1 by an ulp, which an int8 cast then truncated to 0 (seed 2031, mutant 341).
 """
 from __future__ import annotations
 
@@ -65,7 +67,9 @@ def main():
     parser.add_argument("--stop", type=int, default=None, help="the mutant to stop before (default: all)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
+    parser.add_argument("--fp-fusion", action="store_true", help="let Triton contract a * b + c (the default of kernels)")
     args = parser.parse_args()
+    os.environ["TRITILE_FP_FUSION"] = "on" if args.fp_fusion else "off"  # the spawned workers inherit it
 
     import torch
 
