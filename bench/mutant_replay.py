@@ -1,11 +1,13 @@
 """Replay mutated T programs on the GPU against the interpreter.
 
     python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--stop N] [--workers 16]
-                                  [--out bench/results/mutant_replay_h100.json] [--fp-fusion]
+                                  [--bases first|scheduled] [--out bench/results/mutant_replay_h100.json]
+                                  [--fp-fusion]
 
 The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
 row softmax, a transposing copy, a FlashAttention loop, a column sum by atomics) with one line
-changed each.  Worker processes (spawned) compile every mutant for the GPU first (tritile's and
+changed each; `--bases scheduled` draws from the two scheduled ones instead (a warp-specialized
+persistent GEMM with a fused epilogue, a split-K GEMM by TMA reduces).  Worker processes (spawned) compile every mutant for the GPU first (tritile's and
 Triton's caches); the main process then takes each one that compiles, runs it on the reference
 interpreter in launch order and reversed (`mutated_programs.interpreted`: a mutant whose blocks
 race or that reads memory nothing wrote has no defined result and is skipped) and on the GPU on
@@ -39,18 +41,24 @@ from timing import save_report  # noqa: E402
 DIRECTORY = os.path.join(tempfile.gettempdir(), "tritile_mutants")
 
 
-def _path(seed: int, index: int) -> str:
-    return os.path.join(DIRECTORY, f"mutant_{seed}_{index}.py")
+def _path(seed: int, index: int, bases: str) -> str:
+    return os.path.join(DIRECTORY, f"mutant_{bases}_{seed}_{index}.py")
+
+
+def _bases(name: str) -> dict:
+    import mutated_programs
+
+    return {"first": mutated_programs.BASES, "scheduled": mutated_programs.SCHEDULED_BASES}[name]
 
 
 def _warm(args) -> int:
     """Worker: compile mutant `index` for the GPU (fills the on-disk caches); errors are the main
     process's to report."""
-    index, count, seed = args
+    index, count, seed, bases = args
     import tritile
     from mutated_programs import load, mutants
 
-    make = load(mutants(seed, count)[index][1], _path(seed, index))
+    make = load(mutants(seed, count, _bases(bases))[index][1], _path(seed, index, bases))
     try:
         if make is not None:
             tritile.compile(make()).get_source("ptx")
@@ -67,6 +75,8 @@ def main():
     parser.add_argument("--stop", type=int, default=None, help="the mutant to stop before (default: all)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
+    parser.add_argument("--bases", choices=("first", "scheduled"), default="first",
+                        help="the five first base kernels, or the scheduled ones (mutated_programs.SCHEDULED_BASES)")
     parser.add_argument("--fp-fusion", action="store_true", help="let Triton contract a * b + c (the default of kernels)")
     args = parser.parse_args()
     os.environ["TRITILE_FP_FUSION"] = "on" if args.fp_fusion else "off"  # the spawned workers inherit it
@@ -79,15 +89,15 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("mutant_replay.py needs a CUDA GPU")
     os.makedirs(DIRECTORY, exist_ok=True)
-    drawn = mutants(args.seed, args.count)[:args.stop]
+    drawn = mutants(args.seed, args.count, _bases(args.bases))[:args.stop]
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_warm, [(i, args.count, args.seed) for i in range(args.start, len(drawn))]))
+        list(pool.map(_warm, [(i, args.count, args.seed, args.bases) for i in range(args.start, len(drawn))]))
 
     counts, mismatches, failures = collections.Counter(), [], []
     for index, (base, src) in enumerate(drawn):
         if index < args.start:
             continue
-        make = load(src, _path(args.seed, index))
+        make = load(src, _path(args.seed, index, args.bases))
         try:
             func = make() if make is not None else None
         except Exception:  # noqa: BLE001 - the mutant's own Python fails (an annotation run at its def)
@@ -132,7 +142,7 @@ def main():
         print(f"\r{index + 1}/{len(drawn)} {dict(counts)}, mismatched {len(mismatches)}, failed {len(failures)}",
               end="", flush=True)
     print()
-    save_report(args.out, {"backend": os.environ.get("TRITILE_BACKEND", "auto"), "seed": args.seed,
+    save_report(args.out, {"backend": os.environ.get("TRITILE_BACKEND", "auto"), "bases": args.bases, "seed": args.seed,
                            "count": len(drawn), "start": args.start, **counts, "mismatched": len(mismatches),
                            "failed": len(failures), "mismatches": mismatches, "failures": failures})
 

@@ -1,14 +1,16 @@
 """Mutated T programs for tests/test_mutated_programs.py and bench/mutant_replay.py: five base
 kernels (a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop, a column sum
-by atomics), each mutant one of them with one line of its kernel changed - a number, a buffer, a
+by atomics) and two more scheduled ones (`SCHEDULED_BASES`: a warp-specialized persistent GEMM
+with a fused epilogue, a split-K GEMM), each mutant one of them with one line of its kernel changed - a number, a buffer, a
 dtype, a flag, two arguments swapped, the line removed (`mutate`; `mutants(seed, count)` a
 seeded list of distinct ones).
 
 A mutant is a program, not necessarily a meaningful one: where it compiles, `interpreted` runs
 it on the reference interpreter twice (blocks in launch order and reversed,
 TRITILE_BLOCK_ORDER) and says whether its result is defined - not when its blocks race or it
-reads memory nothing wrote (the interpreter's fresh on-chip buffers hold NaN) - so that a
-backend's result can be held to it (`agree`).
+reads memory nothing wrote (the interpreter's fresh on-chip buffers hold NaN; and a third run
+with finite garbage there, which a max or min cannot swallow) - so that a backend's result can be
+held to it (`agree`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import re
 from unittest import mock
 
 import torch
+
+from tritile.interpreter import values as interpreter_values
 
 BASES = {
     "gemm": '''
@@ -133,6 +137,53 @@ def make():
     return kernel
 ''',
 }
+# kernels the passes schedule further, in lists of their own (`mutants(..., SCHEDULED_BASES)`) so
+# that the seeded lists of `BASES`, which replays recorded by index, stay what they were: a GEMM of
+# 256 threads (a producer warp, persistent tiles) whose fused epilogue is stored through shared
+# memory by TMA, and a split-K GEMM adding its tiles by one TMA reduce each
+SCHEDULED_BASES = {
+    "gemm_epilogue": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((256, 256), T.float16), B: T.Tensor((256, 256), T.float16), Bias: T.Tensor((256,), T.float16),
+               C: T.Tensor((256, 256), T.float16)):
+        with T.Kernel(T.ceildiv(256, 128), T.ceildiv(256, 128), threads=256) as (bx, by):
+            A_shared = T.alloc_shared((128, 64), T.float16)
+            B_shared = T.alloc_shared((64, 128), T.float16)
+            C_shared = T.alloc_shared((128, 128), T.float16)
+            C_local = T.alloc_fragment((128, 128), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(256, 64), num_stages=3):
+                T.copy(A[by * 128, k * 64], A_shared)
+                T.copy(B[k * 64, bx * 128], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(128, 128):
+                C_local[i, j] = T.max(C_local[i, j] + Bias[bx * 128 + j], 0)
+            T.copy(C_local, C_shared)
+            T.copy(C_shared, C[by * 128, bx * 128])
+    return kernel
+''',
+    "split_k": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((128, 256), T.float16), B: T.Tensor((256, 128), T.float16), C: T.Tensor((128, 128), T.float32)):
+        with T.Kernel(T.ceildiv(128, 64), T.ceildiv(128, 64), 4, threads=128) as (bx, by, bz):
+            A_shared = T.alloc_shared((64, 32), T.float16)
+            B_shared = T.alloc_shared((32, 64), T.float16)
+            C_local = T.alloc_fragment((64, 64), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(2, num_stages=2):
+                T.copy(A[by * 64, bz * 64 + k * 32], A_shared)
+                T.copy(B[bz * 64 + k * 32, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.atomic_add(C[by * 64, bx * 64], C_local)
+    return kernel
+''',
+}
 DTYPES = ["T.float16", "T.float32", "T.bfloat16", "T.int8", "T.int32", "T.float8_e4m3", "T.float64", "T.bool"]
 NUMBERS = ["0", "1", "2", "3", "7", "16", "17", "33", "48", "100", "1000", "-1", "-16", "4096"]
 MUTATIONS = ["number", "number", "name", "name", "dtype", "delete", "swap", "flag"]
@@ -176,12 +227,12 @@ def mutate(src: str, rng: random.Random):
     return "\n".join(lines)
 
 
-def mutants(seed: int, count: int) -> list:
-    """`count` distinct mutants [(base name, source)], drawn with a Random seeded by `seed`."""
+def mutants(seed: int, count: int, bases: dict = BASES) -> list:
+    """`count` distinct mutants [(base name, source)] of `bases`, drawn with a Random seeded by `seed`."""
     rng, found = random.Random(seed), {}
     while len(found) < count:
-        base = rng.choice(sorted(BASES))
-        src = mutate(BASES[base], rng)
+        base = rng.choice(sorted(bases))
+        src = mutate(bases[base], rng)
         if src is not None:
             found.setdefault(src, base)
     return [(base, src) for src, base in found.items()]
@@ -224,17 +275,31 @@ def interpreted(kernel, args: list):
     reverse - its racing mutants would pass as defined."""
     if kernel.backend == "triton":
         raise ValueError("interpreted() needs tritile's interpreter: compile with backend='auto'")
-    forward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
-    backward = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+    forward, backward, other_garbage = ([t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+                                        for _ in range(3))
     kernel(*forward)
     with mock.patch.dict(os.environ, {"TRITILE_BLOCK_ORDER": "reversed"}):
         kernel(*backward)
-    tensors = [(x, y) for x, y in zip(forward, backward) if isinstance(x, torch.Tensor)]
-    if not all(agree(x, y) for x, y in tensors):
+    with mock.patch.object(interpreter_values, "allocate", _finite_garbage):
+        kernel(*other_garbage)
+    tensors = [(x, y, z) for x, y, z in zip(forward, backward, other_garbage) if isinstance(x, torch.Tensor)]
+    if not all(agree(x, y) for x, y, _ in tensors):
         return "its blocks race", forward
-    if any(x.dtype.is_floating_point and bool(x.isnan().any()) for x, _ in tensors):
+    if any(x.dtype.is_floating_point and bool(x.isnan().any()) for x, _, _ in tensors):
+        return "it reads memory nothing wrote", forward
+    if not all(agree(x, z) for x, _, z in tensors):  # a NaN a max swallowed: relu(unwritten + b) is 0
         return "it reads memory nothing wrote", forward
     return None, forward
+
+
+def _finite_garbage(shape: tuple, dtype) -> torch.Tensor:
+    """A fresh on-chip buffer of the interpreter (`values.allocate`) filled with finite garbage
+    where `allocate` puts NaN, and other garbage where it puts integers and bools."""
+    if dtype.is_float:
+        return torch.full(shape, 96.0, dtype=dtype.torch)
+    if dtype.kind == "bool":
+        return torch.zeros(shape, dtype=torch.bool)
+    return interpreter_values.storage_view(torch.full(shape, 3, dtype=dtype.torch), dtype)
 
 
 def agree(actual: torch.Tensor, expected: torch.Tensor) -> bool:

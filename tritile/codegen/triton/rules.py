@@ -647,7 +647,11 @@ def lower_atomic_add(em: Emitter, s: ir.AtomicAdd):
     if buf.scope != "global":
         raise unsupported(f"T.atomic_{s.kind} into {buf.scope} buffer {buf.name}", s.loc)
     if isinstance(s.value, ir.Region):
-        value, shape = _tile(em, s.value, s.loc)
+        if s.value.buffer.scope == "global":  # a global tile added elsewhere: read it first
+            shape = list(s.value.tile_shape)
+            value = em.load_tile(s.value, shape, s.loc)
+        else:
+            value, shape = _tile(em, s.value, s.loc)
         ptr, mask = em.global_tile(dst, shape, s.loc)
         em.emit(semantics.atomic_text(em, s, ptr, cast_text(value, s.value.buffer.dtype, buf.dtype, 'tl'), mask,
                                       len(shape)))
