@@ -286,6 +286,23 @@ def test_a_tile_atomic_of_a_global_tile_adds_its_values(backend, device):
     torch.testing.assert_close(out.cpu(), c + d)
 
 
+def test_a_float16_accumulator_through_a_max_with_a_literal_keeps_its_type(tmp_path, device):
+    """Mutant 2 of the scheduled kernels' seed 2072 (the GEMM's accumulator made float16, its
+    epilogue `T.max(C_local[i, j] + bias, 0)`): Triton's maximum of that float16 tile and a
+    literal was float32, which Gluon refused to store into the float16 shared tile."""
+    src = SCHEDULED_BASES["gemm_epilogue"].replace("C_local = T.alloc_fragment((128, 128), T.float32)",
+                                                   "C_local = T.alloc_fragment((128, 128), T.float16)")
+    make = load(src, str(tmp_path / "float16_accumulator.py"))
+    reference = tritile.compile(make(), target="cpu", backend="auto")
+    args = random_arguments(reference.func, torch.Generator().manual_seed(2))
+    undefined, expected = interpreted(reference, args)
+    assert undefined is None
+    actual = [t.to(device) for t in args]
+    tritile.compile(make())(*actual)
+    assert agree(actual[3], expected[3])
+    assert ".entry" in tritile.compile(make(), target="cuda:90", backend="gluon").get_source("ptx")
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

@@ -371,8 +371,8 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
     """``a op b`` on operands of type `operand` (docs/semantics.md)."""
     lang = em.lang
     if op in ("max", "min"):  # maxnumf / minnumf: NaN-ignoring, as TileLang's fmaxf
-        return _bfloat16_kept(f"{f'{lang}.maximum' if op == 'max' else f'{lang}.minimum'}({a.text}, {b.text})",
-                              operand, lang)
+        return _narrow_float_kept(f"{f'{lang}.maximum' if op == 'max' else f'{lang}.minimum'}({a.text}, {b.text})",
+                                  operand, lang)
     if op in ("//", "%"):
         if operand.is_float:
             f64 = operand.bits == 64
@@ -387,12 +387,14 @@ def _binop_text(em, op: str, a: Val, b: Val, operand, e: ir.BinOp) -> str:
     return f"({a.text} {_PY_OPS[op]} {b.text})"
 
 
-def _bfloat16_kept(text: str, dtype, lang: str) -> str:
+def _narrow_float_kept(text: str, dtype, lang: str) -> str:
     """`text`, a `maximum` / `minimum` of operands of `dtype`, in `dtype`: Triton promotes
-    bfloat16 operands of those to float32 and returns float32, so without the conversion (exact:
-    the result is one of the operands) the next operation would compute in float32 and skip the
-    rounding to bfloat16 the IR has after it (`x + max(y, y)` rounded once, not twice)."""
-    return f"{text}.to({lang}.bfloat16)" if dtype == dt.bfloat16 else text
+    bfloat16 operands of those to float32 and returns float32 (and float16 ones met by a literal,
+    `T.max(x, 0)`: a float32 result stored into a float16 buffer is a Gluon error), so without
+    the conversion (exact: the result is one of the operands) the next operation would compute
+    in float32 and skip the rounding the IR has after it (`x + max(y, y)` rounded once, not
+    twice)."""
+    return f"{text}.to({dtype_text(dtype, lang)})" if dtype in (dt.bfloat16, dt.float16) else text
 
 
 def _as_type(em, e, v: Val, dtype) -> Val:
@@ -462,7 +464,7 @@ def lower_call(em, e: ir.Call) -> Val:
     elif e.fn in _MATH:
         text = f"{lang}.{_MATH[e.fn]}({', '.join(texts)})"
         if e.fn in ("max", "min") and not in_float32:
-            text = _bfloat16_kept(text, e.dtype, lang)
+            text = _narrow_float_kept(text, e.dtype, lang)
     elif e.fn == "sigmoid":
         text = f"(1.0 / (1.0 + {lang}.exp(-{texts[0]})))"
     elif e.fn == "tanh":
