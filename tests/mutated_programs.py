@@ -1,9 +1,10 @@
 """Mutated T programs for tests/test_mutated_programs.py and bench/mutant_replay.py: five base
 kernels (a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop, a column sum
-by atomics) and two more scheduled ones (`SCHEDULED_BASES`: a warp-specialized persistent GEMM
-with a fused epilogue, a split-K GEMM), each mutant one of them with one line of its kernel changed - a number, a buffer, a
-dtype, a flag, two arguments swapped, the line removed (`mutate`; `mutants(seed, count)` a
-seeded list of distinct ones).
+by atomics), two more scheduled ones (`SCHEDULED_BASES`: a warp-specialized persistent GEMM
+with a fused epilogue, a split-K GEMM) and the library's attention kernels (`LIBRARY_BASES`:
+the FlashAttention backward, GQA decoding's split and combine), each mutant one of them with
+one line of its kernel changed - a number, a buffer, a dtype, a flag, two arguments swapped,
+the line removed (`mutate`; `mutants(seed, count)` a seeded list of distinct ones).
 
 A mutant is a program, not necessarily a meaningful one: where it compiles, `interpreted` runs
 it on the reference interpreter twice (blocks in launch order and reversed,
@@ -181,6 +182,146 @@ def make():
                 T.copy(B[bz * 64 + k * 32, bx * 64], B_shared)
                 T.gemm(A_shared, B_shared, C_local)
             T.atomic_add(C[by * 64, bx * 64], C_local)
+    return kernel
+''',
+}
+# the library's attention kernels, a list of their own again (`LIBRARY_BASES`): the FlashAttention
+# backward (tritile/ops/attention.py: 256 threads, K Q^T and V dO^T from shared memory, dV and dK
+# by register operands, dQ by dS^T from shared memory and one tile atomic a step) and the two
+# kernels of GQA decoding by splits (examples/flash_decoding.py: a split's key range and trip
+# count clamped by the cache's end, keys past it masked, only the group's rows stored; the
+# combine of the splits' partials in split order)
+LIBRARY_BASES = {
+    "attention_bwd": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(Q: T.Tensor((1, 2, 256, 64), T.float16), K: T.Tensor((1, 2, 256, 64), T.float16),
+               V: T.Tensor((1, 2, 256, 64), T.float16), dO: T.Tensor((1, 2, 256, 64), T.float16),
+               LSE: T.Tensor((1, 2, 256), T.float32), Delta: T.Tensor((1, 2, 256), T.float32),
+               dQ: T.Tensor((1, 2, 256, 64), T.float32), dK: T.Tensor((1, 2, 256, 64), T.float16),
+               dV: T.Tensor((1, 2, 256, 64), T.float16)):
+        with T.Kernel(T.ceildiv(256, 128), 2, 1, threads=256) as (bx, by, bz):
+            K_shared = T.alloc_shared((128, 64), T.float16)
+            V_shared = T.alloc_shared((128, 64), T.float16)
+            q_shared = T.alloc_shared((64, 64), T.float16)
+            do_shared = T.alloc_shared((64, 64), T.float16)
+            lse_shared = T.alloc_shared((64,), T.float32)
+            delta_shared = T.alloc_shared((64,), T.float32)
+            dsT_shared = T.alloc_shared((128, 64), T.float16)
+            qkT = T.alloc_fragment((128, 64), T.float32)
+            dpT = T.alloc_fragment((128, 64), T.float32)
+            pT_cast = T.alloc_fragment((128, 64), T.float16)
+            dsT_cast = T.alloc_fragment((128, 64), T.float16)
+            dv_local = T.alloc_fragment((128, 64), T.float32)
+            dk_local = T.alloc_fragment((128, 64), T.float32)
+            dq_local = T.alloc_fragment((64, 64), T.float32)
+            T.copy(K[bz, by, bx * 128:(bx + 1) * 128, :], K_shared)
+            T.copy(V[bz, by, bx * 128:(bx + 1) * 128, :], V_shared)
+            T.clear(dv_local)
+            T.clear(dk_local)
+            for j in T.Pipelined(T.ceildiv(256, 64), num_stages=2):
+                T.copy(Q[bz, by, j * 64:(j + 1) * 64, :], q_shared)
+                T.clear(qkT)
+                T.gemm(K_shared, q_shared, qkT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(LSE[bz, by, j * 64:(j + 1) * 64], lse_shared)
+                for i, jj in T.Parallel(128, 64):
+                    qkT[i, jj] = T.exp2(qkT[i, jj] * 0.02 - lse_shared[jj])
+                T.copy(dO[bz, by, j * 64:(j + 1) * 64, :], do_shared)
+                T.clear(dpT)
+                T.gemm(V_shared, do_shared, dpT, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(qkT, pT_cast)
+                T.gemm(pT_cast, do_shared, dv_local, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(Delta[bz, by, j * 64:(j + 1) * 64], delta_shared)
+                for i, jj in T.Parallel(128, 64):
+                    dsT_cast[i, jj] = qkT[i, jj] * (dpT[i, jj] - delta_shared[jj]) * 0.01
+                T.copy(dsT_cast, dsT_shared)
+                T.clear(dq_local)
+                T.gemm(dsT_shared, K_shared, dq_local, transpose_A=True)
+                T.gemm(dsT_cast, q_shared, dk_local, policy=T.GemmWarpPolicy.FullRow)
+                T.atomic_add(dQ[bz, by, j * 64:(j + 1) * 64, :], dq_local)
+            T.copy(dv_local, dV[bz, by, bx * 128:(bx + 1) * 128, :])
+            T.copy(dk_local, dK[bz, by, bx * 128:(bx + 1) * 128, :])
+    return kernel
+''',
+    "decode_split": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(Q: T.Tensor((2, 8, 64), T.float16), K: T.Tensor((2, 2, 200, 64), T.float16),
+               V: T.Tensor((2, 2, 200, 64), T.float16), O_partial: T.Tensor((2, 8, 2, 64), T.float32),
+               LSE_partial: T.Tensor((2, 8, 2), T.float32)):
+        with T.Kernel(2, 2, 2, threads=128) as (sid, hid, bid):
+            Q_shared = T.alloc_shared((64, 64), T.float16)
+            K_shared = T.alloc_shared((64, 64), T.float16)
+            V_shared = T.alloc_shared((64, 64), T.float16)
+            acc_s = T.alloc_fragment((64, 64), T.float32)
+            acc_s_cast = T.alloc_fragment((64, 64), T.float16)
+            acc_o = T.alloc_fragment((64, 64), T.float32)
+            scores_max = T.alloc_fragment((64,), T.float32)
+            scores_max_prev = T.alloc_fragment((64,), T.float32)
+            scores_scale = T.alloc_fragment((64,), T.float32)
+            scores_sum = T.alloc_fragment((64,), T.float32)
+            logsum = T.alloc_fragment((64,), T.float32)
+            T.copy(Q[bid, hid * 4:hid * 4 + 64, :], Q_shared)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(T.float32))
+            for k in T.Pipelined(T.ceildiv(T.min(128, 200 - sid * 128), 64), num_stages=2):
+                T.copy(K[bid, hid, sid * 128 + k * 64:sid * 128 + (k + 1) * 64, :], K_shared)
+                T.clear(acc_s)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                for i, j in T.Parallel(64, 64):
+                    acc_s[i, j] = T.if_then_else(sid * 128 + k * 64 + j < 200, acc_s[i, j], -T.infinity(T.float32))
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(64):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * 0.18 - scores_max[i] * 0.18)
+                for i, j in T.Parallel(64, 64):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * 0.18 - scores_max[i] * 0.18)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                for i in T.Parallel(64):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                for i, j in T.Parallel(64, 64):
+                    acc_o[i, j] *= scores_scale[i]
+                T.copy(V[bid, hid, sid * 128 + k * 64:sid * 128 + (k + 1) * 64, :], V_shared)
+                T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(64, 64):
+                if i < 4:
+                    O_partial[bid, hid * 4 + i, sid, j] = acc_o[i, j] / logsum[i]
+            for i in T.Parallel(64):
+                if i < 4:
+                    LSE_partial[bid, hid * 4 + i, sid] = T.log2(logsum[i]) + scores_max[i] * 0.18
+    return kernel
+''',
+    "decode_combine": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(O_partial: T.Tensor((2, 8, 4, 64), T.float32), LSE_partial: T.Tensor((2, 8, 4), T.float32),
+               Output: T.Tensor((2, 8, 64), T.float16)):
+        with T.Kernel(8, 2, threads=128) as (hid, bid):
+            weights = T.alloc_fragment((1, 4), T.float32)
+            lse_max = T.alloc_fragment((1,), T.float32)
+            weight_sum = T.alloc_fragment((1,), T.float32)
+            out = T.alloc_fragment((1, 64), T.float32)
+            for h, s in T.Parallel(1, 4):
+                weights[h, s] = LSE_partial[bid, hid + h, s]
+            T.reduce_max(weights, lse_max, dim=1)
+            for h, s in T.Parallel(1, 4):
+                weights[h, s] = T.exp2(weights[h, s] - lse_max[h])
+            T.reduce_sum(weights, weight_sum, dim=1)
+            T.clear(out)
+            for s in T.unroll(4):
+                for h, j in T.Parallel(1, 64):
+                    out[h, j] += O_partial[bid, hid + h, s, j] * T.exp2(LSE_partial[bid, hid + h, s] - lse_max[h])
+            for h, j in T.Parallel(1, 64):
+                out[h, j] /= weight_sum[h]
+            T.copy(out, Output[bid, hid:hid + 1, :])
     return kernel
 ''',
 }

@@ -16,7 +16,7 @@ import torch
 import tritile
 import tritile.language as T
 from kernels import compile_error
-from mutated_programs import BASES, SCHEDULED_BASES, agree, interpreted, load, mutants, random_arguments
+from mutated_programs import BASES, LIBRARY_BASES, SCHEDULED_BASES, agree, interpreted, load, mutants, random_arguments
 from pipeline_programs import mbarrier_problems
 
 COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
@@ -24,7 +24,8 @@ COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
 
 # (mutants, seeds of the two backends' compile lists, seed of the triton backend's comparison)
 MUTANT_LISTS = {"first": (BASES, COUNT, {"gluon": 2027, "triton": 2028}, 2029),
-                "scheduled": (SCHEDULED_BASES, COUNT // 2, {"gluon": 2037, "triton": 2038}, 2039)}
+                "scheduled": (SCHEDULED_BASES, COUNT // 2, {"gluon": 2037, "triton": 2038}, 2039),
+                "library": (LIBRARY_BASES, COUNT // 2, {"gluon": 2047, "triton": 2048}, 2049)}
 
 
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
@@ -329,6 +330,38 @@ def test_a_bool_shared_buffer_is_refused_by_gluon_and_runs_on_triton(device):
     expected = torch.where(a.t() > 0, a, -a)
     for backend in ("auto", "triton") if device == "cpu" else ("auto",):
         assert torch.equal(tritile.compile(_bool_tile(), out_idx=[-1], backend=backend)(a.to(device)).cpu(), expected)
+
+
+def _positive_tile(through_shared: bool):
+    @T.prim_func
+    def kernel(A: T.Tensor((128, 64), T.float32), B: T.Tensor((128, 64), T.bool)):
+        with T.Kernel(2, threads=128) as bx:
+            tile = T.alloc_fragment((64, 64), T.float32)
+            staged = T.alloc_shared((64, 64), T.float32)
+            T.copy(A[bx * 64, 0], tile)
+            if through_shared:
+                T.copy(tile, staged)
+                T.copy(staged, B[bx * 64, 0])
+            else:
+                T.copy(tile, B[bx * 64, 0])
+
+    return kernel
+
+
+@pytest.mark.parametrize("through_shared", [False, True])
+def test_a_tile_stored_into_a_bool_tensor_takes_no_tma_descriptor(through_shared, device):
+    """Mutant 45 of the library kernels' seed 3001 (the attention backward's dV made bool): a TMA
+    store of the tile aborted the process in Triton (a descriptor of i1 elements); the tile is
+    stored element by element, each nonzero value true."""
+    for backend in ("gluon", "triton"):
+        source = tritile.compile(_positive_tile(through_shared), target="cuda:90", backend=backend)
+        assert ".entry" in source.get_source("ptx") and "tensormap" not in source.get_source("ptx")
+    a = torch.randn(128, 64)
+    a[::3] = 0.0
+    for backend in ("auto", "triton"):
+        out = torch.zeros(128, 64, dtype=torch.bool, device=device)
+        tritile.compile(_positive_tile(through_shared), backend=backend)(a.to(device), out)
+        assert torch.equal(out.cpu(), a != 0)
 
 
 def _negated_infinity_fill():

@@ -261,8 +261,15 @@ def _tma_tile_ok(region, box) -> bool:
     else:
         addressed = ((len(global_buf.shape) == 2 or full_rank_describes(global_buf) and _rows_tile(region))
                      and _pitches_ok(global_buf, 16 // math.gcd(16, elem)))
-    return (addressed and len(box) == 2 and global_buf.dtype.bits in (8, 16, 32)
+    return (addressed and len(box) == 2 and tma_element(global_buf.dtype)
             and box[-1] * elem >= 16 and all(b <= 256 for b in box))
+
+
+def tma_element(dtype) -> bool:
+    """Can a TMA descriptor hold elements of `dtype`: 8, 16 or 32 bits, not bool - a descriptor
+    of Triton's i1 aborted the process in Triton's descriptor metadata (an assertion of
+    ir.cc's `getTensorDescMetadata`: a mutated attention backward storing dV as bool)."""
+    return dtype.bits in (8, 16, 32) and dtype.kind != "bool"
 
 
 def _starts_aligned(region) -> bool:
@@ -295,7 +302,7 @@ def tma_row_vector(region, box) -> bool:
     elem = global_buf.dtype.itemsize
     return (len(box) == 1 and not is_padded(box) and _starts_aligned(region)
             and tuple(region.extents[-1:]) == tuple(box)
-            and all(e == 1 for e in region.extents[:-1]) and global_buf.dtype.bits in (8, 16, 32)
+            and all(e == 1 for e in region.extents[:-1]) and tma_element(global_buf.dtype)
             and (len(global_buf.shape) <= 2 or full_rank_describes(global_buf))
             and _pitches_ok(global_buf, 16 // math.gcd(16, elem)) and box[0] * elem % 128 == 0 and box[0] <= 256)
 
