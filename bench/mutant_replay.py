@@ -137,9 +137,10 @@ def main():
         wrong = [i for i, (x, y) in enumerate(zip(actual, expected)) if not agree(x, y)]
         if wrong:
             i = wrong[0]
+            difference = (actual[i].cpu().double() - expected[i].double()).abs().nan_to_num(float("inf"))
             mismatches.append({"index": index, "base": base, "source": src, "parameter": i,
-                               "max_difference": float((actual[i].cpu().double() - expected[i].double())
-                                                       .abs().nan_to_num(float("inf")).max())})
+                               "max_difference": float(difference.max()),
+                               "elements_differing": int((difference != 0).sum()), "elements": difference.numel()})
         else:
             counts["agreed"] += 1
         print(f"\r{index + 1}/{len(drawn)} {dict(counts)}, mismatched {len(mismatches)}, failed {len(failures)}",

@@ -444,10 +444,16 @@ def _finite_garbage(shape: tuple, dtype) -> torch.Tensor:
 
 
 def agree(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Integers and bools equal; floats within 2 % of the tensor's largest magnitude (a float16
+    """Bools equal; integers equal but for at most 1 % of the elements off by one (an integer
+    tensor stored from float sums, which the spec lets a backend add in another order: a sum a
+    hair below an integer on one side, above on the other - seed 2080's mutant 13 and seed
+    3011's 368 on the H100); floats within 2 % of the tensor's largest magnitude (a float16
     accumulator's rounding differs between backends by a few ulps a step)."""
-    if not expected.dtype.is_floating_point:
+    if expected.dtype == torch.bool or actual.dtype != expected.dtype:
         return torch.equal(actual.cpu(), expected.cpu())
+    if not expected.dtype.is_floating_point:
+        off = (actual.cpu().long() - expected.cpu().long()).abs()
+        return bool(off.max() <= 1) and int((off != 0).sum()) <= expected.numel() // 100 if off.numel() else True
     x, y = actual.cpu().double(), expected.cpu().double()
     scale = max(1.0, float(y.abs().nan_to_num(0.0, 0.0, 0.0).max()) if y.numel() else 1.0)
     close = ((x - y).abs() <= 2e-2 * scale) | (x.isnan() & y.isnan()) | (x == y)

@@ -163,13 +163,21 @@ def _fp8_conversion_helper(jit: str, lang: str, dtype: str, ptx_type: str) -> st
     pairs and packs a word with mov.b32 {lo, hi}; where LLVM finds the value constant both halves
     are one register, and ptxas then merged the word's upper half from a stray register
     (F2FP.PACK_AB_MERGE_C ..., R1): lanes 2-3 of every 4 stored garbage on the H100
-    (docs/semantics.md, fp8 constants)."""
+    (docs/semantics.md, fp8 constants).
+    A tensor of fewer than four elements (a one-row fragment's (1,) reduction) keeps Triton's
+    own conversion: the packed asm needs a multiple of four elements (Triton refused the kernel,
+    "number of input elements 1 must be a multiple of the op's packed_element attribute"), and
+    one or two lanes have no upper half to lose."""
     cvt = f"cvt.rn.satfinite.{ptx_type}x2.f32"
     asm = (f"{{ .reg .b16 lo, hi; .reg .b32 lo32, hi32; {cvt} lo, $2, $1; {cvt} hi, $4, $3; "
            "cvt.u32.u16 lo32, lo; cvt.u32.u16 hi32, hi; prmt.b32 $0, lo32, hi32, 0x5410; }")
     return (f"@{jit}\ndef _to_{dtype}(x):\n"
-            f"    return {lang}.inline_asm_elementwise(\"{asm}\", \"=r,r,r,r,r\", [x], dtype={lang}.int8,\n"
-            f"                                       is_pure=True, pack=4).to({lang}.{dtype}, bitcast=True)")
+            f"    if x.numel % 4 != 0:\n"
+            f"        y = x.to({lang}.{dtype})\n"
+            f"    else:\n"
+            f"        y = {lang}.inline_asm_elementwise(\"{asm}\", \"=r,r,r,r,r\", [x], dtype={lang}.int8,\n"
+            f"                                      is_pure=True, pack=4).to({lang}.{dtype}, bitcast=True)\n"
+            f"    return y")
 
 
 def helpers_text(jit: str, lang: str, code: str) -> str:
