@@ -1,10 +1,10 @@
 """Mutated T programs for tests/test_mutated_programs.py and bench/mutant_replay.py: five base
 kernels (a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop, a column sum
 by atomics), two more scheduled ones (`SCHEDULED_BASES`: a warp-specialized persistent GEMM
-with a fused epilogue, a split-K GEMM) and the library's attention kernels (`LIBRARY_BASES`:
-the FlashAttention backward, GQA decoding's split and combine), each mutant one of them with
-one line of its kernel changed - a number, a buffer, a dtype, a flag, two arguments swapped,
-the line removed (`mutate`; `mutants(seed, count)` a seeded list of distinct ones).
+with a fused epilogue, a split-K GEMM), the library's attention kernels (`LIBRARY_BASES`: the
+FlashAttention backward, GQA decoding's split and combine) and two of runtime dims
+(`DYNAMIC_BASES`: a GEMM, an RMS norm), each mutant one of them with one line of its kernel
+changed - a number, a buffer, a dtype, a flag, two arguments swapped, the line removed (`mutate`; `mutants(seed, count)` a seeded list of distinct ones).
 
 A mutant is a program, not necessarily a meaningful one: where it compiles, `interpreted` runs
 it on the reference interpreter twice (blocks in launch order and reversed,
@@ -325,6 +325,56 @@ def make():
     return kernel
 ''',
 }
+# kernels of runtime dims (`T.dynamic`), a list of their own again (`DYNAMIC_BASES`), run at the
+# sizes `DYNAMIC_SIZES`: TileLang's dynamic-shape GEMM (examples/dynamic_shape: the launch picks a
+# variant by which dims are multiples of 16 - here n and k are, m is not) and an RMS norm over a
+# runtime number of rows
+DYNAMIC_BASES = {
+    "gemm_dynamic": '''
+import tritile.language as T
+
+def make():
+    M, N, K = T.dynamic("m, n, k")
+
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((128, 32), T.float16)
+            B_shared = T.alloc_shared((32, 64), T.float16)
+            C_local = T.alloc_fragment((128, 64), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+                T.copy(A[by * 128, k * 32], A_shared)
+                T.copy(B[k * 32, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * 128, bx * 64])
+    return kernel
+''',
+    "rms_norm_dynamic": '''
+import tritile.language as T
+
+def make():
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def kernel(X: T.Tensor((M, 256), T.float32), W: T.Tensor((256,), T.float32), Y: T.Tensor((M, 256), T.float16)):
+        with T.Kernel(T.ceildiv(M, 16), threads=128) as bx:
+            x_local = T.alloc_fragment((16, 256), T.float32)
+            sq_local = T.alloc_fragment((16, 256), T.float32)
+            s_local = T.alloc_fragment((16,), T.float32)
+            T.copy(X[bx * 16, 0], x_local)
+            for i, j in T.Parallel(16, 256):
+                sq_local[i, j] = x_local[i, j] * x_local[i, j]
+            T.reduce_sum(sq_local, s_local, dim=1)
+            for i in T.Parallel(16):
+                s_local[i] = T.rsqrt(s_local[i] / 256 + 1e-6)
+            for i, j in T.Parallel(16, 256):
+                x_local[i, j] = x_local[i, j] * s_local[i] * W[j]
+            T.copy(x_local, Y[bx * 16, 0])
+    return kernel
+''',
+}
+DYNAMIC_SIZES = {"m": 200, "n": 144, "k": 80}
 DTYPES = ["T.float16", "T.float32", "T.bfloat16", "T.int8", "T.int32", "T.float8_e4m3", "T.float64", "T.bool"]
 NUMBERS = ["0", "1", "2", "3", "7", "16", "17", "33", "48", "100", "1000", "-1", "-16", "4096"]
 MUTATIONS = ["number", "number", "name", "name", "dtype", "delete", "swap", "flag"]
@@ -395,10 +445,12 @@ def load(src: str, path: str):
 
 
 def random_arguments(func, gen: torch.Generator) -> list:
-    """Fresh random tensors for every parameter of `func` (static shapes), outputs included."""
+    """Fresh random tensors for every parameter of `func`, outputs included; a runtime dim
+    (`T.dynamic`) takes its size from `DYNAMIC_SIZES` (any other name: 96)."""
     out = []
     for param in func.params:
-        shape, dtype = [int(d) for d in param.shape], param.dtype.torch
+        shape = [d if isinstance(d, int) else DYNAMIC_SIZES.get(getattr(d, "name", ""), 96) for d in param.shape]
+        dtype = param.dtype.torch
         if dtype.is_floating_point:
             out.append((torch.randn(shape, generator=gen) * 2).to(dtype))
         elif dtype == torch.bool:

@@ -16,7 +16,7 @@ import torch
 import tritile
 import tritile.language as T
 from kernels import compile_error
-from mutated_programs import BASES, LIBRARY_BASES, SCHEDULED_BASES, agree, interpreted, load, mutants, random_arguments
+from mutated_programs import BASES, DYNAMIC_BASES, LIBRARY_BASES, SCHEDULED_BASES, agree, interpreted, load, mutants, random_arguments
 from pipeline_programs import mbarrier_problems
 
 COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
@@ -25,7 +25,8 @@ COUNT = 60 * max(1, int(os.environ.get("TRITILE_HYPOTHESIS_SCALE", "1")))
 # (mutants, seeds of the two backends' compile lists, seed of the triton backend's comparison)
 MUTANT_LISTS = {"first": (BASES, COUNT, {"gluon": 2027, "triton": 2028}, 2029),
                 "scheduled": (SCHEDULED_BASES, COUNT // 2, {"gluon": 2037, "triton": 2038}, 2039),
-                "library": (LIBRARY_BASES, COUNT // 2, {"gluon": 2047, "triton": 2048}, 2049)}
+                "library": (LIBRARY_BASES, COUNT // 2, {"gluon": 2047, "triton": 2048}, 2049),
+                "dynamic": (DYNAMIC_BASES, COUNT // 2, {"gluon": 2057, "triton": 2058}, 2059)}
 
 
 @pytest.mark.parametrize("backend", ["gluon", "triton"])
