@@ -341,6 +341,29 @@ def test_one_element_converted_to_fp8_compiles_and_rounds(tmp_path, device):
     assert agree(actual[2], expected[2])
 
 
+def test_stages_past_the_trip_count_are_capped_on_the_triton_backend(tmp_path):
+    """Mutant 66 of the library kernels' seed 3006 (the backward's `num_stages=4096` over four
+    query blocks): Triton's pipeliner was still working on it after minutes; the triton backend
+    asks for the loop's trip count at most, as the Gluon backend's planner plans."""
+    src = LIBRARY_BASES["attention_bwd"].replace("num_stages=2", "num_stages=4096")
+    make = load(src, str(tmp_path / "stages_4096.py"))
+    kernel = tritile.compile(make(), target="cuda:90", backend="triton")
+    assert "num_stages=4)" in kernel.get_source("triton") and ".entry" in kernel.get_source("ptx")
+
+
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+def test_stages_shared_memory_cannot_hold_are_refused_at_the_loop(backend, tmp_path):
+    """The same stages over a runtime trip count: the passes took two minutes to reach the
+    shared memory budget's error; the planner now refuses at once what no shared memory holds."""
+    src = DYNAMIC_BASES["gemm_dynamic"].replace("num_stages=3", "num_stages=4096")
+    make = load(src, str(tmp_path / "runtime_trips_4096.py"))
+    with pytest.raises(tritile.CompileError) as info:
+        tritile.compile(make(), target="cuda:90", backend=backend).get_source("ptx")
+    message = str(info.value)
+    assert "runtime_trips_4096.py:14" in message and "4095 copies of the loop's shared tiles (12288 bytes" in message
+    assert "T.Pipelined(T.ceildiv(K, 32), num_stages=4096)" in message
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

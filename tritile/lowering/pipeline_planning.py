@@ -45,6 +45,7 @@ from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.bounds import let_bindings, max_trip_count
 from tritile.ir.transform import Transformer, walk
+from tritile.lowering.shared_memory_budget import buffer_bytes
 
 
 # --------------------------------------------------------------------------------------
@@ -254,9 +255,27 @@ def check_dependencies(loop: ir.For, units: list, stages: list, orders: list, ma
                     loop.loc)
 
 
-def plan_loop(loop: ir.For, bindings: dict = None):
+def check_stages_fit(loop: ir.For, stages: int, shared_limit: Optional[int]) -> None:
+    """A CompileError at `loop` where `stages` - 1 copies of the shared tiles its body loads
+    from global memory (the loads a pipeline keeps ahead) already exceed `shared_limit` bytes:
+    `num_stages=4096` over a runtime trip count took the passes two minutes to reach the shared
+    memory budget's error, and Triton's pipeliner longer (a mutated GEMM and attention backward)."""
+    if shared_limit is None or stages <= 1:
+        return
+    loaded = {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
+              if isinstance(n, ir.Copy) and n.dst.buffer.scope == "shared" and n.src.buffer.scope == "global"}
+    stage_bytes = sum(buffer_bytes(buf) for buf in loaded.values())
+    if (stages - 1) * stage_bytes > shared_limit:
+        raise CompileError(f"T.Pipelined with {stages} stages: {stages - 1} copies of the loop's shared tiles "
+                           f"({stage_bytes} bytes each) need more than the {shared_limit} bytes of shared memory "
+                           f"available; use fewer stages", loop.loc)
+
+
+def plan_loop(loop: ir.For, bindings: dict = None, shared_limit: Optional[int] = None):
     """The planned loop, preceded by the Allocs hoisted out of its body; `bindings`: the
-    function's `Let` values (`ir.bounds.let_bindings`), which may bound its trip count."""
+    function's `Let` values (`ir.bounds.let_bindings`), which may bound its trip count;
+    `shared_limit`: the target's shared memory, which its stages must leave room in
+    (`check_stages_fit`)."""
     manual = loop.order is not None or loop.stage is not None
     if loop.kind != "pipelined" or loop.schedule is not None or (loop.num_stages < 1 and not manual):
         return loop
@@ -278,6 +297,7 @@ def plan_loop(loop: ir.For, bindings: dict = None):
         depth = loop.num_stages if trips is None else min(loop.num_stages, max(trips, 1))
         last = max(depth, 1) - 1
         stages = [0 if is_producer(split_unit(u).core) else last for u in units]
+    check_stages_fit(loop, max(stages) + 1, shared_limit)
     orders = [int(o) for o in loop.order] if loop.order is not None else list(range(n))
     if sorted(orders) != list(range(n)):
         raise CompileError(f"T.Pipelined order= must be a permutation of 0..{n - 1}, got {orders}", loop.loc)
@@ -288,12 +308,12 @@ def plan_loop(loop: ir.For, bindings: dict = None):
 
 
 class _Planner(Transformer):
-    def __init__(self, bindings: dict):
-        self.bindings = bindings
+    def __init__(self, bindings: dict, shared_limit: Optional[int]):
+        self.bindings, self.shared_limit = bindings, shared_limit
 
     def visit_For(self, loop):
-        return plan_loop(loop, self.bindings)
+        return plan_loop(loop, self.bindings, self.shared_limit)
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    return _Planner(let_bindings(func)).transform(func)
+    return _Planner(let_bindings(func), getattr(target, "shared_memory_limit", None)).transform(func)

@@ -20,6 +20,8 @@ from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded_shape
+from tritile.ir.bounds import let_bindings, max_trip_count
+from tritile.lowering.pipeline_planning import check_stages_fit
 
 # ======================================================================================
 # expressions
@@ -336,14 +338,21 @@ def lower_if(em: Emitter, s: ir.If):
         em.depth -= 1
 
 
-def pipeline_stages(s: ir.For) -> int:
+def pipeline_stages(em: Emitter, s: ir.For) -> int:
     """The stages a `T.Pipelined` loop asks Triton's pipeliner for: `num_stages`, or one more
-    than the largest stage of a manual `stage=` schedule; 0 for other loops."""
+    than the largest stage of a manual `stage=` schedule; 0 for other loops.  At most the loop's
+    largest trip count where it has one, as the Gluon backend's planner caps them
+    (`pipeline_planning`): Triton's pipeliner spent minutes on `num_stages=4096` over four
+    iterations (a mutated attention backward); and stages that leave no room in shared memory
+    are a CompileError at the loop before Triton is asked (`check_stages_fit`)."""
     if s.kind != "pipelined":
         return 0
-    if s.num_stages:
-        return s.num_stages
-    return max(s.stage) + 1 if s.stage else 0
+    stages = s.num_stages or (max(s.stage) + 1 if s.stage else 0)
+    trips = max_trip_count(s, let_bindings(em.func))
+    if trips is not None:
+        stages = min(stages, max(1, trips))
+    check_stages_fit(s, stages, em.target.shared_memory_limit)
+    return stages
 
 
 def lower_for(em: Emitter, s: ir.For):
@@ -351,7 +360,7 @@ def lower_for(em: Emitter, s: ir.For):
         raise unsupported("a loop inside T.Parallel", s.loc)
     start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
     bounds = f"{start}, {stop}" + ("" if static_int(s.step) == 1 else f", {step}")
-    stages = pipeline_stages(s)
+    stages = pipeline_stages(em, s)
     if stages:
         rng = f"tl.range({bounds}, num_stages={stages})"
     elif s.kind == "unroll" and None not in (static_int(s.start), static_int(s.stop), static_int(s.step)):
