@@ -291,9 +291,17 @@ def test_shared_memory_budget_attrs():
 
 
 def test_shared_memory_budget_error_names_buffers():
-    program = gemm_program([LoopSpec(4, 4)], tiles=(256, 256, 64))
+    program = gemm_program([LoopSpec(2, 4)], tiles=(256, 256, 128))
     with pytest.raises(CompileError, match=r"A_shared 131072 B.*B_shared 131072 B"):
         run_passes(program.func, Target("cuda", 80), stop_after="shared_memory_budget")
+
+
+def test_stages_no_shared_memory_holds_are_refused_when_planned():
+    """Three copies ahead of 64 KB stages exceed sm_80's shared memory before any version is made."""
+    program = gemm_program([LoopSpec(4, 4)], tiles=(256, 256, 64))
+    with pytest.raises(CompileError, match=r"4 stages: 3 copies of the shared tiles it loads \(A_shared 32768 B, "
+                                           r"B_shared 32768 B\) need 196608 bytes"):
+        run_passes(program.func, Target("cuda", 80), stop_after="pipeline_planning")
 
 
 # ------------------------------------------------------------------------------ deferred accumulation

@@ -31,6 +31,9 @@ Guarantees
   breaks one - a bad manual plan, or a body that reads a shared tile and then overwrites it
   (TileLang #2668) - is a `CompileError` quoting the loop's location; it is never lowered
   into wrong code.
+* A loop whose stages no shared memory holds (`stages - 1` copies of the tiles it loads
+  already over the target's) is a `CompileError` at the loop, before pipeline injection
+  unrolls its prologue (`check_stages_fit`).
 
 The unit helpers (`split_unit`, `rebuild_unit`, `lets_needed`, `is_producer`, `accesses`, `loop_depth`) are
 the vocabulary the later pipeline passes share.
@@ -264,11 +267,13 @@ def check_stages_fit(loop: ir.For, stages: int, shared_limit: Optional[int]) -> 
         return
     loaded = {id(n.dst.buffer): n.dst.buffer for n in walk(loop.body)
               if isinstance(n, ir.Copy) and n.dst.buffer.scope == "shared" and n.src.buffer.scope == "global"}
-    stage_bytes = sum(buffer_bytes(buf) for buf in loaded.values())
-    if (stages - 1) * stage_bytes > shared_limit:
-        raise CompileError(f"T.Pipelined with {stages} stages: {stages - 1} copies of the loop's shared tiles "
-                           f"({stage_bytes} bytes each) need more than the {shared_limit} bytes of shared memory "
-                           f"available; use fewer stages", loop.loc)
+    sizes = {buf.name: buffer_bytes(buf) for buf in loaded.values()}
+    if (stages - 1) * sum(sizes.values()) > shared_limit:
+        tiles = ", ".join(f"{name} {size} B" for name, size in sizes.items())
+        raise CompileError(f"T.Pipelined with {stages} stages: {stages - 1} copies of the shared tiles it loads "
+                           f"({tiles}) need {(stages - 1) * sum(sizes.values())} bytes, more than the "
+                           f"{shared_limit} bytes of shared memory available; use smaller tiles or fewer stages",
+                           loop.loc)
 
 
 def plan_loop(loop: ir.For, bindings: dict = None, shared_limit: Optional[int] = None):
