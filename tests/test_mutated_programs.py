@@ -364,6 +364,23 @@ def test_stages_shared_memory_cannot_hold_are_refused_at_the_loop(backend, tmp_p
     assert "T.Pipelined(T.ceildiv(K, 32), num_stages=4096)" in message
 
 
+@pytest.mark.parametrize("backend", ["gluon", "cpu"])
+def test_two_copies_of_one_iteration_into_one_tile_are_refused_when_pipelined(backend, tmp_path):
+    """Mutant 54 of the runtime-dim kernels' seed 3100 (B's tile copied into A_shared after A's):
+    pipelined, both became async copies in flight at once, landing in either order - the
+    interpreter's hazard check stopped it, the Gluon kernel would have raced.  Refused at the
+    loop; the triton backend, whose loads are values in program order, computes it."""
+    src = DYNAMIC_BASES["gemm_dynamic"].replace("T.copy(B[k * 32, bx * 64], B_shared)",
+                                                "T.copy(B[k * 32, bx * 64], A_shared)")
+    make = load(src, str(tmp_path / "two_copies.py"))
+    target = "cpu" if backend == "cpu" else "cuda:90"
+    with pytest.raises(tritile.CompileError) as info:
+        tritile.compile(make(), target=target, backend="auto" if backend == "cpu" else backend).get_source("tile")
+    message = str(info.value)
+    assert "two_copies.py:14" in message and "both copy into A_shared in one iteration" in message
+    assert "(Copy at line 15) and 1 (Copy at line 16)" in message
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

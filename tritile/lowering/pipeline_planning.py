@@ -30,7 +30,8 @@ Guarantees
   program order runs after it (lower stage, or same stage and lower order).  A schedule that
   breaks one - a bad manual plan, or a body that reads a shared tile and then overwrites it
   (TileLang #2668) - is a `CompileError` quoting the loop's location; it is never lowered
-  into wrong code.
+  into wrong code.  So are two global->shared copies of one iteration into overlapping tiles:
+  pipelined, both are in flight at once.
 * A loop whose stages no shared memory holds (`stages - 1` copies of the tiles it loads
   already over the target's) is a `CompileError` at the loop, before pipeline injection
   unrolls its prologue (`check_stages_fit`).
@@ -240,22 +241,31 @@ def _describe(unit: ir.Stmt) -> str:
 
 def check_dependencies(loop: ir.For, units: list, stages: list, orders: list, manual: bool):
     """Raise CompileError when the schedule runs a statement before one it depends on within
-    the same iteration."""
+    the same iteration, or two copies of one iteration into overlapping shared tiles."""
     acc = [accesses(u) for u in units]
-    for j in range(len(units)):
-        for k in range(j + 1, len(units)):
-            shared = conflicts(acc[j], acc[k])
-            if shared and (stages[k], orders[k]) <= (stages[j], orders[j]):
-                names = ", ".join(b.name for b in shared)
-                kind = "manual" if manual else f"num_stages={loop.num_stages}"
-                raise CompileError(
-                    f"T.Pipelined schedule ({kind}: stage={stages}, order={orders}) breaks a dependency: "
-                    f"statement {k} ({_describe(units[k])}) must run after statement {j} "
-                    f"({_describe(units[j])}) because both access {names}, but it is scheduled at "
-                    f"stage {stages[k]} order {orders[k]} vs stage {stages[j]} order {orders[j]}"
-                    + ("" if manual else "; a body that reads a shared tile and later overwrites it in the "
-                       "same iteration cannot be pipelined (use num_stages=0/1 or separate buffers)"),
-                    loop.loc)
+    pairs = [(j, k, conflicts(acc[j], acc[k])) for j in range(len(units)) for k in range(j + 1, len(units))]
+    for j, k, shared in pairs:
+        if shared and (stages[k], orders[k]) <= (stages[j], orders[j]):
+            names = ", ".join(b.name for b in shared)
+            kind = "manual" if manual else f"num_stages={loop.num_stages}"
+            raise CompileError(
+                f"T.Pipelined schedule ({kind}: stage={stages}, order={orders}) breaks a dependency: "
+                f"statement {k} ({_describe(units[k])}) must run after statement {j} "
+                f"({_describe(units[j])}) because both access {names}, but it is scheduled at "
+                f"stage {stages[k]} order {orders[k]} vs stage {stages[j]} order {orders[j]}"
+                + ("" if manual else "; a body that reads a shared tile and later overwrites it in the "
+                   "same iteration cannot be pipelined (use num_stages=0/1 or separate buffers)"),
+                loop.loc)
+    producers = [is_producer(split_unit(u).core) for u in units]
+    for j, k, shared in pairs:
+        if shared and producers[j] and producers[k]:
+            # async copies land in any order: the later would not reliably overwrite the earlier
+            # (a mutated GEMM loading B's tile into A_shared too; the interpreter's hazard check
+            # caught it)
+            raise CompileError(
+                f"T.Pipelined: statements {j} ({_describe(units[j])}) and {k} ({_describe(units[k])}) both "
+                f"copy into {', '.join(b.name for b in shared)} in one iteration; pipelined, they are "
+                f"asynchronous copies that land in any order (use separate buffers, or num_stages=0)", loop.loc)
 
 
 def check_stages_fit(loop: ir.For, stages: int, shared_limit: Optional[int]) -> None:
