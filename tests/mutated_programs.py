@@ -23,6 +23,7 @@ from unittest import mock
 
 import torch
 
+from tritile.interpreter import expressions as interpreter_expressions
 from tritile.interpreter import values as interpreter_values
 
 BASES = {
@@ -465,24 +466,45 @@ def interpreted(kernel, args: list):
     on copies of `args` in launch order; scalar arguments are passed as they are).  `kernel` must
     be compiled with ``target="cpu", backend="auto"``: the triton backend (``TRITILE_BACKEND=triton``
     too) runs CPU tensors through Triton's interpreter, which `TRITILE_BLOCK_ORDER` does not
-    reverse - its racing mutants would pass as defined."""
+    reverse - its racing mutants would pass as defined.  Four runs: in launch order, blocks
+    reversed, finite garbage in fresh on-chip buffers, and other quotients of integer lanes
+    divided by zero (an unspecified value, docs/semantics.md: `x / 256` of an int8 x divides by
+    the literal wrapped to 0)."""
     if kernel.backend == "triton":
         raise ValueError("interpreted() needs tritile's interpreter: compile with backend='auto'")
-    forward, backward, other_garbage = ([t.clone() if isinstance(t, torch.Tensor) else t for t in args]
-                                        for _ in range(3))
+    forward, backward, other_garbage, other_quotients = ([t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+                                                         for _ in range(4))
     kernel(*forward)
     with mock.patch.dict(os.environ, {"TRITILE_BLOCK_ORDER": "reversed"}):
         kernel(*backward)
     with mock.patch.object(interpreter_values, "allocate", _finite_garbage):
         kernel(*other_garbage)
-    tensors = [(x, y, z) for x, y, z in zip(forward, backward, other_garbage) if isinstance(x, torch.Tensor)]
-    if not all(agree(x, y) for x, y, _ in tensors):
+    with mock.patch.object(interpreter_expressions, "_int_division", _other_quotients):
+        kernel(*other_quotients)
+    runs = [(x, y, z, w) for x, y, z, w in zip(forward, backward, other_garbage, other_quotients)
+            if isinstance(x, torch.Tensor)]
+    if not all(agree(x, y) for x, y, _, _ in runs):
         return "its blocks race", forward
-    if any(x.dtype.is_floating_point and bool(x.isnan().any()) for x, _, _ in tensors):
+    if any(x.dtype.is_floating_point and bool(x.isnan().any()) for x, _, _, _ in runs):
         return "it reads memory nothing wrote", forward
-    if not all(agree(x, z) for x, _, z in tensors):  # a NaN a max swallowed: relu(unwritten + b) is 0
+    if not all(agree(x, z) for x, _, z, _ in runs):  # a NaN a max swallowed: relu(unwritten + b) is 0
         return "it reads memory nothing wrote", forward
+    if not all(agree(x, w) for x, _, _, w in runs):
+        return "it divides integers by zero", forward
     return None, forward
+
+
+_int_division = interpreter_expressions._int_division
+
+
+def _other_quotients(a, b, rounding_mode):
+    """`expressions._int_division` with other results where a lane divides by zero: quotient 0
+    (what numpy and Triton's interpreter give; 1 where a is 0: never a), remainder 1."""
+    quotient, remainder = _int_division(a, b, rounding_mode)
+    zero = torch.as_tensor(b) == 0
+    other = (torch.as_tensor(a) == 0).to(quotient.dtype)
+    quotient = torch.where(zero, other, quotient)
+    return quotient, torch.where(zero, torch.ones((), dtype=remainder.dtype), remainder)
 
 
 def _finite_garbage(shape: tuple, dtype) -> torch.Tensor:

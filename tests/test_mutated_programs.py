@@ -105,6 +105,34 @@ def test_integers_agree_but_for_a_few_elements_one_off():
     assert agree(flags, flags.clone()) and not agree(flipped, flags)
 
 
+def _lanes_divided(selected: bool):
+    @T.prim_func
+    def kernel(A: T.Tensor((64,), T.int32), B: T.Tensor((64,), T.int32), C: T.Tensor((64,), T.int32)):
+        with T.Kernel(1, threads=128) as bx:
+            for i in T.Parallel(64):
+                if selected:
+                    C[i] = T.if_then_else(B[i] != 0, A[i] // B[i], 7)
+                else:
+                    C[i] = A[i] // B[i]
+
+    return kernel
+
+
+@pytest.mark.parametrize("selected", [False, True])
+def test_a_result_of_lanes_divided_by_zero_is_undefined_unless_discarded(selected):
+    """Seed 3111's mutant 24 on the H100 (an int8 `s / 256`: the literal takes int8, wraps to 0):
+    a lane's quotient by zero is unspecified, so a result that depends on it is no reference."""
+    kernel = tritile.compile(_lanes_divided(selected), target="cpu", backend="auto")
+    a = torch.randint(-50, 50, (64,), generator=torch.Generator().manual_seed(3))
+    b = torch.randint(-3, 3, (64,), generator=torch.Generator().manual_seed(4)).int()
+    b[::4] = 0
+    undefined, out = interpreted(kernel, [a.int(), b, torch.zeros(64, dtype=torch.int32)])
+    assert undefined == (None if selected else "it divides integers by zero")
+    if selected:
+        expected = torch.where(b != 0, torch.div(a, torch.where(b != 0, b, 1), rounding_mode="floor"), 7)
+        assert torch.equal(out[2], expected.int())
+
+
 # ---------------------------------------------------------------------------- what they found
 
 
