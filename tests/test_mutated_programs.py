@@ -409,6 +409,35 @@ def test_two_copies_of_one_iteration_into_one_tile_are_refused_when_pipelined(ba
     assert "(Copy at line 15) and 1 (Copy at line 16)" in message
 
 
+def _rows_summed(rows: int):
+    @T.prim_func
+    def kernel(A: T.Tensor((rows, 64), T.float32), S: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_fragment((64,), T.float32)
+            T.clear(acc)
+            for r in T.unroll(rows):
+                for i in T.Parallel(64):
+                    acc[i] += A[r, i]
+            T.copy(acc, S)
+
+    return kernel
+
+
+@pytest.mark.parametrize("rows", [8, 300])
+def test_a_long_unrolled_loop_stays_a_loop(rows, device):
+    """Mutant 214 of the library kernels' seed 3012 (decoding's combine unrolled 4096 times):
+    the Gluon compile ran for minutes; past 256 trips `T.unroll` is emitted as a loop."""
+    for backend in ("gluon", "triton"):
+        kernel = tritile.compile(_rows_summed(rows), target="cuda:90", backend=backend)
+        unrolled = "static_range(0, 8" in kernel.get_source(backend)
+        assert unrolled == (rows == 8) and (f"in range(0, {rows})" in kernel.get_source(backend)) == (rows == 300)
+    a = torch.randn(rows, 64)
+    for backend in ("auto", "triton") if device == "cpu" else ("auto",):
+        out = torch.zeros(64, device=device)
+        tritile.compile(_rows_summed(rows), backend=backend)(a.to(device), out)
+        torch.testing.assert_close(out.cpu(), a.sum(0), rtol=1e-5, atol=1e-4)
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

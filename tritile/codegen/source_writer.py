@@ -113,6 +113,21 @@ def static_int(x):
     return None
 
 
+# a `T.unroll` loop of more trips stays a loop: Triton's frontend unrolls a static_range body by
+# body, and 4096 trips of decoding's combine kept the Gluon compile going for minutes (a mutated
+# program, bench/NOTES.md session 29)
+UNROLL_LIMIT = 256
+
+
+def unrolled(s: ir.For) -> bool:
+    """Is loop `s` emitted unrolled (``static_range``): a `T.unroll` of static bounds and at most
+    `UNROLL_LIMIT` trips.  Any other loop is a loop - the same program, its variable a runtime
+    value as a `T.serial`'s."""
+    bounds = [static_int(e) for e in (s.start, s.stop, s.step)]
+    return (s.kind == "unroll" and None not in bounds and bounds[2] != 0
+            and len(range(*bounds)) <= UNROLL_LIMIT)
+
+
 def is_pow2(n) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 

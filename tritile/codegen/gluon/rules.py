@@ -17,7 +17,7 @@ from tritile.codegen.gluon import early_loads, rings, tma_reduce, warp_specializ
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)
 from tritile.codegen.semantics import Val, cast_text
-from tritile.codegen.source_writer import static_int
+from tritile.codegen.source_writer import static_int, unrolled
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
@@ -656,8 +656,8 @@ def lower_for(em: Emitter, s: ir.For):
         return _persistent_tile_loop(em, s)
     ring = em.ring_owner.get(id(s))
     start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
-    lo, hi, st = static_int(s.start), static_int(s.stop), static_int(s.step)
-    if s.kind == "unroll" and None not in (lo, hi, st):
+    st = static_int(s.step)
+    if unrolled(s):
         rng = f"gl.static_range({start}, {stop}, {step})"
     else:
         rng = f"range({start}, {stop})" if st == 1 else f"range({start}, {stop}, {step})"

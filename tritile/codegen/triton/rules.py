@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tritile.codegen import gemm_accumulators, semantics
 from tritile.codegen.semantics import Val, cast_text, dtype_text
-from tritile.codegen.source_writer import static_int
+from tritile.codegen.source_writer import static_int, unrolled
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
                                             unsupported)
 from tritile.errors import CompileError
@@ -363,7 +363,7 @@ def lower_for(em: Emitter, s: ir.For):
     stages = pipeline_stages(em, s)
     if stages:
         rng = f"tl.range({bounds}, num_stages={stages})"
-    elif s.kind == "unroll" and None not in (static_int(s.start), static_int(s.stop), static_int(s.step)):
+    elif unrolled(s):
         rng = f"tl.static_range({bounds})"
     else:
         rng = f"range({bounds})"
