@@ -341,15 +341,21 @@ def test_a_float16_accumulator_through_a_max_with_a_literal_keeps_its_type(tmp_p
     literal was float32, which Gluon refused to store into the float16 shared tile."""
     src = SCHEDULED_BASES["gemm_epilogue"].replace("C_local = T.alloc_fragment((128, 128), T.float32)",
                                                    "C_local = T.alloc_fragment((128, 128), T.float16)")
-    make = load(src, str(tmp_path / "float16_accumulator.py"))
+    _computes_as_the_interpreter(load(src, str(tmp_path / "float16_accumulator.py")), 2, 3, device)
+
+
+def _computes_as_the_interpreter(make, seed: int, output: int, device: str) -> None:
+    """The kernel of `make` compiles for sm_90 on the Gluon backend, its result on fresh random
+    inputs (`seed`) is defined, and parameter `output` after a run on `device` is the
+    interpreter's."""
+    assert ".entry" in tritile.compile(make(), target="cuda:90", backend="gluon").get_source("ptx")
     reference = tritile.compile(make(), target="cpu", backend="auto")
-    args = random_arguments(reference.func, torch.Generator().manual_seed(2))
+    args = random_arguments(reference.func, torch.Generator().manual_seed(seed))
     undefined, expected = interpreted(reference, args)
     assert undefined is None
     actual = [t.to(device) for t in args]
     tritile.compile(make())(*actual)
-    assert agree(actual[3], expected[3])
-    assert ".entry" in tritile.compile(make(), target="cuda:90", backend="gluon").get_source("ptx")
+    assert agree(actual[output], expected[output])
 
 
 def test_one_element_converted_to_fp8_compiles_and_rounds(tmp_path, device):
@@ -358,15 +364,7 @@ def test_one_element_converted_to_fp8_compiles_and_rounds(tmp_path, device):
     refused the one-element tensor and the scalar of its max at parse time."""
     src = LIBRARY_BASES["decode_combine"].replace("weight_sum = T.alloc_fragment((1,), T.float32)",
                                                   "weight_sum = T.alloc_fragment((1,), T.float8_e4m3)")
-    make = load(src, str(tmp_path / "fp8_weight_sum.py"))
-    assert ".entry" in tritile.compile(make(), target="cuda:90", backend="gluon").get_source("ptx")
-    reference = tritile.compile(make(), target="cpu", backend="auto")
-    args = random_arguments(reference.func, torch.Generator().manual_seed(165))
-    undefined, expected = interpreted(reference, args)
-    assert undefined is None
-    actual = [t.to(device) for t in args]
-    tritile.compile(make())(*actual)
-    assert agree(actual[2], expected[2])
+    _computes_as_the_interpreter(load(src, str(tmp_path / "fp8_weight_sum.py")), 165, 2, device)
 
 
 def test_stages_past_the_trip_count_are_capped_on_the_triton_backend(tmp_path):
