@@ -1,7 +1,7 @@
 """Replay mutated T programs on the GPU against the interpreter.
 
     python bench/mutant_replay.py [--count 800] [--seed 2030] [--start 0] [--stop N] [--workers 16]
-                                  [--bases first|scheduled|library|dynamic] [--out bench/results/mutant_replay_h100.json]
+                                  [--bases first|scheduled|library|dynamic|fp8] [--out bench/results/mutant_replay_h100.json]
                                   [--fp-fusion]
 
 The list is `tests/mutated_programs.mutants(seed, count)`: five base kernels (a pipelined GEMM, a
@@ -10,7 +10,7 @@ changed each; `--bases scheduled` draws from the two scheduled ones instead (a w
 persistent GEMM with a fused epilogue, a split-K GEMM by TMA reduces), `--bases library` from the
 library's attention kernels (the FlashAttention backward, GQA decoding's split and combine),
 `--bases dynamic` from two kernels of runtime dims (a GEMM, an RMS norm; run at
-`mutated_programs.DYNAMIC_SIZES`).  Worker processes (spawned) compile every mutant for the GPU first (tritile's and
+`mutated_programs.DYNAMIC_SIZES`), `--bases fp8` from the FP8 GEMM with promoted partial sums.  Worker processes (spawned) compile every mutant for the GPU first (tritile's and
 Triton's caches); the main process then takes each one that compiles, runs it on the reference
 interpreter in launch order and reversed (`mutated_programs.interpreted`: a mutant whose blocks
 race or that reads memory nothing wrote has no defined result and is skipped) and on the GPU on
@@ -52,7 +52,8 @@ def _bases(name: str) -> dict:
     import mutated_programs
 
     return {"first": mutated_programs.BASES, "scheduled": mutated_programs.SCHEDULED_BASES,
-            "library": mutated_programs.LIBRARY_BASES, "dynamic": mutated_programs.DYNAMIC_BASES}[name]
+            "library": mutated_programs.LIBRARY_BASES, "dynamic": mutated_programs.DYNAMIC_BASES,
+            "fp8": mutated_programs.FP8_BASES}[name]
 
 
 def _warm(args) -> int:
@@ -79,9 +80,10 @@ def main():
     parser.add_argument("--stop", type=int, default=None, help="the mutant to stop before (default: all)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "mutant_replay_h100.json"))
-    parser.add_argument("--bases", choices=("first", "scheduled", "library", "dynamic"), default="first",
-                        help="the five first base kernels, the scheduled ones, the library's or those of "
-                             "runtime dims (mutated_programs.SCHEDULED_BASES, LIBRARY_BASES, DYNAMIC_BASES)")
+    parser.add_argument("--bases", choices=("first", "scheduled", "library", "dynamic", "fp8"), default="first",
+                        help="the five first base kernels, the scheduled ones, the library's, those of runtime "
+                             "dims or the FP8 GEMM (mutated_programs.SCHEDULED_BASES, LIBRARY_BASES, "
+                             "DYNAMIC_BASES, FP8_BASES)")
     parser.add_argument("--fp-fusion", action="store_true", help="let Triton contract a * b + c (the default of kernels)")
     args = parser.parse_args()
     os.environ["TRITILE_FP_FUSION"] = "on" if args.fp_fusion else "off"  # the spawned workers inherit it

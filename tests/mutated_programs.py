@@ -2,16 +2,17 @@
 kernels (a pipelined GEMM, a row softmax, a transposing copy, a FlashAttention loop, a column sum
 by atomics), two more scheduled ones (`SCHEDULED_BASES`: a warp-specialized persistent GEMM
 with a fused epilogue, a split-K GEMM), the library's attention kernels (`LIBRARY_BASES`: the
-FlashAttention backward, GQA decoding's split and combine) and two of runtime dims
-(`DYNAMIC_BASES`: a GEMM, an RMS norm), each mutant one of them with one line of its kernel
-changed - a number, a buffer, a dtype, a flag, two arguments swapped, the line removed (`mutate`; `mutants(seed, count)` a seeded list of distinct ones).
+FlashAttention backward, GQA decoding's split and combine), two of runtime dims
+(`DYNAMIC_BASES`: a GEMM, an RMS norm) and an FP8 GEMM (`FP8_BASES`), each mutant one of them
+with one line of its kernel changed - a number, a buffer, a dtype, a flag, two arguments
+swapped, the line removed (`mutate`; `mutants(seed, count)` a seeded list of distinct ones).
 
 A mutant is a program, not necessarily a meaningful one: where it compiles, `interpreted` runs
-it on the reference interpreter twice (blocks in launch order and reversed,
-TRITILE_BLOCK_ORDER) and says whether its result is defined - not when its blocks race or it
-reads memory nothing wrote (the interpreter's fresh on-chip buffers hold NaN; and a third run
-with finite garbage there, which a max or min cannot swallow) - so that a backend's result can be
-held to it (`agree`).
+it on the reference interpreter (blocks in launch order and reversed, TRITILE_BLOCK_ORDER) and
+says whether its result is defined - not when its blocks race, when it reads memory nothing
+wrote (the interpreter's fresh on-chip buffers hold NaN; and a run with finite garbage there,
+which a max or min cannot swallow) or when it depends on integer lanes divided by zero (a run
+with other quotients) - so that a backend's result can be held to it (`agree`).
 """
 from __future__ import annotations
 
@@ -376,6 +377,39 @@ def make():
 ''',
 }
 DYNAMIC_SIZES = {"m": 200, "n": 144, "k": 80}
+# the FP8 GEMM of examples/gemm_fp8.py (wgmma of fp8 operands, B K-major, the partial sums
+# promoted to float32 every two k-steps, a swizzled tile order), a list of its own again
+# (`FP8_BASES`)
+FP8_BASES = {
+    "gemm_fp8": '''
+import tritile.language as T
+
+def make():
+    @T.prim_func
+    def kernel(A: T.Tensor((256, 512), T.float8_e4m3), B: T.Tensor((256, 512), T.float8_e4m3),
+               Scales: T.Tensor((2,), T.float32), C: T.Tensor((256, 256), T.float16)):
+        with T.Kernel(T.ceildiv(256, 128), T.ceildiv(256, 128), threads=256) as (bx, by):
+            A_shared = T.alloc_shared((128, 128), T.float8_e4m3)
+            B_shared = T.alloc_shared((128, 128), T.float8_e4m3)
+            partial_local = T.alloc_fragment((128, 128), T.float32)
+            total_local = T.alloc_fragment((128, 128), T.float32)
+            T.use_swizzle(panel_size=2)
+            T.clear(partial_local)
+            T.clear(total_local)
+            for k in T.Pipelined(T.ceildiv(512, 128), num_stages=3):
+                T.copy(A[by * 128, k * 128], A_shared)
+                T.copy(B[bx * 128, k * 128], B_shared)
+                T.gemm(A_shared, B_shared, partial_local, transpose_B=True)
+                if (k + 1) % 2 == 0:
+                    for i, j in T.Parallel(128, 128):
+                        total_local[i, j] += partial_local[i, j]
+                    T.clear(partial_local)
+            for i, j in T.Parallel(128, 128):
+                total_local[i, j] = (total_local[i, j] + partial_local[i, j]) * (Scales[0] * Scales[1])
+            T.copy(total_local, C[by * 128, bx * 128])
+    return kernel
+''',
+}
 DTYPES = ["T.float16", "T.float32", "T.bfloat16", "T.int8", "T.int32", "T.float8_e4m3", "T.float64", "T.bool"]
 NUMBERS = ["0", "1", "2", "3", "7", "16", "17", "33", "48", "100", "1000", "-1", "-16", "4096"]
 MUTATIONS = ["number", "number", "name", "name", "dtype", "delete", "swap", "flag"]
