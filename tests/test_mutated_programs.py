@@ -448,6 +448,23 @@ def test_a_long_unrolled_loop_stays_a_loop(rows, device):
         torch.testing.assert_close(out.cpu(), a.sum(0), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("divisor, wrapped", [("(k + 1) % 0", ""), ("(k + 1) // 256", ""),
+                                              ("T.int8(k) % 256", " (256 as int8 is 0)")])
+def test_a_constant_zero_divisor_is_refused_at_its_line(divisor, wrapped, tmp_path):
+    """Mutant 16 of the FP8 kernels' seed 3200 (the promotion's `(k + 1) % 2` made `% 0`): Triton's
+    LLVM lowering failed on both backends; and seed 3111's #24 divided an int8 by 256, a literal
+    that takes int8 and wraps to 0.  A quotient by the constant 0 is unspecified in every lane."""
+    src = FP8_BASES["gemm_fp8"].replace("(k + 1) % 2", divisor)
+    if not wrapped and "256" in divisor:  # an int32 `// 256` is a plain division
+        assert ".entry" in tritile.compile(load(src, str(tmp_path / "by_256.py"))(), target="cuda:90",
+                                           backend="gluon").get_source("ptx")
+        return
+    with pytest.raises(tritile.CompileError) as info:
+        load(src, str(tmp_path / "by_zero.py"))()
+    message = str(info.value)
+    assert "by_zero.py:20: integer division by zero" in message and message.split("\n")[0].endswith(wrapped or "% 0")
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

@@ -120,6 +120,13 @@ def binary(op: str, lhs, rhs, loc=None):
         return ir.BinOp(op, a, b, bool_)
     dtype = promote(a.dtype, b.dtype)
     a, b = cast(a, dtype), cast(b, dtype)
+    if (op in ("/", "//", "%") and not dtype.is_float and isinstance(b, ir.Const)
+            and round_scalar(b.value, dtype) == 0):
+        # an unspecified value in every lane (docs/semantics.md), and Triton's LLVM lowering
+        # failed on `x % 0` (a mutated FP8 GEMM's promotion test); a literal takes the other
+        # operand's type, so an int8 `x / 256` divides by 0 as well (a mutated RMS norm)
+        wrapped = "" if b.value == 0 else f" ({b.value!r} as {dtype.name} is 0)"
+        raise CompileError(f"integer division by zero: {op} {b.value!r}{wrapped}", loc)
     return ir.BinOp(op, a, b, bool_ if op in ir.COMPARISONS else dtype)
 
 
