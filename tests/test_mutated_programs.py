@@ -465,6 +465,16 @@ def test_a_constant_zero_divisor_is_refused_at_its_line(divisor, wrapped, tmp_pa
     assert "by_zero.py:20: integer division by zero" in message and message.split("\n")[0].endswith(wrapped or "% 0")
 
 
+@pytest.mark.parametrize("panel_size", [0, -1])
+def test_a_panel_of_no_rows_is_refused_at_its_line(panel_size, tmp_path):
+    """Mutant 69 of the FP8 kernels' seed 3200 (`T.use_swizzle(panel_size=-1)`): the triton
+    backend computed another tile order than the interpreter - the result differed."""
+    src = FP8_BASES["gemm_fp8"].replace("panel_size=2", f"panel_size={panel_size}")
+    with pytest.raises(tritile.CompileError) as info:
+        load(src, str(tmp_path / "panel.py"))()
+    assert f"panel.py:13: T.use_swizzle panel_size must be at least 1, got {panel_size}" in str(info.value)
+
+
 def _bool_tile():
     @T.prim_func
     def kernel(A: T.Tensor((32, 32), T.float16), B: T.Tensor((32, 32), T.float16)):

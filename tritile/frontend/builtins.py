@@ -592,7 +592,10 @@ def use_swizzle(p, a, loc):
     if order not in ("row", "column", "col", "mlx"):
         raise CompileError(f"T.use_swizzle order must be 'row' or 'column', got {order!r}", loc)
     if _bool(a["enable"], "enable", loc):
-        p.swizzle = (_int(a["panel_size"], "panel_size", loc), order)
+        panel_size = _int(a["panel_size"], "panel_size", loc)
+        if panel_size < 1:  # the backends and the interpreter each ordered the tiles their own way
+            raise CompileError(f"T.use_swizzle panel_size must be at least 1, got {panel_size}", loc)
+        p.swizzle = (panel_size, order)
 
 
 def annotate_layout(p, a, loc):
