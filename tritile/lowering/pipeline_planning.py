@@ -268,6 +268,16 @@ def check_dependencies(loop: ir.For, units: list, stages: list, orders: list, ma
                 f"asynchronous copies that land in any order (use separate buffers, or num_stages=0)", loop.loc)
 
 
+def capped_stages(loop: ir.For, stages: int, bindings: dict = None) -> int:
+    """`stages` capped by `loop`'s largest trip count (`ir.bounds.max_trip_count`; one at least)
+    where it has one: a loop of at most n iterations gains nothing from more than n stages (the
+    extra prologue steps are all guarded off).  Triton's LLVM lowering asserted on such
+    prologues (causal attention whose key loop is shorter than its stages), and its pipeliner
+    spent minutes on `num_stages=4096` over four iterations (a mutated attention backward)."""
+    trips = max_trip_count(loop, bindings)
+    return stages if trips is None else min(stages, max(trips, 1))
+
+
 def check_stages_fit(loop: ir.For, stages: int, shared_limit: Optional[int]) -> None:
     """A CompileError at `loop` where `stages` - 1 copies of the shared tiles its body loads
     from global memory (the loads a pipeline keeps ahead) already exceed `shared_limit` bytes:
@@ -305,12 +315,7 @@ def plan_loop(loop: ir.For, bindings: dict = None, shared_limit: Optional[int] =
         if any(s < 0 for s in stages):
             raise CompileError(f"T.Pipelined stage= entries must be >= 0, got {stages}", loop.loc)
     else:
-        # a loop of at most n iterations gains nothing from more than n stages (the extra
-        # prologue steps are all guarded off); Triton's LLVM lowering also asserted on such
-        # prologues (causal attention whose key loop is shorter than its stages)
-        trips = max_trip_count(loop, bindings)
-        depth = loop.num_stages if trips is None else min(loop.num_stages, max(trips, 1))
-        last = max(depth, 1) - 1
+        last = max(capped_stages(loop, loop.num_stages, bindings), 1) - 1
         stages = [0 if is_producer(split_unit(u).core) else last for u in units]
     check_stages_fit(loop, max(stages) + 1, shared_limit)
     orders = [int(o) for o in loop.order] if loop.order is not None else list(range(n))

@@ -20,8 +20,8 @@ from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded_shape
-from tritile.ir.bounds import let_bindings, max_trip_count
-from tritile.lowering.pipeline_planning import check_stages_fit
+from tritile.ir.bounds import let_bindings
+from tritile.lowering.pipeline_planning import capped_stages, check_stages_fit
 
 # ======================================================================================
 # expressions
@@ -340,17 +340,13 @@ def lower_if(em: Emitter, s: ir.If):
 
 def pipeline_stages(em: Emitter, s: ir.For) -> int:
     """The stages a `T.Pipelined` loop asks Triton's pipeliner for: `num_stages`, or one more
-    than the largest stage of a manual `stage=` schedule; 0 for other loops.  At most the loop's
-    largest trip count where it has one, as the Gluon backend's planner caps them
-    (`pipeline_planning`): Triton's pipeliner spent minutes on `num_stages=4096` over four
-    iterations (a mutated attention backward); and stages that leave no room in shared memory
-    are a CompileError at the loop before Triton is asked (`check_stages_fit`)."""
+    than the largest stage of a manual `stage=` schedule; 0 for other loops.  Capped by the
+    loop's trip count as the Gluon backend's planner caps its stages (`capped_stages`), and
+    stages that leave no room in shared memory are a CompileError at the loop before Triton is
+    asked (`check_stages_fit`)."""
     if s.kind != "pipelined":
         return 0
-    stages = s.num_stages or (max(s.stage) + 1 if s.stage else 0)
-    trips = max_trip_count(s, let_bindings(em.func))
-    if trips is not None:
-        stages = min(stages, max(1, trips))
+    stages = capped_stages(s, s.num_stages or (max(s.stage) + 1 if s.stage else 0), let_bindings(em.func))
     check_stages_fit(s, stages, em.target.shared_memory_limit)
     return stages
 
