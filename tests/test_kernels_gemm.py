@@ -96,6 +96,16 @@ def test_gemm_register_operand(trans_A, trans_B, operand, num_stages, device, as
     assert_close(kernel(a, b), gemm_reference(a, b, trans_A, trans_B, torch.float16))
 
 
+def test_gemm_fp32_register_operand_of_a_wide_k(device, assert_close):
+    """A float32 register A of 128 K columns feeds CUDA-core FMAs (no tensor-core dtype): held in
+    the FMA operand layout it would copy its rows into every thread (1024 registers each), so it
+    keeps a blocked layout and is converted at the gemm (seed 3201 #221 compiled for minutes)."""
+    M, N, K = 128, 128, 256
+    kernel = matmul(M, N, K, 64, 64, 128, False, False, "float32", "float32", "float32", 2, register_operand="A")
+    a, b = make_operands(M, N, K, False, False, torch.float32, device)
+    assert_close(kernel(a, b), gemm_reference(a, b, False, False, torch.float32))
+
+
 @tritile.jit(out_idx=[-1])
 def matmul_dynamic(block_M, block_N, block_K, num_stages):
     M, N, K = T.dynamic("m, n, k")

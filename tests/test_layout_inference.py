@@ -169,6 +169,23 @@ def test_register_b_operand_takes_mma_sync(target, trans_b):
     assert isel.gemm_engine(gemm, target, 4) == "mma_v2"  # wgmma reads B from shared only
 
 
+@TARGETS
+@pytest.mark.parametrize("block_K, home", [(8, True), (128, False)])
+def test_fma_register_operand_is_its_home_layout_only_while_small(target, block_K, home):
+    """An FMA dot operand layout gives each thread the whole K extent of its rows: 8 rows a
+    thread here, 64 registers at K = 8 (kept: no conversion a k-step), 1024 at K = 128
+    (converted at the gemm: held across the loop, ptxas spent minutes on such a tile)."""
+    from test_kernels_gemm import matmul
+
+    func = frontend_ir(matmul(128, 128, 256, 64, 64, block_K, False, False, "float32", "float32", "float32", 2,
+                              register_operand="A"))
+    got = layouts_by_name(infer(func, target))["A_local"]
+    assert isinstance(got, lay.DotOperandLayout) == home
+    if not home:
+        assert isinstance(got, lay.BlockedLayout)
+        assert re.search(r"gl\.dot_fma\(gl\.convert_layout\(A_local, layout\d+\)", gluon_source(func, target))
+
+
 def test_fma_gemm_computes_in_the_accumulator_dtype():
     # K = 8 fp16: too short for mma.sync / wgmma, so the FMA engine with fp16 operands
     src = gluon_source(pipelined_gemm(M=64, N=64, K=64, BM=64, BN=64, BK=8, S=2), A100)

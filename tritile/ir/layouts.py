@@ -246,5 +246,19 @@ def dot_operand(index: int, parent, bitwidth: int) -> DotOperandLayout:
     return DotOperandLayout(index, parent, max(1, 32 // bitwidth))
 
 
+def fma_operand_elements_per_thread(operand: DotOperandLayout, shape) -> int:
+    """Elements each thread holds of an FMA dot operand of `shape` ((M, K) for A, (K, N) for
+    B) in `operand`, a DotOperandLayout of a BlockedLayout accumulator: every thread keeps
+    the whole K extent of each of its accumulator's rows (A) or columns (B), so the operand is
+    copied into every thread of the other dim - a 64x128 A on 4 warps of [1, 32] lanes is
+    2048 registers a thread."""
+    parent = operand.parent
+    dim = 0 if operand.operand_index == 0 else 1  # the accumulator dim the operand shares
+    extent = shape[0] if operand.operand_index == 0 else shape[1]
+    k = shape[1] if operand.operand_index == 0 else shape[0]
+    covered = parent.size_per_thread[dim] * parent.threads_per_warp[dim] * parent.warps_per_cta[dim]
+    return parent.size_per_thread[dim] * max(1, -(-extent // covered)) * k
+
+
 def slice_of(layout, dim: int) -> SliceLayout:
     return SliceLayout(dim, layout)

@@ -24,7 +24,8 @@ shared:   wgmma operand, TMA destination or TMA store source -> NVMMASharedLayou
           mma.sync operand -> bank-conflict-free SwizzledSharedLayout; else unswizzled.
 fragment: gemm accumulator (NVMMADistributedLayout v3 / v2, BlockedLayout for FMA) >
           register gemm operand (DotOperandLayout; not for a transposed one, which the
-          code generator permutes in registers) > derived from a decided neighbour
+          code generator permutes in registers, nor for an FMA operand that copies more than
+          `_FMA_OPERAND_HOME_REGISTERS` registers into each thread, which it converts) > derived from a decided neighbour
           (SliceLayout for reduction results and for 1-D fragments broadcast inside a
           T.Parallel over a 2-D fragment; a keep-dim reduction's (1, N) / (M, 1) result
           shares its source's BlockedLayout) > coalesced BlockedLayout.
@@ -110,7 +111,8 @@ def _decide_fragments(func, target, num_warps, fragments, decided):
             # its stored (K, M) / (N, K) tile has no operand layout of its own
             if op.buffer.scope == "fragment" and not (node.transpose_a, node.transpose_b)[index]:
                 dot = isel.operand_layout(node, index, target, num_warps)
-                strong.setdefault(op.buffer, set()).add((_DOT_OPERAND, str(dot), dot))
+                if _fits_as_home(dot, op.buffer):
+                    strong.setdefault(op.buffer, set()).add((_DOT_OPERAND, str(dot), dot))
     for buf in fragments:
         if buf not in decided and buf in strong:
             decided[buf] = min(strong[buf], key=lambda r: r[:2])[2]
@@ -135,6 +137,20 @@ def _decide_fragments(func, target, num_warps, fragments, decided):
             bits = min(b.dtype.bits for b in pending if list(b.shape) == list(first.shape))
             decided[first] = lay.blocked_for(padded_shape(first.shape), max(bits, 16), num_warps)
             pending.remove(first)
+
+
+# registers a thread an FMA dot operand may take as its buffer's own layout; past it the buffer
+# keeps a blocked layout and each gemm converts it (seed 3201 #221: a float32 64x128 fragment
+# held as FMA operand A took 2048 registers a thread across the loop, and the Gluon compile
+# ran for minutes in ptxas; converted at the gemm, Triton's own choice, it compiles in seconds)
+_FMA_OPERAND_HOME_REGISTERS = 128
+
+
+def _fits_as_home(dot, buf: ir.Buffer) -> bool:
+    if not isinstance(dot.parent, lay.BlockedLayout):  # a tensor-core operand: no copies across threads
+        return True
+    # the FMA engine computes in the 32-bit accumulator's dtype: a register an element
+    return lay.fma_operand_elements_per_thread(dot, padded_shape(buf.shape)) <= _FMA_OPERAND_HOME_REGISTERS
 
 
 def _derivation_links(func) -> dict:
