@@ -325,6 +325,51 @@ def transpose(p, a, loc):
     p.emit(ir.Parallel(lanes, tuple(dst.tile_shape), ir.Seq([store], loc=loc), loc=loc))
 
 
+def im2col(p, a, loc):
+    """TileLang's `T.im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad)`: the
+    (block_M, block_K) tile `col` of the im2col matrix of the NHWC image `img` (global, 4-D) for a
+    square `kernel` x `kernel` convolution - row ``m = nhw_step * block_M + i`` is the output pixel
+    (n, oh, ow) in row-major order, column ``k = c_step * block_K + j`` the filter tap
+    (kh, kw, c) in the order of a (KH, KW, C, F) weight: ``img[n, oh * stride + kh * dilation - pad,
+    ow * stride + kw * dilation - pad, c]``, 0 in the padding and past the last pixel or tap.
+    A `T.Parallel` over col's tile (TileLang's SIMT lowering; its TMA im2col is Hopper-only)."""
+    p.require_kernel("T.im2col", loc)
+    img, col = a["img"], acc.region(a["col"], loc, "T.im2col col")
+    img = img.buffer if isinstance(img, acc.BufferAccess) else img
+    if not isinstance(img, ir.Buffer) or img.scope != "global" or img.ndim != 4:
+        raise CompileError(f"T.im2col: img must be a 4-D (N, H, W, C) global tensor, got {acc._describe(img)}", loc)
+    if len(col.extents) < 2 or any(e != 1 for e in col.extents[:-2]):
+        raise CompileError(f"T.im2col: col {col.buffer.name} must be a 2-D (block_M, block_K) tile, got "
+                           f"{list(col.extents)}", loc)
+    kernel, stride, dilation, pad = (_int(a[name], f"T.im2col {name}", loc)
+                                     for name in ("kernel", "stride", "dilation", "pad"))
+    if kernel < 1 or stride < 1 or dilation < 1 or pad < 0:
+        raise CompileError(f"T.im2col: kernel, stride and dilation must be positive and pad non-negative, got "
+                           f"{kernel}, {stride}, {dilation}, {pad}", loc)
+    block_m, block_k = col.extents[-2:]
+    n_dim, h_dim, w_dim, c_dim = img.shape
+
+    def b(op, x, y):
+        return exprs.binary(op, x, y, loc)
+
+    out_h, out_w = (b("+", b("//", b("+", size, 2 * pad - dilation * (kernel - 1) - 1), stride), 1)
+                    for size in (h_dim, w_dim))
+    i, j = ir.Var("i"), ir.Var("j")
+    m = b("+", b("*", p.scalar(a["nhw_step"], loc), block_m), i)  # the output pixel (n, oh, ow)
+    k = b("+", b("*", p.scalar(a["c_step"], loc), block_k), j)  # the filter tap (kh, kw, c)
+    h = b("+", b("*", b("%", b("//", m, out_w), out_h), stride), b("*", b("//", k, b("*", c_dim, kernel)), dilation))
+    w = b("+", b("*", b("%", m, out_w), stride), b("*", b("%", b("//", k, c_dim), kernel), dilation))
+    h, w = b("-", h, pad), b("-", w, pad)
+    inside = b("and", b("and", b("<", m, b("*", n_dim, b("*", out_h, out_w))), b("<", k, b("*", c_dim, kernel * kernel))),
+               b("and", b("and", b(">=", h, 0), b("<", h, h_dim)), b("and", b(">=", w, 0), b("<", w, w_dim))))
+    value = exprs.select(inside, ir.Load(img, (b("//", m, b("*", out_h, out_w)), h, w, b("%", k, c_dim)), img.dtype),
+                         exprs.make_const(0, img.dtype), loc)
+    at = tuple(col.starts[:-2]) + tuple(lane if isinstance(start, ir.Const) and start.value == 0 else b("+", start, lane)
+                                        for start, lane in zip(col.starts[-2:], (i, j)))
+    store = ir.Store(col.buffer, at, exprs.cast(value, col.buffer.dtype, loc), loc=loc)
+    p.emit(ir.Parallel((i, j), (block_m, block_k), ir.Seq([store], loc=loc), loc=loc))
+
+
 _POLICY_BY_INT = {0: "Square", 1: "FullRow", 2: "FullCol"}
 
 
@@ -907,7 +952,7 @@ HANDLERS = {
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
     "reshape": views.reshape, "view": views.view,
-    "copy": copy, "transpose": transpose, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "copy": copy, "transpose": transpose, "im2col": im2col, "c2d_im2col": im2col, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "atomic_load": atomic_load, "atomic_store": atomic_store,

@@ -314,6 +314,17 @@ def transpose(src, dst, annotations=None):
 
 
 @_tile_op
+def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """The (block_M, block_K) tile (`nhw_step`, `c_step`) of the im2col matrix of the NHWC
+    image `img` for a square `kernel` convolution (tritile/frontend/builtins.py `im2col`)."""
+
+
+@_tile_op
+def c2d_im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """TileLang's deprecated name of `T.im2col`."""
+
+
+@_tile_op
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,
          clear_accum=False, k_pack=1, wg_wait=0, mbar=None, annotations=None):
     pass
