@@ -400,14 +400,26 @@ def gemm(p, a, loc):
 
 def fill(p, a, loc):
     p.require_kernel("T.fill", loc)
+    if _is_var(a["buffer"]):  # a `T.alloc_var` is a buffer of one element in TileLang
+        var = a["buffer"]
+        p.emit(ir.Store(var, (ir.Const(0),), exprs.cast(p.scalar(a["value"], loc), var.dtype, loc), loc=loc))
+        return
     dst = acc.region(a["buffer"], loc, "T.fill buffer")
     _fill(p, dst, exprs.cast(p.scalar(a["value"], loc), dst.buffer.dtype, loc), loc)
 
 
 def clear(p, a, loc):
     p.require_kernel("T.clear", loc)
+    if _is_var(a["buffer"]):
+        var = a["buffer"]
+        p.emit(ir.Store(var, (ir.Const(0),), exprs.make_const(0, var.dtype), loc=loc))
+        return
     dst = acc.region(a["buffer"], loc, "T.clear buffer")
     _fill(p, dst, exprs.make_const(0, dst.buffer.dtype), loc)
+
+
+def _is_var(value) -> bool:
+    return isinstance(value, ir.Buffer) and value.scope == "var"
 
 
 def _fill(p, dst: ir.Region, value, loc):

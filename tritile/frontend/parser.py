@@ -306,8 +306,10 @@ class Parser:
             raise CompileError(f"{name!r} is bound outside this loop/if to {type(current).__name__}; it cannot be "
                                f"rebound inside runtime control flow", loc)
         if (isinstance(value, acc.BufferAccess) and value.is_point) or (isinstance(value, ir.Buffer)
-                                                                        and value.scope == "var"):
+                                                                        and value.scope == "var"
+                                                                        and self._is_named(value)):
             value = self.scalar(value, loc)  # a snapshot of the element
+        # (a fresh `T.alloc_var` names the variable itself: `T.clear(v)`, `T.fill(v, x)` write it)
         # (a sliced subscript stays one: `X = A_shared[:M, :K]` names that region, TileLang's alias)
         if dtype is not None:
             value = exprs.cast(self.scalar(value, loc), dtype, loc)
@@ -317,6 +319,10 @@ class Parser:
             self.let_values[id(var)] = value
             value = var
         self._bind(name, value)
+
+    def _is_named(self, buf: ir.Buffer) -> bool:
+        """Whether a name is bound to `buf` (`y = x` of a var `x` is a snapshot of its value)."""
+        return any(binding.value is buf for frame in self.frames for binding in frame.values())
 
     def _promote_assigned(self, body, loc):
         """Turn scalars that `body` reassigns into var buffers (see the module docstring)."""
