@@ -43,6 +43,7 @@ from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
 from tritile.ir.bounds import upper_bound
 from tritile.ir.dtypes import DType, as_dtype
+from tritile.ir.transform import Transformer
 
 _HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS}  # T.<name> -> its handler
 
@@ -764,11 +765,35 @@ class Parser:
             if isinstance(item, ast.Slice):
                 parts = [None if p is None else self.scalar(self.eval(p), self.source.loc(item))
                          for p in (item.lower, item.upper, item.step)]
+                if parts[0] is not None and parts[1] is not None and exprs.static_difference(parts[1], parts[0]) is None:
+                    # `KV[b, kv_start:kv_end]` with names bound to `base + k * 64` and `base + (k + 1) * 64`:
+                    # the extent is their values' difference, the stop written as start + extent
+                    stop, start = self._let_free(parts[1]), self._let_free(parts[0])
+                    extent = None if stop is None or start is None else exprs.static_difference(stop, start)
+                    if extent is not None:
+                        parts[1] = exprs.binary("+", parts[0], extent, self.source.loc(item))
                 out.append(slice(*parts))
             else:
                 value = self.eval(item)
                 out.append(self.scalar(value, self.source.loc(item)))
         return tuple(out)
+
+    def _let_free(self, e):
+        """`e` with every name bound by a `Let` replaced by its value (transitively), or None where
+        a value reads memory (a buffer element may change between two bindings)."""
+        values, reads = self.let_values, []
+
+        class _Expand(Transformer):
+            def visit_Var(self, v):
+                value = values.get(id(v))
+                return v if value is None else self.transform(value)
+
+            def visit_Load(self, node):
+                reads.append(node)
+                return node
+
+        expanded = _Expand().transform(e) if isinstance(e, ir.Expr) else e
+        return None if reads else expanded
 
     def _index_value(self, node):
         if isinstance(node, ast.Slice):
