@@ -157,3 +157,72 @@ def test_disable_cache_compiles_every_kernel_afresh(monkeypatch, tmp_path):
     finally:
         tritile.enable_cache()
     assert compile_kernel(final, target) is first
+
+
+def test_utils_tensor_get_tensor_supply_and_torch_assert_close():
+    """examples/blocksparse_gemm and examples/cast import these from `tilelang.utils.tensor`."""
+    from tritile.utils.tensor import TensorSupplyType, get_tensor_supply, torch_assert_close
+
+    class Param:
+        shape, dtype = (4, 8), torch.float16
+
+    auto = get_tensor_supply(TensorSupplyType.Auto)(Param())
+    assert auto.shape == (4, 8) and auto.dtype == torch.float16 and auto.abs().max() <= 1.0
+    ints = get_tensor_supply()(Param())  # TileLang's default: Integer, small integers
+    assert torch.equal(ints, ints.round()) and ints.abs().max() <= 2
+    assert get_tensor_supply(TensorSupplyType.One)(Param()).eq(1).all()
+    assert torch_assert_close is tritile.testing.torch_assert_close
+    with pytest.raises(ValueError, match="has no shape"):
+        get_tensor_supply()(type("Scalar", (), {"shape": (), "dtype": torch.float32})())
+
+
+def test_submodules_are_attributes_of_the_package():
+    """`tilelang.math.next_power_of_2(...)` after only `import tilelang` (examples/deepseek_nsa)."""
+    import subprocess
+
+    code = "import tritile; print(tritile.math.next_power_of_2(33), tritile.profiler.do_bench.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["64", "do_bench"]
+    with pytest.raises(AttributeError):
+        tritile.no_such_submodule  # noqa: B018
+
+
+def test_jit_function_get_kernel_source():
+    """TileLang's `f.get_kernel_source(**consts)` (examples/deepseek_nsa): `f.compile(...)`'s source."""
+    import tritile.language as T
+
+    @tritile.jit
+    def scale(A, factor=2.0, block=32):
+        n = T.const("n")
+        A: T.Tensor((n,), T.float32)
+        B = T.empty((n,), T.float32)
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                B[bx * block + i] = A[bx * block + i] * factor
+        return B
+
+    source = scale.get_kernel_source(n=128, factor=3.0)
+    assert source == scale.compile(n=128, factor=3.0).get_kernel_source() and "3.0" in source
+
+
+def test_autotuned_eager_compile_with_constants_only():
+    """examples/blocksparse_gemm: `f.compile(M=M, N=N, K=K, block_M=..., ...)` on an autotuned
+    eager kernel, every tuned parameter given: the plain jit's kernel, no tensors needed."""
+    import tritile.language as T
+
+    @tritile.autotune(configs=[{"block": 32}, {"block": 64}])
+    @tritile.jit
+    def add_one(A, block):
+        n = T.const("n")
+        A: T.Tensor((n,), T.float32)
+        B = T.empty((n,), T.float32)
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            for i in T.Parallel(block):
+                B[bx * block + i] = A[bx * block + i] + 1.0
+        return B
+
+    kernel = add_one.compile(n=256, block=64)
+    a = torch.randn(256)
+    torch.testing.assert_close(kernel(a), a + 1.0)
+    with pytest.raises(TypeError, match=r"block missing"):
+        add_one.compile(n=256)

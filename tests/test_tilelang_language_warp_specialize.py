@@ -1,5 +1,6 @@
 """TileLang's explicit warp specialization (`T.alloc_barrier`, `T.ws`, `T.tma_copy`,
-`T.barrier_arrive` / `T.barrier_wait`): TileLang's producer / consumer GEMMs (warp group 0
+`T.barrier_arrive` / `T.barrier_wait`, also under TileLang's names `T.mbarrier_arrive` /
+`T.mbarrier_wait_parity`): TileLang's producer / consumer GEMMs (warp group 0
 copies and 1 computes, and the reverse; `num_stages` 0 and 2; a two-slot ring of barriers
 indexed by the loop counter) run through the interpreter (its mbarrier model on the frontend's
 IR, and the serialized program of `lowering/warp_group_serialization.py`), through the
@@ -75,13 +76,48 @@ def ring_gemm(A, B, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.fl
     return C
 
 
+@tritile.jit
+def ring_gemm_mbarrier_names(A, B, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.float32):
+    """example_warp_specialize_gemm_barrierpipe_stage2 word for word: TileLang's
+    `T.mbarrier_wait_parity(mbarrier=, parity=)` / `T.mbarrier_arrive(mbarrier=)` names."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), dtype)
+    B: T.Tensor((K, N), dtype)
+    C = T.empty((M, N), dtype)
+    num_stages = 2
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_shared = T.alloc_shared((num_stages, block_M, block_K), dtype)
+        B_shared = T.alloc_shared((num_stages, block_K, block_N), dtype)
+        C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+        mbars = T.alloc_barrier([128, 128] * num_stages)
+        with T.ws(0):
+            T.clear(C_local)
+        for ko in range(T.ceildiv(K, block_K)):
+            with T.ws(1):
+                T.mbarrier_wait_parity(mbarrier=mbars[ko % num_stages + num_stages],
+                                       parity=((ko // num_stages) % num_stages) ^ 1)
+                T.tma_copy(A[by * block_M:(by + 1) * block_M, ko * block_K:(ko + 1) * block_K],
+                           A_shared[ko % num_stages, :, :], barrier=mbars[ko % num_stages])
+                T.tma_copy(B[ko * block_K:(ko + 1) * block_K, bx * block_N:(bx + 1) * block_N],
+                           B_shared[ko % num_stages, :, :], barrier=mbars[ko % num_stages])
+                T.mbarrier_arrive(mbarrier=mbars[ko % num_stages])
+            with T.ws(0):
+                T.mbarrier_wait_parity(mbarrier=mbars[ko % num_stages], parity=(ko // num_stages) % num_stages)
+                T.gemm(A_shared[ko % num_stages, :, :], B_shared[ko % num_stages, :, :], C_local)
+                T.mbarrier_arrive(mbarrier=mbars[ko % num_stages + num_stages])
+        with T.ws(0):
+            T.copy(C_local, C[by * block_M, bx * block_N])
+    return C
+
+
 def _ws_gemm_with(**fixed):
     return lambda a, b, block_M, block_N, block_K: ws_gemm(a, b, block_M, block_N, block_K, **fixed)
 
 
 # TileLang's examples/warp_specialize programs, each called as (A, B, block_M, block_N, block_K)
 PROGRAMS = {"copy_0_gemm_1": _ws_gemm_with(producer=0), "copy_1_gemm_0": _ws_gemm_with(producer=1),
-            "softpipe_stage2": _ws_gemm_with(producer=1, num_stages=2), "barrierpipe_stage2": ring_gemm}
+            "softpipe_stage2": _ws_gemm_with(producer=1, num_stages=2), "barrierpipe_stage2": ring_gemm,
+            "barrierpipe_stage2_mbarrier_names": ring_gemm_mbarrier_names}
 
 
 def _operands(M, N, K, device="cpu"):
@@ -267,3 +303,12 @@ def test_barrier_wait_needs_a_barrier():
             with T.Kernel(1, threads=128) as bx:
                 tile = T.alloc_shared((128,), T.float32)
                 T.barrier_wait(tile, 0)
+
+
+def test_mbarrier_arrive_at_a_peer_cta_is_a_compile_error():
+    with pytest.raises(tritile.CompileError, match=r"T.mbarrier_arrive: cta_id="):
+        @T.prim_func
+        def peer(A: T.Tensor((16,), T.float32)):
+            with T.Kernel(1, threads=128) as _:
+                bar = T.alloc_barrier(128)
+                T.mbarrier_arrive(bar, cta_id=1)

@@ -27,7 +27,16 @@ def __getattr__(name):
         from tritile.transform import PassConfigKey
 
         return PassConfigKey
+    if name in _SUBMODULES:  # `tilelang.math.next_power_of_2(...)` with only `import tilelang`
+        import importlib
+
+        return importlib.import_module(f"tritile.{name}")
     raise AttributeError(f"module 'tritile' has no attribute {name!r}")
+
+
+# submodules TileLang's programs reach as attributes of the package
+_SUBMODULES = ("autotuner", "carver", "contrib", "language", "layout", "math", "profiler", "testing", "transform",
+               "utils")
 
 
 def cdiv(a: int, b: int) -> int:

@@ -18,6 +18,8 @@ import sys
 import pytest
 import torch
 
+from tritile.utils.tensor import torch_assert_close  # noqa: F401  (TileLang exports it from both)
+
 
 def main() -> None:
     caller = inspect.stack()[1].filename
@@ -34,30 +36,6 @@ def set_random_seed(seed: int = 42) -> None:
     except ImportError:
         return
     numpy.random.seed(seed)
-
-
-def torch_assert_close(tensor_a, tensor_b, rtol: float = 1e-2, atol: float = 1e-3, max_mismatched_ratio: float = 0.001,
-                       verbose: bool = False, equal_nan: bool = True, check_device: bool = True,
-                       check_dtype: bool = False, base_name: str = "LHS", ref_name: str = "RHS") -> None:
-    """Raise AssertionError unless at most `max_mismatched_ratio` of the elements differ by more
-    than atol + rtol * |b| (NaN equal to NaN when `equal_nan`)."""
-    if check_device and tensor_a.device != tensor_b.device:
-        raise AssertionError(f"{base_name} is on {tensor_a.device}, {ref_name} on {tensor_b.device}")
-    if check_dtype and tensor_a.dtype != tensor_b.dtype:
-        raise AssertionError(f"{base_name} has dtype {tensor_a.dtype}, {ref_name} {tensor_b.dtype}")
-    a, b = tensor_a.double(), tensor_b.to(tensor_a.device).double()
-    if a.shape != b.shape:
-        raise AssertionError(f"{base_name} has shape {tuple(a.shape)}, {ref_name} {tuple(b.shape)}")
-    close = torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-    mismatched = int((~close).sum())
-    allowed = int(max_mismatched_ratio * a.numel())
-    if verbose:
-        print(f"torch_assert_close: {mismatched} of {a.numel()} elements mismatch (allowed {allowed})")
-    if mismatched > allowed:
-        worst = (a - b).abs().nan_to_num(0.0).max().item()
-        raise AssertionError(f"{mismatched} of {a.numel()} elements of {base_name} and {ref_name} differ by more "
-                             f"than atol={atol} + rtol={rtol} * |{ref_name}| (allowed {allowed}); largest "
-                             f"difference {worst:.4g}")
 
 
 def _compute_version():

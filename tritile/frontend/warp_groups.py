@@ -75,6 +75,14 @@ def barrier_wait(p, a, loc):
     p.emit(ir.BarrierWait(buf, index, exprs.cast(parity, ir.int32, loc), loc=loc))
 
 
+def mbarrier_arrive(p, a, loc):
+    """TileLang's `T.mbarrier_arrive(mbarrier)`: `T.barrier_arrive`; a cluster barrier's peer CTA
+    (`cta_id=`) is not modelled."""
+    if a["cta_id"] is not None:
+        raise CompileError("T.mbarrier_arrive: cta_id= (arriving at a peer CTA's cluster barrier) is not supported", loc)
+    barrier_arrive(p, a, loc)
+
+
 def tma_copy(p, a, loc):
     p.require_kernel("T.tma_copy", loc)
     src = a["src"].buffer if isinstance(a["src"], acc.BufferAccess) else a["src"]
@@ -102,4 +110,4 @@ def ws(p, a, loc):
 
 
 HANDLERS = {"alloc_barrier": alloc_barrier, "barrier_arrive": barrier_arrive, "barrier_wait": barrier_wait,
-            "tma_copy": tma_copy, "ws": ws}
+            "mbarrier_arrive": mbarrier_arrive, "mbarrier_wait_parity": barrier_wait, "tma_copy": tma_copy, "ws": ws}

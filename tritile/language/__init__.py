@@ -234,6 +234,16 @@ def barrier_wait(mbarrier, parity):
 
 
 @_tile_op
+def mbarrier_arrive(mbarrier, cta_id=None):
+    """TileLang's name of `T.barrier_arrive` (`cta_id=`, a peer CTA's cluster barrier: CompileError)."""
+
+
+@_tile_op
+def mbarrier_wait_parity(mbarrier, parity):
+    """TileLang's name of `T.barrier_wait`."""
+
+
+@_tile_op
 def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=None,
              eviction_policy=None, annotations=None):
     """A copy the program synchronises itself through `barrier` (TileLang's split-phase TMA)."""

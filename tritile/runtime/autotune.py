@@ -148,6 +148,14 @@ class AutoTunedKernel:
         kernel without running it; eager style: the kernel a call with these tensors runs."""
         if isinstance(self.jit, LazyJIT):
             return self(*args, **kwargs)
+        if not args and not any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+            # TileLang's `f.compile(M=M, N=N, K=K, block_M=128, ...)`: constants only (`T.const`
+            # dims among them), every tuned parameter given - the plain jit's kernel
+            missing = sorted(self._tunable_names(self._configs_for(args, kwargs)) - set(kwargs))
+            if missing:
+                raise TypeError(f"{self.__name__}.compile(): tuning an eager-style kernel runs it on the call's "
+                                f"tensors; pass them, or every tuned parameter ({', '.join(missing)} missing)")
+            return self.jit.compile(**kwargs)
         result = self.tune(*args, **kwargs)
         return self.jit.kernel_for(*args, **kwargs, **result.config)
 

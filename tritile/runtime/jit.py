@@ -146,6 +146,10 @@ class JITFunction:
         self._kernels[key] = [kernel, *(variants or ())][:_VARIANTS]
         return kernel
 
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """TileLang's `f.get_kernel_source(...)`: the generated source of `f.compile(...)`'s kernel."""
+        return self.compile(*args, **kwargs).get_kernel_source()
+
     def cache_info(self) -> CacheInfo:
         """Specialisation cache statistics: `hits`, `misses` (= kernels compiled), `currsize`."""
         return CacheInfo(self._hits, self._misses, sum(map(len, self._kernels.values())))
