@@ -766,3 +766,25 @@ def test_loads_nothing_consumes_are_waited_for_after_their_loop(threads, tmp_pat
         drain = source.index("\n    mbarrier.wait(k_t_bars.index(0), 1)\n")
         assert drain < source.index("mbarrier.invalidate(k_t_bars") < source.index("_store_tile0 = gl.allocate_shared_memory")
     assert mbarrier_problems(source, args) == []
+
+
+def test_a_pipelined_cuda_core_gemm_is_emitted_once(tmp_path, device):
+    """FP8 seed 3330 #103 (the FP8 base with B_shared made bfloat16: an fp8 x bfloat16 gemm, which
+    only CUDA cores take): the 3-stage loop's epilogue repeated the 128x128x128 FMA dot twice
+    after the loop - 24576 multiply-adds a thread in one function - and the Gluon compile took
+    55-70 s on the CPU (LLVM and ptxas).  Its epilogue now runs as more steps of the loop, as a
+    warp-specialized kernel's does (consumer_loop_folding): one dot, 8 s."""
+    src = FP8_BASES["gemm_fp8"].replace("B_shared = T.alloc_shared((128, 128), T.float8_e4m3)",
+                                        "B_shared = T.alloc_shared((128, 128), T.bfloat16)")
+    make = load(src, str(tmp_path / "cuda_core_gemm.py"))
+    kernel = tritile.compile(make(), target="cuda:90", backend="gluon")
+    assert "epilogue folded in" in kernel.get_source("consumer_loop_folding")
+    source = kernel.get_source("gluon")
+    assert source.count("gl.dot_fma(") == 1
+    args = random_arguments(kernel.func, torch.Generator().manual_seed(103))
+    assert mbarrier_problems(source, args) == []
+    a, b, scales, _ = args
+    expected = (a.float() @ b.float().T) * (scales[0] * scales[1])
+    actual = [t.to(device) for t in args]
+    tritile.compile(make())(*actual)
+    torch.testing.assert_close(actual[3].cpu().float(), expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))

@@ -1,11 +1,12 @@
-"""consumer_loop_folding: run a warp-specialized pipeline's epilogue as more steps of its
-steady-state loop, so each gemm of the loop is emitted once.
+"""consumer_loop_folding: run a warp-specialized pipeline's epilogue (or, in any kernel, that of
+a loop with a CUDA-core gemm) as more steps of its steady-state loop, so each gemm of the loop
+is emitted once.
 
 Assumes
 -------
 `pipeline_injection` ran (one `Seq` per pipelined loop: prologue, steady
-``For(t, D, n, pipelined_from=S)``, epilogue, drains) and `warp_specialization` planned a
-producer (``func.attrs["warp_specialization"]``).
+``For(t, D, n, pipelined_from=S)``, epilogue, drains) and, but for loops of CUDA-core gemms
+(below), `warp_specialization` planned a producer (``func.attrs["warp_specialization"]``).
 
 Guarantees
 ----------
@@ -35,13 +36,24 @@ C7512; folded: none, bench/NOTES.md).  The consumers' copies become slot release
 generation drops those of the steps past the end (groups the producer never fills).
 A loop with a static trip count of at most D has no steady-state loop and keeps its form.
 
+Without a producer, a loop whose gemms include one on CUDA cores (`instructions.gemm_engine`
+"fma": a dtype pair the tensor cores lack) folds too, its copies guarded in the loop as above
+(the rings take the folded form in a kernel of one partition, codegen/gluon/rings.py): such a
+gemm is unrolled into M*N*K / threads multiply-adds, and each epilogue copy repeats them in
+one function (FP8 seed 3330 #103, a 128x128x128 fp8 x bfloat16 gemm over 3 stages: the loop
+and two epilogue copies, 24576 FMAs a thread, compiled in 55-70 s on the CPU (LLVM 41 s,
+ptxas 26 s) against 8 s folded).  Loops of tensor-core gemms keep their unrolled epilogue
+there (its slot indices constants; not measured folded).
+
 When: ``TRITILE_FOLD_CONSUMER`` (read when the pass runs) ``0`` never; ``auto`` (the
-default) and ``1``: every foldable loop of a warp-specialized kernel.
+default) and ``1``: every foldable loop of a warp-specialized kernel, and every foldable loop
+with a CUDA-core gemm of any other kernel.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from tritile.ir import instructions as isel
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_
 from tritile.ir.printer import expr_str
@@ -55,14 +67,26 @@ def mode() -> str:
 
 
 def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
-    if mode() == "off" or "warp_specialization" not in func.attrs:
+    if mode() == "off" or func.kernel is None:
         return func
-    return _EpilogueFolder().transform(func)
+    if "warp_specialization" in func.attrs:
+        return _EpilogueFolder(lambda loop: True).transform(func)
+    num_warps = max(1, func.kernel.partition_threads // 32)
+    return _EpilogueFolder(lambda loop: _has_cuda_core_gemm(loop, target, num_warps)).transform(func)
+
+
+def _has_cuda_core_gemm(loop: ir.For, target, num_warps: int) -> bool:
+    """Does `loop` run a gemm on CUDA cores (unrolled into multiply-adds by Triton)?"""
+    return any(isinstance(n, ir.Gemm) and isel.gemm_engine(n, target, num_warps) == "fma" for n in walk(loop.body))
 
 
 class _EpilogueFolder(Transformer):
+    def __init__(self, wanted):
+        super().__init__()
+        self.wanted = wanted  # which foldable loops to fold
+
     def visit_Seq(self, seq):
-        at = next((j for j, s in enumerate(seq.stmts) if _foldable(s)), None)
+        at = next((j for j, s in enumerate(seq.stmts) if _foldable(s) and self.wanted(s)), None)
         if at is None:
             return seq
         loop = seq.stmts[at]
