@@ -788,3 +788,14 @@ def test_a_pipelined_cuda_core_gemm_is_emitted_once(tmp_path, device):
     actual = [t.to(device) for t in args]
     tritile.compile(make())(*actual)
     torch.testing.assert_close(actual[3].cpu().float(), expected, rtol=1e-2, atol=1e-2 * float(expected.abs().max()))
+
+
+def test_a_small_cuda_core_gemm_keeps_its_unrolled_epilogue():
+    """The fold of large CUDA-core gemms leaves the library's float32 64x64x32 tiles as they were
+    (2^17 multiply-adds: their epilogue's slot indices stay constants, no guard in the loop)."""
+    from kernels import matmul
+
+    kernel = tritile.compile(matmul(128, 128, 128, 64, 64, 32, False, False, "float32", "float32", "float32", 2)
+                             .stages[0][1], target="cuda:90", backend="gluon")
+    assert "epilogue folded in" not in kernel.get_source("consumer_loop_folding")
+    assert kernel.get_source("gluon").count("gl.dot_fma(") == 2  # the loop's and the epilogue's

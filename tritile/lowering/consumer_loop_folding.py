@@ -1,5 +1,5 @@
 """consumer_loop_folding: run a warp-specialized pipeline's epilogue (or, in any kernel, that of
-a loop with a CUDA-core gemm) as more steps of its steady-state loop, so each gemm of the loop
+a loop with a large CUDA-core gemm) as more steps of its steady-state loop, so each gemm of the loop
 is emitted once.
 
 Assumes
@@ -37,17 +37,18 @@ generation drops those of the steps past the end (groups the producer never fill
 A loop with a static trip count of at most D has no steady-state loop and keeps its form.
 
 Without a producer, a loop whose gemms include one on CUDA cores (`instructions.gemm_engine`
-"fma": a dtype pair the tensor cores lack) folds too, its copies guarded in the loop as above
-(the rings take the folded form in a kernel of one partition, codegen/gluon/rings.py): such a
-gemm is unrolled into M*N*K / threads multiply-adds, and each epilogue copy repeats them in
-one function (FP8 seed 3330 #103, a 128x128x128 fp8 x bfloat16 gemm over 3 stages: the loop
-and two epilogue copies, 24576 FMAs a thread, compiled in 55-70 s on the CPU (LLVM 41 s,
-ptxas 26 s) against 8 s folded).  Loops of tensor-core gemms keep their unrolled epilogue
+"fma": a dtype pair the tensor cores lack) of more than `LARGE_FMA_DOT` multiply-adds folds
+too, its copies guarded in the loop as above (the rings take the folded form in a kernel of
+one partition, codegen/gluon/rings.py): such a gemm is unrolled into M*N*K / threads
+multiply-adds, and each epilogue copy repeats them in one function (FP8 seed 3330 #103, a
+128x128x128 fp8 x bfloat16 gemm over 3 stages: the loop and two epilogue copies, 24576 FMAs a
+thread, compiled in 55-70 s on the CPU (LLVM 41 s, ptxas 26 s) against 8 s folded).  Smaller
+CUDA-core gemms and loops of tensor-core gemms keep their unrolled epilogue
 there (its slot indices constants; not measured folded).
 
 When: ``TRITILE_FOLD_CONSUMER`` (read when the pass runs) ``0`` never; ``auto`` (the
 default) and ``1``: every foldable loop of a warp-specialized kernel, and every foldable loop
-with a CUDA-core gemm of any other kernel.
+with a large CUDA-core gemm of any other kernel.
 """
 from __future__ import annotations
 
@@ -72,12 +73,22 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
     if "warp_specialization" in func.attrs:
         return _EpilogueFolder(lambda loop: True).transform(func)
     num_warps = max(1, func.kernel.partition_threads // 32)
-    return _EpilogueFolder(lambda loop: _has_cuda_core_gemm(loop, target, num_warps)).transform(func)
+    return _EpilogueFolder(lambda loop: _has_large_cuda_core_gemm(loop, target, num_warps)).transform(func)
 
 
-def _has_cuda_core_gemm(loop: ir.For, target, num_warps: int) -> bool:
-    """Does `loop` run a gemm on CUDA cores (unrolled into multiply-adds by Triton)?"""
-    return any(isinstance(n, ir.Gemm) and isel.gemm_engine(n, target, num_warps) == "fma" for n in walk(loop.body))
+# M * N * K past which Triton warns that a CUDA-core dot "may have slow compile times"
+LARGE_FMA_DOT = 1 << 19
+
+
+def _has_large_cuda_core_gemm(loop: ir.For, target, num_warps: int) -> bool:
+    """Does `loop` run a gemm on CUDA cores (unrolled into multiply-adds by Triton) of more than
+    `LARGE_FMA_DOT` multiply-adds?  Smaller ones (the library's float32 64x64x32 tiles) keep the
+    unrolled epilogue, whose slot indices are constants."""
+    def large(g):
+        m, n, k = isel.padded_mnk(g)
+        return isel.gemm_engine(g, target, num_warps) == "fma" and m * n * k > LARGE_FMA_DOT
+
+    return any(isinstance(n, ir.Gemm) and large(n) for n in walk(loop.body))
 
 
 class _EpilogueFolder(Transformer):
