@@ -52,3 +52,13 @@ def test_supply_types_and_do_bench():
     assert -1 <= auto.min() < 0 < auto.max() <= 1 and auto.unique().numel() > 5
     (integers,) = kernel.get_profiler(tritile.TensorSupplyType.Integer)._inputs()
     assert set(integers.unique().tolist()) <= {-2.0, -1.0, 0.0, 1.0, 2.0}
+
+
+def test_profiler_func_is_the_kernel_called_on_the_inputs():
+    # TileLang's examples/deepseek_mla/example_mla_decode_paged.py: `profiler.func(*inputs)`
+    kernel = rms_norm(16, 64, 4)
+    profiler = kernel.get_profiler(tritile.TensorSupplyType.Randn)
+    x = torch.randn(16, 64)
+    assert profiler.func is kernel
+    torch.testing.assert_close(profiler.func(x), rms_reference(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(profiler(x), rms_reference(x), rtol=1e-4, atol=1e-4)  # TileLang's __call__

@@ -226,3 +226,42 @@ def test_autotuned_eager_compile_with_constants_only():
     torch.testing.assert_close(kernel(a), a + 1.0)
     with pytest.raises(TypeError, match=r"block missing"):
         add_one.compile(n=256)
+
+
+def test_env_reads_variables_live_and_forces_assigned_values(monkeypatch, tmp_path):
+    # TileLang's examples/minference: `tilelang.env.TILELANG_CACHE_DIR` names a directory
+    import tritile.env  # noqa: F401  (keeps the package attribute the object, as TileLang's)
+
+    env_module = sys.modules["tritile.env"]
+    env = tritile.env
+    assert isinstance(env, env_module.Environment) and env is env_module.env
+    assert env_module.TILELANG_CACHE_DIR == env.TILELANG_CACHE_DIR  # the module forwards to the object
+    monkeypatch.delenv("TILELANG_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITILE_CACHE_DIR", str(tmp_path / "tritile"))
+    assert env.TILELANG_CACHE_DIR == str(tmp_path / "tritile")  # default: tritile's cache directory
+    assert env.TILELANG_TMP_DIR == str(tmp_path / "tritile" / "tmp")
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "tl"))
+    assert env.TILELANG_CACHE_DIR == str(tmp_path / "tl")  # read at every access
+    assert env.TILELANG_TMP_DIR == str(tmp_path / "tl" / "tmp")
+    try:
+        env.TILELANG_CACHE_DIR = str(tmp_path / "forced")
+        assert env.TILELANG_CACHE_DIR == str(tmp_path / "forced")
+    finally:
+        env_module.Environment.__dict__["TILELANG_CACHE_DIR"].reset()
+    assert env.TILELANG_CACHE_DIR == str(tmp_path / "tl")
+
+
+def test_env_cache_switches_are_tritiles(monkeypatch):
+    from tritile.runtime import cache
+
+    env = tritile.env
+    monkeypatch.delenv("TILELANG_DISABLE_CACHE", raising=False)
+    try:
+        env.disable_cache()
+        assert not cache.is_cache_enabled() and not env.is_cache_enabled()
+        env.enable_cache()
+        assert cache.is_cache_enabled() and env.is_cache_enabled()
+        monkeypatch.setenv("TILELANG_DISABLE_CACHE", "1")
+        assert env.is_cache_globally_disabled() and not env.is_cache_enabled()
+    finally:
+        cache.enable_cache()

@@ -1,5 +1,6 @@
 """tritile: TileLang's tile programming model on Triton's toolchain."""
 from tritile.errors import CompileError, HazardError  # noqa: F401
+from tritile.env import env  # noqa: F401  (TileLang's: the `Environment` object over its submodule)
 
 __version__ = "0.1.0"
 

@@ -70,6 +70,15 @@ class Profiler:
         self.supply_type = tensor_supply_type
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
+    @property
+    def func(self):
+        """TileLang's `profiler.func` (its adapter): the kernel itself, called with the inputs
+        (`out_idx` parameters left out, returned) as `kernel(...)` is."""
+        return self.kernel
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
     def _inputs(self) -> list:
         outputs = set(self.kernel.out_idx)
         return [_supply(p, self.supply_type, self.device)
