@@ -236,10 +236,60 @@ def test_fragment_indexed_by_a_lane_is_a_compile_error(backend):
     assert "C[j] = a[j % 4, j]" in str(err.value)
 
 
+@tritile.jit(out_idx=[-1])
+def accumulator_row_and_column(M, N, K):
+    """C = A @ B.T, then row 3 and column 5 of the gemm accumulator added once more through
+    `T.Parallel(1, N)` / `T.Parallel(M, 1)` at static offsets (FP8 seed 3333 mutant #255's
+    promotion step over one row of a wgmma accumulator)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as _:
+            a = T.alloc_shared((M, K), "float16")
+            b = T.alloc_shared((N, K), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            total = T.alloc_fragment((M, N), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.clear(acc)
+            T.gemm(a, b, acc, transpose_B=True)
+            T.copy(acc, total)
+            for i, j in T.Parallel(1, N):
+                total[i + 3, j] += acc[i + 3, j]
+            for i, j in T.Parallel(M, 1):
+                total[i, j + 5] += acc[i, j + 5]
+            T.copy(total, C)
+
+    return main
+
+
+def test_accumulator_row_and_column(device):
+    """Exact: small integers, so every sum is exact whatever its order."""
+    a = torch.randint(-3, 4, (64, 32), device=device).half()
+    b = torch.randint(-3, 4, (64, 32), device=device).half()
+    want = a.float() @ b.float().T
+    want[3, :] += want[3, :].clone()
+    want[:, 5] += (a.float() @ b.float().T)[:, 5]
+    assert same_values(accumulator_row_and_column(64, 64, 32)(a, b), want)
+
+
+def test_accumulator_row_is_expanded_not_reshaped():
+    """A row (column) selected from the accumulator goes back into its 2-D tile by indexing with
+    None, which keeps the accumulator's layout: `tl.reshape(row, [1, N])` made Triton 3.6 take
+    ~35 s (CPU) to compile mutant #255's conversion back to the wgmma layout (0.6 s expanded)."""
+    kernel = tritile.compile(accumulator_row_and_column(64, 64, 32).stages[0][1], target=Target("cuda", 90),
+                             backend="triton")
+    src = kernel.get_source("triton")
+    assert "tl.reshape(tl.sum(" not in src
+    assert ".to(tl.float32, bitcast=True)[None, :]" in src
+    assert ".to(tl.float32, bitcast=True)[:, None]" in src
+
+
 # The specialisations tests/test_kernels_compile.py compiles for sm_90 and sm_80.
 COMPILE_CASES = {
     "fragment_rows_f16": lambda: fragment_rows(6, 24, "float16"),
     "fragment_rows_i32": lambda: fragment_rows(4, 32, "int32"),
     "mha_combine": lambda: mha_combine(2, 2, 128, 4, 64, 64),
     "gqa_decode_combine": lambda: gqa_decode_combine(2, 4, 8, 128),
+    "accumulator_row_and_column": lambda: accumulator_row_and_column(64, 64, 32),
 }

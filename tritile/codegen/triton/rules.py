@@ -448,7 +448,31 @@ def _tile(em: Emitter, region: ir.Region, loc, shape=None) -> tuple:
         return text, have
     if not have:  # one element (a scalar: Triton reshapes only tensors) into a tile of unit dims
         return f"tl.broadcast_to({text}, {padded_shape(shape)})", list(shape)
+    expanded = _unit_dims_added(padded_shape(have), padded_shape(shape))
+    if expanded is not None:
+        return f"{text}[{expanded}]", list(shape)
     return f"tl.reshape({text}, {padded_shape(shape)})", list(shape)
+
+
+def _unit_dims_added(have: list, shape: list):
+    """The index text (`None, :`) that turns a tile of `have` into one of `shape` by inserting
+    unit dims only, else None.  A row selected from a fragment (`semantics.selected_text`: a sum
+    over the row dim) has the dot accumulator's layout sliced along that dim; indexing it with
+    None (`expand_dims`) gives back the accumulator's own layout, so putting it in place
+    (`T.Parallel(1, 128)` over one row of a 128x128 wgmma accumulator) is free, where
+    `tl.reshape(row, [1, 128])` infers another layout and Triton 3.6 spent ~35 s (on the CPU)
+    compiling its conversion back to the accumulator's (FP8 seed 3333 mutant #255; 0.6 s
+    with the expand_dims).  Same values either way: only the layout differs."""
+    index, k = [], 0
+    for n in shape:
+        if k < len(have) and have[k] == n:
+            index.append(":")
+            k += 1
+        elif n == 1:
+            index.append("None")
+        else:
+            return None
+    return ", ".join(index) if k == len(have) and len(shape) != len(have) else None
 
 
 def _assign_tile(em: Emitter, region: ir.Region, value: str, src_dtype, shape: list, loc):
