@@ -58,7 +58,7 @@ SCALAR_TYPES = {name: pointer[1:] for name, pointer in POINTER_TYPES.items()}
 # names the helpers and module imports take in a generated module
 HELPER_NAMES = ("_add_combine", "_and_combine", "_or_combine", "_xor_combine", "_floordiv", "_floormod",
                 "_floordiv_float", "_floormod_float", "_any_lane", "_atomic_update_16bit", "_max_propagate_nan",
-                "_min_propagate_nan", "_to_float8e4nv", "_to_float8e5",
+                "_min_propagate_nan", "_to_float8e4nv", "_to_float8e5", "_philox_word",
                 "libdevice")
 
 
@@ -155,6 +155,30 @@ def _max_propagate_nan(a, b):
 @{jit}
 def _min_propagate_nan(a, b):
     return {lang}.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@{jit}
+def _philox_word(seed, subsequence, position):
+    # IR Call "philox" (int64 operands): draw `position` of cuRAND's Philox4_32_10 stream curand_init(seed,
+    # subsequence, 0) - word position % 4 of Philox4x32-10 (Triton's philox_impl) of counter (position // 4,
+    # subsequence) under the seed's two words (tritile/frontend/random.py, tritile/interpreter/philox.py)
+    k0 = (seed & 0xFFFFFFFF).to({lang}.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to({lang}.uint32)
+    block = position >> 2
+    c0 = (block & 0xFFFFFFFF).to({lang}.uint32)
+    c1 = ((block >> 32) & 0xFFFFFFFF).to({lang}.uint32)
+    c2 = (subsequence & 0xFFFFFFFF).to({lang}.uint32)
+    c3 = ((subsequence >> 32) & 0xFFFFFFFF).to({lang}.uint32)
+    for _ in {lang}.static_range(10):
+        _c0, _c2 = c0, c2
+        c0 = {lang}.umulhi(_c2, 0xCD9E8D57) ^ c1 ^ k0
+        c2 = {lang}.umulhi(_c0, 0xD2511F53) ^ c3 ^ k1
+        c1 = _c2 * 0xCD9E8D57
+        c3 = _c0 * 0xD2511F53
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    word = position & 3
+    return {lang}.where(word == 0, c0, {lang}.where(word == 1, c1, {lang}.where(word == 2, c2, c3)))
 '''
 
 
@@ -454,6 +478,8 @@ def lower_call(em, e: ir.Call) -> Val:
     args = [em.expr(a) for a in e.args]
     dims = frozenset().union(*[a.dims for a in args]) if args else frozenset()
     texts = [a.text for a in args]
+    if e.fn == "philox":  # uint32 from int64 operands (frontend/random.py)
+        return Val(f"_philox_word({', '.join(texts)})", dims)
     if e.fn in ("isnan", "isinf", "isfinite"):  # bool results: nothing to convert back
         x = texts[0] if e.args[0].dtype.bits >= 32 else f"{texts[0]}.to({lang}.float32)"
         test = {"isnan": f"({x} != {x})", "isinf": f"({lang}.abs({x}) == float(\"inf\"))",

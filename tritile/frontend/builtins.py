@@ -16,6 +16,7 @@ from typing import Optional
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
+from tritile.frontend import random
 from tritile.frontend import reducers
 from tritile.frontend import views
 from tritile.ir import nodes as ir
@@ -980,6 +981,7 @@ HANDLERS = {
     "ceildiv": ceildiv, "align_up": align_up, "any_of": _logical_of("any_of", "or"),
     "all_of": _logical_of("all_of", "and"), "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
+    "get_thread_binding": random.get_thread_binding, "rng_init": random.rng_init, "rng_rand": random.rng_rand,
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
     "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},
     "shift_left": _binary_xy("<<"), "shift_right": _binary_xy(">>"), "bitwise_and": _binary_xy("&"),

@@ -37,7 +37,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, reducers, views, warp_groups
+from tritile.frontend import persistent, random, reducers, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -94,6 +94,11 @@ class Parser:
         self.tf32_buffers = set()  # names of on-chip buffers allocated as T.tfloat32
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
+        self.kernel_block_vars = ()  # its block indices
+        self.kernel_block_depth = 0  # len(self.blocks) in its body's own level
+        self.serial_loop_depth = 0  # runtime serial / unrolled / pipelined loops and `while`s around the statement
+        self.rng = None  # the kernel's T.rng_init stream (frontend/random.py)
+        self.rng_parallel = []  # random.ParallelDraws of the T.Parallel loops around the statement
         self.let_values = {}  # id(Var) -> value of each Let emitted (for `upper_bound`)
         self.global_reads = GlobalReads()
         self.pass_configs = {}  # T.annotate_pass_configs
@@ -507,8 +512,11 @@ class Parser:
                     self._bind(n, v)
         self.in_kernel = True
         self.kernel_threads = spec.threads
+        self.kernel_block_vars = block_vars
+        self.rng = None
         self.swizzle = None
         self.blocks.append([])
+        self.kernel_block_depth = len(self.blocks)
         try:
             self.statements(node.body)
         finally:
@@ -554,7 +562,12 @@ class Parser:
         if not isinstance(cond, ir.Expr):
             raise CompileError("a `while` condition must depend on runtime values (a constant one never ends "
                                "or never runs)", loc)
-        self.emit(ir.While(exprs.truth(cond), self._scoped_block(node.body), loc=loc))
+        self.serial_loop_depth += 1
+        try:
+            body = self._scoped_block(node.body)
+        finally:
+            self.serial_loop_depth -= 1
+        self.emit(ir.While(exprs.truth(cond), body, loc=loc))
 
     def stmt_For(self, node):
         loc = self.source.loc(node)
@@ -563,8 +576,12 @@ class Parser:
         spec = self._loop_spec(node.iter, loc)
         if isinstance(spec, persistent.PersistentSpec):
             self._promote_assigned(node.body, loc)
-            persistent.emit_loop(self, spec, _target_names(node.target, loc),
-                                 lambda bindings: self._scoped_block(node.body, bindings), loc)
+            self.serial_loop_depth += 1
+            try:
+                persistent.emit_loop(self, spec, _target_names(node.target, loc),
+                                     lambda bindings: self._scoped_block(node.body, bindings), loc)
+            finally:
+                self.serial_loop_depth -= 1
             return
         if not isinstance(spec, tile_ops.LoopSpec):  # a Python sequence: unroll at compile time
             if isinstance(spec, (ir.Expr, ir.Buffer, acc.BufferAccess)) or not hasattr(spec, "__iter__"):
@@ -587,7 +604,11 @@ class Parser:
             raise CompileError("this loop binds exactly one loop variable", loc)
         var = ir.Var(names[0])
         start, stop, step = (exprs.cast(v, "int32", loc) for v in (spec.start, spec.stop, spec.step))
-        body = self._scoped_block(node.body, {names[0]: var})
+        self.serial_loop_depth += 1
+        try:
+            body = self._scoped_block(node.body, {names[0]: var})
+        finally:
+            self.serial_loop_depth -= 1
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
 
@@ -617,11 +638,15 @@ class Parser:
             static.append(size)
             indices.append(index)
             guards.append(exprs.binary("<", index, extent, loc))
+        draws = random.ParallelDraws(lane_vars, tuple(extents))
         self.parallel_depth += 1
+        self.rng_parallel.append(draws)
         try:
             stmts = self._scoped_block(body, dict(zip(names, indices)))
         finally:
             self.parallel_depth -= 1
+            self.rng_parallel.pop()
+        stmts = random.leave_parallel(self, draws, stmts)
         if any(isinstance(extent, int) and extent <= 0 for extent in extents):
             return
         if len(stmts.stmts) == 1 and isinstance(stmts.stmts[0], ir.Parallel):  # T.vectorized inside: one nest

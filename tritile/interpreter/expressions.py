@@ -21,6 +21,7 @@ import math
 import torch
 
 from tritile.errors import CompileError
+from tritile.interpreter import philox
 from tritile.interpreter import values as V
 from tritile.interpreter.memory import Memory
 from tritile.ir import nodes as ir
@@ -273,6 +274,9 @@ class Evaluator:
             if len(args) != 2:
                 raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
             return self._apply(e.fn, args[0], args[1], e)
+        if e.fn == "philox":  # uint32 values in int64, as the interpreter keeps uint32
+            word = philox.curand_word(*args)
+            return word if any(V.is_tensor(a) for a in args) else int(word)
         if e.fn in _FLOAT_PREDICATES:
             value = _FLOAT_PREDICATES[e.fn](T(args[0], torch.float32 if e.args[0].dtype.bits < 64 else torch.float64))
             return value if V.is_tensor(args[0]) else bool(value.item())

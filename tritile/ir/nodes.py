@@ -177,7 +177,9 @@ class UnaryOp(Expr):
 # math intrinsics understood by every backend; "if_then_else" has three arguments
 INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
               "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma",
-              "isnan", "isinf", "isfinite")  # the last three: float -> bool predicates
+              "isnan", "isinf", "isfinite",  # these three: float -> bool predicates
+              "philox")  # (seed, subsequence, position), int64 -> uint32: draw `position` of cuRAND's
+                         # curand_init(seed, subsequence, 0) Philox4_32_10 stream (frontend/random.py)
 
 
 @dataclass

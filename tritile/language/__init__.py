@@ -367,6 +367,24 @@ def serial(start, stop=None, step=None, annotations=None):
 
 
 @_tile_op
+def get_thread_binding(dim=0):
+    """TileLang's thread index of the kernel (dim 0, 1 or 2): 0 in a kernel of ``threads=1``;
+    elsewhere a CompileError (tritile has no per-thread code; tritile/frontend/random.py)."""
+
+
+@_tile_op
+def rng_init(seed, seq=None, off=0, generator="curandStatePhilox4_32_10_t"):
+    """TileLang's ``curand_init(seed, seq, off)`` of the kernel's Philox4_32_10 generator (``seq``
+    defaults to TileLang's ``tx + bx * threads``); kernels of ``threads=1`` (tritile/frontend/random.py)."""
+
+
+@_tile_op
+def rng_rand():
+    """TileLang's ``curand()``: the generator's next uint32 (T.Parallel elements draw in row-major
+    order; tritile/frontend/random.py)."""
+
+
+@_tile_op
 def Persistent(domain, wave_size, index, group_size=8):
     """`for bx, by in T.Persistent([m_tiles, n_tiles], sm_num, block_id):` - program `index` of
     `wave_size` walks the tiles of `domain`, in groups of `group_size` along the last
