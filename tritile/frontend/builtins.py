@@ -20,7 +20,7 @@ from tritile.frontend import random
 from tritile.frontend import reducers
 from tritile.frontend import views
 from tritile.ir import nodes as ir
-from tritile.ir.dtypes import bool_, element_dtype, is_tfloat32
+from tritile.ir.dtypes import bool_, element_dtype, int64, is_tfloat32
 from tritile.ir.transform import substitute_vars
 from tritile.ir.verifier import gemm_mnk
 from tritile.language.layout import Layout
@@ -262,6 +262,31 @@ def alloc_var(p, a, loc):
     p.emit(ir.Alloc(buf, None if init is None else exprs.cast(p.scalar(init, loc), dtype, loc), loc=loc))
     return buf
 
+
+
+def make_tensor(p, a, loc):
+    """`T.make_tensor(address, shape, dtype)`: a global tensor at a device address the kernel
+    computes (an element of a `T.Tensor([n], T.ptr)` table).  The address is bound once, by a
+    `Let` of an int64 Var at the kernel body's own level, so that every use of the tensor sees it;
+    the tensor (`Buffer.address`) is row-major over static dims."""
+    p.require_kernel("T.make_tensor", loc)
+    if len(p.blocks) != p.kernel_block_depth:
+        raise CompileError("T.make_tensor inside an `if`, a loop or T.Parallel is not supported; make the "
+                           "tensor at the kernel body's own level", loc)
+    if a["strides"] is not None:
+        raise CompileError("T.make_tensor(..., strides=) is not supported: tensors made from an address are "
+                           "row-major", loc)
+    shape = _static_shape(a["shape"], "T.make_tensor", loc)
+    dtype = _dtype(a["dtype"], loc)
+    address = p.scalar(a["ptr"], loc)
+    if not isinstance(address, ir.Expr) or not address.dtype.is_int or address.dtype.bits != 64:
+        raise CompileError("T.make_tensor: the address must be a runtime 64-bit integer (an element of a "
+                           f"T.Tensor([n], T.ptr) table), got {address!r}", loc)
+    buf = p.new_buffer(shape, dtype, "global", loc)
+    var = ir.Var(f"{buf.name}_address", int64)
+    p.emit(ir.Let(var, exprs.cast(address, int64, loc), loc=loc))
+    buf.address = var
+    return buf
 
 # --------------------------------------------------------------------------------------
 # tile operations
@@ -961,6 +986,7 @@ HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
+    "make_tensor": make_tensor,
     "alloc_global": alloc_global,
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,

@@ -68,6 +68,7 @@ class BlockRunner(Evaluator):
 
     def __init__(self, env: dict, memory: Memory, threads: int):
         super().__init__(env, memory)
+        memory.scalars = lambda: self.env  # T.make_tensor addresses
         self.tracker = memory.tracker
         self.lane_ndim = 0  # number of lane dimensions of the enclosing T.Parallel loops
         self.lane_shape = ()  # their extents

@@ -20,6 +20,7 @@ Contract
 """
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
@@ -31,10 +32,22 @@ from tritile.ir import nodes as ir
 from tritile.ir.printer import region_str
 
 
+def _raw_bytes(address: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    """A uint8 tensor over `nbytes` bytes of memory at `address` on `device` (no copy)."""
+    if device.type == "cpu":
+        return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype=torch.uint8)
+
+    class _Interface:  # what a CUDA array exposes: torch wraps the memory, owning nothing
+        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 2}
+
+    return torch.as_tensor(_Interface(), device=device)
+
+
 class Memory:
     def __init__(self, tracker: AsyncTracker, globals_: dict):
         self.tracker = tracker
         self._tensors = dict(globals_)  # Buffer -> storage tensor
+        self.scalars = dict  # the block's scalars now (the executor's): the addresses of T.make_tensor tensors
 
     def allocate(self, buffer: ir.Buffer, shape: tuple):
         self._tensors[buffer] = V.allocate(shape, buffer.dtype)
@@ -45,11 +58,32 @@ class Memory:
         self._tensors[view] = V.storage_view(V.reinterpret(storage, view.dtype, view.shape), view.dtype)
 
     def tensor(self, buffer: ir.Buffer, stmt) -> torch.Tensor:
+        if buffer.address is not None:  # a T.make_tensor tensor: the memory at its address now
+            return self._address_tensor(buffer, stmt)
         try:
             return self._tensors[buffer]
         except KeyError:
             raise CompileError(f"buffer {buffer.name} is used before its allocation",
                                getattr(stmt, "loc", None)) from None
+
+    def _address_tensor(self, buffer: ir.Buffer, stmt) -> torch.Tensor:
+        """The memory a `T.make_tensor` tensor names: `buffer.shape` row-major elements from the
+        address its Let bound (`self.scalars()`, the block's), as a tensor sharing that memory - on the
+        device of the call's tensors, as the kernel would address it.  Like the kernel, it trusts
+        the address (the memory must be alive and hold the whole shape), but checks what the
+        backends assume of it: 16-byte aligned."""
+        try:
+            address = int(self.scalars()[buffer.address])
+        except (KeyError, TypeError):
+            raise CompileError(f"tensor {buffer.name} (T.make_tensor) is used before its address is bound",
+                               getattr(stmt, "loc", None)) from None
+        itemsize = buffer.dtype.torch.itemsize
+        if address == 0 or address % 16:  # the backends assume it 16-byte aligned, as every tensor argument
+            raise CompileError(f"tensor {buffer.name} (T.make_tensor): address {address:#x} is null or not "
+                               f"16-byte aligned", getattr(stmt, "loc", None))
+        device = next((t.device for t in self._tensors.values()), torch.device("cpu"))
+        raw = _raw_bytes(address, math.prod(buffer.shape) * itemsize, device)
+        return V.storage_view(raw.view(buffer.dtype.torch).view(buffer.shape), buffer.dtype)
 
     # ------------------------------------------------------------------ regions
     def region_box(self, region: ir.Region, starts: tuple, stmt) -> tuple:

@@ -254,6 +254,8 @@ def _tma_tile_ok(region, box) -> bool:
     provably a multiple of 16 bytes (`_starts_aligned`)."""
     global_buf = region.buffer
     elem = global_buf.dtype.itemsize
+    if global_buf.address is not None:  # a T.make_tensor tensor: no host descriptor (its address is the kernel's)
+        return False
     if is_padded(box) or not _starts_aligned(region):  # padded boxes take masked loads / stores
         return False
     if tma_full_rank(global_buf):
@@ -300,7 +302,7 @@ def tma_row_vector(region, box) -> bool:
     ``(1, ..., 1, n)`` of a descriptor of its full rank (`full_rank_describes`)."""
     global_buf = region.buffer
     elem = global_buf.dtype.itemsize
-    return (len(box) == 1 and not is_padded(box) and _starts_aligned(region)
+    return (len(box) == 1 and global_buf.address is None and not is_padded(box) and _starts_aligned(region)
             and tuple(region.extents[-1:]) == tuple(box)
             and all(e == 1 for e in region.extents[:-1]) and tma_element(global_buf.dtype)
             and (len(global_buf.shape) <= 2 or full_rank_describes(global_buf))

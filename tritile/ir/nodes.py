@@ -260,6 +260,12 @@ class Buffer:
     ints or `Expr`s of the runtime dims like `shape` (a `T.dynamic` Var only a stride names is
     bound from the call's tensor, `PrimFunc.stride_bindings`).  None: row-major, the strides of
     a contiguous tensor of `shape` (`T.Tensor`).
+
+    `address` (global tensors only) is set on a `T.make_tensor(address, shape, dtype)` tensor: the
+    int64 Var (bound by a `Let` before the tensor's uses) holding the device address of its first
+    element; such a tensor is no parameter: every backend addresses it as a pointer cast from
+    that value (row-major, unaligned as far as the compiler knows: no TMA), the interpreter as a
+    view of the memory at it.
     """
 
     name: str
@@ -274,6 +280,7 @@ class Buffer:
     safe_value: object = None
     view_of: Optional["Buffer"] = None
     strides: Optional[tuple] = None
+    address: Optional["Var"] = None
 
     @property
     def root(self) -> "Buffer":

@@ -150,6 +150,19 @@ def touches(node, buffer: ir.Buffer) -> bool:
     return any(getattr(n, "buffer", None) is buffer for n in walk(node))
 
 
+def address_tensors(node) -> dict:
+    """id(Var) -> the `T.make_tensor` tensors (global Buffers with `address`) at that Var's address
+    that `node` uses: what a backend defines, as pointers, where the Var's `Let` binds it."""
+    out = {}
+    for n in walk(node):
+        buf = getattr(n, "buffer", None)
+        if isinstance(buf, ir.Buffer) and buf.address is not None:
+            found = out.setdefault(id(buf.address), [])
+            if all(b is not buf for b in found):
+                found.append(buf)
+    return out
+
+
 def top_level(seq: ir.Seq) -> list:
     """The statements of `seq` in program order, nested Seqs and the body of
     `ConsumerPartitions` flattened (not entering loops or branches)."""

@@ -32,9 +32,16 @@ def verify(func: ir.PrimFunc, stage: str = "tile") -> ir.PrimFunc:
     if func.kernel is None:  # host code only: nothing a pass or backend will see
         return func
     declared = {id(b) for b in func.params}
+    lets = set()
     for node in walk(func.kernel.body):
         if isinstance(node, ir.Alloc):
             declared.add(id(node.buffer))
+        elif isinstance(node, ir.Let):
+            lets.add(id(node.var))
+    for node in walk(func.kernel.body):  # a T.make_tensor tensor is declared by its address's Let
+        buf = getattr(node, "buffer", None)
+        if isinstance(buf, ir.Buffer) and buf.address is not None and id(buf.address) in lets:
+            declared.add(id(buf))
     for node in walk(func.kernel.body):
         loc = getattr(node, "loc", None)
         if isinstance(node, ir.Region):

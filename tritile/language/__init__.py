@@ -103,7 +103,7 @@ class Tensor:
         if isinstance(shape, (int, _ir.Expr)):
             shape = (shape,)
         self.shape = tuple(shape)
-        self.dtype = _dtypes.element_dtype(dtype)
+        self.dtype = _dtypes.int64 if dtype is ptr else _dtypes.element_dtype(dtype)
 
     def __class_getitem__(cls, keys):
         # TileLang's rule: keys holding a tuple, list or str (a dtype is a str) are the
@@ -284,6 +284,21 @@ def reducer_update(target, value):
 def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
     """End the reduction: the reducer holds its values (tritile reduces after each loop);
     with `dst` they are copied there."""
+
+
+def ptr(dtype=None, storage_scope="global"):
+    """TileLang's pointer type, here only as the element type of a table of device addresses:
+    `T.Tensor([n], T.ptr)` is a tensor of int64 (`tensor.data_ptr()` values) whose elements
+    `T.make_tensor` turns into tensors."""
+    raise TypeError("T.ptr is only supported as a T.Tensor element type (a table of int64 addresses)")
+
+
+@_tile_op
+def make_tensor(ptr, shape, dtype="float32", strides=None):
+    """A global tensor of `shape` and `dtype` (row-major) at the device address `ptr` (an int64
+    value, such as an element of a `T.Tensor([n], T.ptr)` table) - TileLang's `T.make_tensor`.
+    Read and written by masked loads and stores (never TMA); the memory must stay alive, and
+    hold the whole shape, for the call (tritile/frontend/builtins.py)."""
 
 
 @_tile_op

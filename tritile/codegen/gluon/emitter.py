@@ -34,7 +34,7 @@ from tritile.errors import CompileError
 from tritile.ir import layouts as lay
 from tritile.ir import nodes as ir
 from tritile.ir.padding import is_padded, padded, padded_buffer_shape, padded_shape
-from tritile.ir.transform import walk
+from tritile.ir.transform import address_tensors, walk
 
 GL_DTYPES = {name: f"gl.{triton_name}" for name, triton_name in TRITON_DTYPES.items()}
 
@@ -163,6 +163,7 @@ class Emitter(SourceWriter):
         self.wait_iteration = {}  # id(WaitGroup) -> iteration Expr its TMA wait covers, or None
         self.cp_async = False  # any AsyncCopy lowered to cp.async: commit/wait groups are real
         self.param_index = {id(p): i for i, p in enumerate(func.params)}
+        self.address_tensors = address_tensors(func.kernel.body)  # T.make_tensor's: id(Var) -> Buffers
         # the ConstTables the kernel reads, each one more pointer argument after the tensors
         self.tables = {}  # id(ConstTable) -> (argument name, ConstTable)
         for node in walk(func.kernel.body):

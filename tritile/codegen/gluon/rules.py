@@ -343,6 +343,9 @@ def lower_let(em: Emitter, s: ir.Let):
     v = em.expr(s.value)
     em.let_dims[id(s.var)] = v.dims  # inside T.Parallel a name may stand for a tile (row = by * 32 + i)
     em.emit(f"{em.define(s.var)} = {v.text}")
+    for buf in em.address_tensors.get(id(s.var), ()):  # T.make_tensor: a pointer from the address,
+        # 16-byte aligned as every tensor argument (the interpreter checks it)
+        em.emit(f"{em.name(buf)} = gl.multiple_of({em.name(s.var)}.to(gl.pointer_type({GL_DTYPES[buf.dtype.name]})), 16)")
 
 
 def _scalar_assign(em, buf, value_expr):

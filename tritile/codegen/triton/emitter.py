@@ -34,7 +34,7 @@ from tritile.codegen.triton.descriptors import DescriptorPlan
 from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.padding import padded, padded_shape
-from tritile.ir.transform import walk
+from tritile.ir.transform import address_tensors, walk
 
 _RESERVED = {"tl", "triton", "_tl_core", "range", "float", "int", "min", "max", "abs", "tritile_launch",
              *HELPER_NAMES}
@@ -94,6 +94,7 @@ class Emitter(SourceWriter):
         self.descriptor_plan = DescriptorPlan(func, target)
         self.descriptors = {}  # (param index, block) -> DescriptorArg: the kernel's TMA descriptor arguments
         self.param_index = {id(p): i for i, p in enumerate(func.params)}
+        self.address_tensors = address_tensors(func.kernel.body)  # T.make_tensor's: id(Var) -> Buffers
 
     def expr(self, e) -> Val:
         from tritile.codegen.triton.rules import lower_expr

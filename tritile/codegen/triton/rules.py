@@ -206,6 +206,9 @@ def lower_let(em: Emitter, s: ir.Let):
     em.emit(f"{em.define(s.var)} = {v.text}")
     if v.dims:
         em.let_dims[id(s.var)] = v.dims
+    for buf in em.address_tensors.get(id(s.var), ()):  # T.make_tensor: a pointer from the address,
+        # 16-byte aligned as every tensor argument (the interpreter checks it)
+        em.emit(f"{em.name(buf)} = tl.multiple_of({em.name(s.var)}.to(tl.pointer_type({dtype_text(buf.dtype, 'tl')})), 16)")
 
 
 def lower_store(em: Emitter, s: ir.Store):
