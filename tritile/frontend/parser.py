@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import builtins as py_builtins
+import contextlib
 import inspect
 import sys
 
@@ -562,12 +563,18 @@ class Parser:
         if not isinstance(cond, ir.Expr):
             raise CompileError("a `while` condition must depend on runtime values (a constant one never ends "
                                "or never runs)", loc)
+        with self._serial_loop():
+            body = self._scoped_block(node.body)
+        self.emit(ir.While(exprs.truth(cond), body, loc=loc))
+
+    @contextlib.contextmanager
+    def _serial_loop(self):
+        """Parse a runtime loop's body: `serial_loop_depth` counts it (T.rng_rand refuses draws there)."""
         self.serial_loop_depth += 1
         try:
-            body = self._scoped_block(node.body)
+            yield
         finally:
             self.serial_loop_depth -= 1
-        self.emit(ir.While(exprs.truth(cond), body, loc=loc))
 
     def stmt_For(self, node):
         loc = self.source.loc(node)
@@ -576,12 +583,9 @@ class Parser:
         spec = self._loop_spec(node.iter, loc)
         if isinstance(spec, persistent.PersistentSpec):
             self._promote_assigned(node.body, loc)
-            self.serial_loop_depth += 1
-            try:
+            with self._serial_loop():
                 persistent.emit_loop(self, spec, _target_names(node.target, loc),
                                      lambda bindings: self._scoped_block(node.body, bindings), loc)
-            finally:
-                self.serial_loop_depth -= 1
             return
         if not isinstance(spec, tile_ops.LoopSpec):  # a Python sequence: unroll at compile time
             if isinstance(spec, (ir.Expr, ir.Buffer, acc.BufferAccess)) or not hasattr(spec, "__iter__"):
@@ -604,11 +608,8 @@ class Parser:
             raise CompileError("this loop binds exactly one loop variable", loc)
         var = ir.Var(names[0])
         start, stop, step = (exprs.cast(v, "int32", loc) for v in (spec.start, spec.stop, spec.step))
-        self.serial_loop_depth += 1
-        try:
+        with self._serial_loop():
             body = self._scoped_block(node.body, {names[0]: var})
-        finally:
-            self.serial_loop_depth -= 1
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
 
