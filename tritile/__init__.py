@@ -36,8 +36,8 @@ def __getattr__(name):
 
 
 # submodules TileLang's programs reach as attributes of the package
-_SUBMODULES = ("autotuner", "carver", "contrib", "language", "layout", "math", "profiler", "testing", "transform",
-               "utils")
+_SUBMODULES = ("autotuner", "carver", "contrib", "cuda", "engine", "language", "layout", "math", "profiler", "testing",
+               "transform", "utils")
 
 
 def cdiv(a: int, b: int) -> int:

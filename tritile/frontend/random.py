@@ -88,19 +88,36 @@ def _bound(p, value, name, loc) -> ir.Expr:
     return var
 
 
-def _require_one_thread(p, what, loc):
+_RNG_THREADS = ("TileLang's threads each hold their own generator and draw for the elements its loop partition "
+                "gives them, which tritile models only with threads=1 (one thread draws every element in row-major "
+                "order)")
+_SIMT_THREADS = ("its statements act on whole tiles, so TileLang's per-thread indexing and warp shuffles are "
+                 "modelled only with threads=1 (the one thread is thread 0, lane 0 of its warp)")
+
+
+def _require_one_thread(p, what, loc, why=_RNG_THREADS):
     if p.kernel_threads != 1:
         raise CompileError(f"{what} in a kernel of threads={p.kernel_threads}: tritile has no per-thread code; "
-                           f"TileLang's threads each hold their own generator and draw for the elements its loop "
-                           f"partition gives them, which tritile models only with threads=1 (one thread draws "
-                           f"every element in row-major order)", loc)
+                           f"{why}", loc)
 
 
 def get_thread_binding(p, a, loc):
     """TileLang's `T.get_thread_binding(dim)`: the thread index, 0 in a kernel of one thread."""
     p.require_kernel("T.get_thread_binding", loc)
-    _require_one_thread(p, "T.get_thread_binding()", loc)
+    _require_one_thread(p, "T.get_thread_binding()", loc, _SIMT_THREADS)
     return ir.Const(0)
+
+
+def tvm_warp_shuffle(p, a, loc):
+    """TVM's `T.tvm_warp_shuffle(mask, value, lane, width, warp_size)` (`__shfl_sync`): `value` as held
+    by lane `lane % width` of the caller's group.  In a kernel of one thread that thread is its
+    warp's only lane, so the result is its own `value` (CUDA leaves a read of an absent lane
+    undefined; tritile gives the own value there too)."""
+    p.require_kernel("T.tvm_warp_shuffle", loc)
+    _require_one_thread(p, "T.tvm_warp_shuffle", loc, _SIMT_THREADS)
+    for name in ("mask", "lane", "width", "warp_size"):
+        p.scalar(a[name], loc)  # evaluated for their errors; one lane makes them irrelevant
+    return p.scalar(a["value"], loc)
 
 
 def rng_init(p, a, loc):

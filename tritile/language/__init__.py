@@ -388,6 +388,12 @@ def get_thread_binding(dim=0):
 
 
 @_tile_op
+def tvm_warp_shuffle(mask, value, lane, width, warp_size):
+    """TVM's warp shuffle (``__shfl_sync(mask, value, lane, width)``): kernels of ``threads=1``,
+    where it is the thread's own `value` (tritile/frontend/random.py)."""
+
+
+@_tile_op
 def rng_init(seed, seq=None, off=0, generator="curandStatePhilox4_32_10_t"):
     """TileLang's ``curand_init(seed, seq, off)`` of the kernel's Philox4_32_10 generator (``seq``
     defaults to TileLang's ``tx + bx * threads``); kernels of ``threads=1`` (tritile/frontend/random.py)."""
