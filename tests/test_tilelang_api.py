@@ -205,6 +205,35 @@ def test_jit_function_get_kernel_source():
     assert source == scale.compile(n=128, factor=3.0).get_kernel_source() and "3.0" in source
 
 
+def test_eager_compile_and_source_in_the_call_form():
+    """TileLang's `f.get_kernel_source(*call_args)` / `f.compile(*call_args)` on an eager kernel
+    (examples/deepseek_mhc/example_mhc_post.py): the kernel the call `f(*call_args)` runs, not run."""
+    import tritile.language as T
+
+    @tritile.jit
+    def axpy(x, y, out, alpha: float, block: int = 32):
+        n = T.dynamic("n")
+        x: T.Tensor((n, 4), T.float32)
+        y: T.Tensor((n, 4), T.bfloat16)
+        out: T.Tensor((n, 4), T.float32)
+        with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+            for i, j in T.Parallel(block, 4):
+                out[bx * block + i, j] = x[bx * block + i, j] * alpha + y[bx * block + i, j]
+
+    x, y = torch.randn(70, 4), torch.randn(70, 4).bfloat16()
+    out = torch.empty(70, 4)
+    before = out.clone()
+    kernel = axpy.compile(x, y, out, 1.5)
+    assert torch.equal(out.nan_to_num(), before.nan_to_num())  # compiled, not run
+    source = axpy.get_kernel_source(x, y, out, alpha=1.5)
+    assert source == kernel.get_kernel_source() and "1.5" in source
+    assert axpy.compile(x, y, out, 1.5) is kernel and axpy.kernel_for(x, y, out, 1.5) is kernel
+    kernel(x, y, out)
+    torch.testing.assert_close(out, x * 1.5 + y.float())
+    with pytest.raises(TypeError, match="axpy"):
+        axpy.compile(x, y)
+
+
 def test_autotuned_eager_compile_with_constants_only():
     """examples/blocksparse_gemm: `f.compile(M=M, N=N, K=K, block_M=..., ...)` on an autotuned
     eager kernel, every tuned parameter given: the plain jit's kernel, no tensors needed."""

@@ -202,11 +202,15 @@ class EagerJIT(JITFunction):
         self._scalar_positions = {self._param_index[name] for name in self.scalar_params}
         self._variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self.signature.parameters.values())
 
-    def compile(self, **consts) -> JITKernel:
+    def compile(self, *args, **consts) -> JITKernel:
         """The kernel for the constants `consts` (its parameters other than tensors, and its
         `T.const` dims); `tritile.compile`'s options among them (`target=`, `backend=`, ...)
         replace the decorator's for this kernel.  An option that is also a parameter of the
-        kernel is ambiguous: a TypeError."""
+        kernel is ambiguous: a TypeError.  Given positional arguments or tensors, TileLang's call
+        form: `f.compile(a, b, n)` (and `f.get_kernel_source(a, b, n)`) is the kernel the call
+        `f(a, b, n)` runs, not run."""
+        if args or any(isinstance(v, torch.Tensor) for v in consts.values()):
+            return self.kernel_for(*args, **consts)
         options = {name: consts.pop(name) for name in COMPILE_OPTIONS if name in consts}
         for name in options:
             if name in self.signature.parameters:
