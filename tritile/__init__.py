@@ -37,7 +37,7 @@ def __getattr__(name):
 
 # submodules TileLang's programs reach as attributes of the package
 _SUBMODULES = ("autotuner", "carver", "contrib", "cuda", "engine", "language", "layout", "math", "profiler", "testing",
-               "transform", "utils")
+               "tools", "transform", "utils")
 
 
 def cdiv(a: int, b: int) -> int:

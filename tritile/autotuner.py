@@ -8,7 +8,11 @@
 
 `fn(**config)` returns a `@T.prim_func`; its tuned parameters must have defaults (TileLang's
 `def kernel(block_M=None, ...)`).  It is `@tritile.autotune(...)` above `@tritile.jit(...)` with
-the same caches; `run` returns that decorator's `AutotuneResult`.
+the same caches; `run` returns that decorator's `AutotuneResult`.  TileLang's profiling
+`backend=` ("event" / "cupti" / "cudagraph") and `run`'s scheduling options (`use_pipeline`,
+`enable_grouped_compile`, `group_compile_size`, `benchmark_multi_gpu`, `benchmark_devices`) are
+accepted and have no effect: configurations compile and run one after another on one device,
+timed by `tritile.profiler.do_bench`.
 """
 from __future__ import annotations
 
@@ -34,13 +38,15 @@ class AutoTuner:
         return self
 
     def set_profile_args(self, supply_type=None, ref_prog=None, supply_prog=None, rtol=1e-2, atol=1e-2,
-                         skip_check=False, cache_input_tensors=False) -> "AutoTuner":
+                         skip_check=False, cache_input_tensors=False, backend="event") -> "AutoTuner":
         # supply_type: inputs are random normal floats / small integers, as TileLang's Auto
         self.profile_args = dict(ref_prog=ref_prog, supply_prog=supply_prog, rtol=rtol, atol=atol,
                                  skip_check=skip_check, cache_input_tensors=cache_input_tensors)
         return self
 
-    def run(self, warmup: float = 25, rep: float = 100, timeout: float = 100) -> AutotuneResult:
+    def run(self, warmup: float = 25, rep: float = 100, timeout: float = 100, use_pipeline: bool = False,
+            enable_grouped_compile: bool = False, group_compile_size: int = 2, benchmark_devices=None,
+            benchmark_multi_gpu: bool = False) -> AutotuneResult:
         tuned = autotune(configs=self.configs, warmup=warmup, rep=rep, timeout=timeout,
                          **self.profile_args)(jit(**self.compile_args)(self.fn))
         return tuned.tune()

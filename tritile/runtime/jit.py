@@ -179,6 +179,15 @@ class LazyJIT(JITFunction):
 
     compile = __call__
 
+    def get_tir(self, *args, **kwargs) -> ir.PrimFunc:
+        """TileLang's `f.get_tir(*consts)`: the function's `@T.prim_func` for these constants, as the
+        frontend builds it (not lowered, not compiled)."""
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, ir.PrimFunc):
+            raise TypeError(f"@tritile.jit function {self.fn.__name__} must return a @T.prim_func, got "
+                            f"{type(func).__name__}")
+        return func
+
 
 class EagerJIT(JITFunction):
     """The body is the kernel: `f(a, b, **consts)` runs it, `f.compile(**consts)` builds it."""
@@ -221,6 +230,27 @@ class EagerJIT(JITFunction):
 
     def _build(self, consts: dict, options: dict = None) -> JITKernel:
         return JITKernel(parse_kernel(self.fn, consts), **self._compile_options(**(options or {})))
+
+    def get_tir(self, *args, **kwargs) -> ir.PrimFunc:
+        """TileLang's `f.get_tir(...)`: the kernel's PrimFunc as the frontend builds it (not lowered,
+        not compiled) for the constants given (`f.get_tir(block_M=128, ...)`, `T.const` dims by name:
+        `f.get_tir(N=64, ...)`); tensors given for tensor parameters only supply the `T.const` dims
+        read from their shapes."""
+        dims = {name: kwargs.pop(name) for name in list(kwargs) if name not in self.signature.parameters}
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.fn.__name__}.get_tir(): {exc}") from None
+        consts = {name: value for name, value in bound.arguments.items() if name not in self.runtime_params}
+        consts.update(dims)
+        tensors = {name: value for name, value in bound.arguments.items()
+                   if name in self.runtime_params and isinstance(value, torch.Tensor)}
+        if tensors:
+            for name, (position, dim) in probe_const_dims(self.fn, consts).items():
+                tensor = tensors.get(self.runtime_params[position])
+                if name not in consts and tensor is not None:
+                    consts[name] = int(tensor.shape[dim])
+        return parse_kernel(self.fn, consts)
 
     def __call__(self, *args, **kwargs):
         key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
