@@ -654,7 +654,7 @@ def _retires_all_before_issuing(body) -> bool:
 
 def lower_for(em: Emitter, s: ir.For):
     if em.par is not None:
-        raise unsupported("a loop inside T.Parallel", s.loc)
+        return _lane_loop(em, s)
     if s.var is em.tile_loop_var:
         return _persistent_tile_loop(em, s)
     ring = em.ring_owner.get(id(s))
@@ -667,6 +667,21 @@ def lower_for(em: Emitter, s: ir.For):
     if ring is not None and ring.has_tma:
         em.emit(f"# software-pipelined loop ({ring.stages} stages), mbarrier ring {ring.name}")
     _loop(em, f"for {em.define(s.var)} in {rng}:", s.body)
+
+
+def _lane_loop(em: Emitter, s: ir.For):
+    """A serial loop inside T.Parallel (`for k in T.serial(n)` in each element's body): its
+    bounds the same for every lane, it runs once around the lanes' statements, each iteration
+    on the whole lane tile (the lanes are independent, so each element's iterations keep their
+    order); bounds that vary across lanes are a CompileError."""
+    bounds = [em.expr(e) for e in (s.start, s.stop, s.step)]
+    if any(b.dims for b in bounds):
+        raise unsupported("a loop inside T.Parallel whose bounds depend on the parallel indices", s.loc)
+    if s.kind == "pipelined":
+        raise unsupported("T.Pipelined inside T.Parallel", s.loc)
+    start, stop, step = (b.text for b in bounds)
+    rng = "gl.static_range" if unrolled(s) else "range"
+    _loop(em, f"for {em.define(s.var)} in {rng}({start}, {stop}, {step}):", s.body)
 
 
 def _persistent_tile_loop(em: Emitter, s: ir.For):

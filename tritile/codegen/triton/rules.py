@@ -356,7 +356,7 @@ def pipeline_stages(em: Emitter, s: ir.For) -> int:
 
 def lower_for(em: Emitter, s: ir.For):
     if em.par is not None:
-        raise unsupported("a loop inside T.Parallel", s.loc)
+        return _lane_loop(em, s)
     start, stop, step = em.expr(s.start).text, em.expr(s.stop).text, em.expr(s.step).text
     bounds = f"{start}, {stop}" + ("" if static_int(s.step) == 1 else f", {step}")
     stages = pipeline_stages(em, s)
@@ -367,6 +367,24 @@ def lower_for(em: Emitter, s: ir.For):
     else:
         rng = f"range({bounds})"
     em.emit(f"for {em.define(s.var)} in {rng}:")
+    em.depth += 1
+    em.body(s.body)
+    em.depth -= 1
+
+
+def _lane_loop(em: Emitter, s: ir.For):
+    """A serial loop inside T.Parallel (`for k in T.serial(n)` in each element's body): its
+    bounds the same for every lane, it runs once around the lanes' statements, each iteration
+    on the whole lane tile (the lanes are independent, so each element's iterations keep their
+    order); bounds that vary across lanes are a CompileError."""
+    bounds = [em.expr(e) for e in (s.start, s.stop, s.step)]
+    if any(b.dims for b in bounds):
+        raise unsupported("a loop inside T.Parallel whose bounds depend on the parallel indices", s.loc)
+    if s.kind == "pipelined":
+        raise unsupported("T.Pipelined inside T.Parallel", s.loc)
+    start, stop, step = (b.text for b in bounds)
+    bounds = f"{start}, {stop}" + ("" if static_int(s.step) == 1 else f", {step}")
+    em.emit(f"for {em.define(s.var)} in {'tl.static_range' if unrolled(s) else 'range'}({bounds}):")
     em.depth += 1
     em.body(s.body)
     em.depth -= 1
