@@ -194,7 +194,7 @@ def _init_with_128_threads():
     (_nested_parallel, "nested", "A[k * 4 + m] = T.rng_rand()"),
     (_init_under_if, "inside an `if`", "T.rng_init(2, 0, 0)"),
     (_draw_before_init, "before T.rng_init", "A[0] = T.rng_rand()"),
-    (_thread_binding_of_128_threads, "threads=128", "tx = T.get_thread_binding()"),
+    (_thread_binding_of_128_threads, "only be compared with compile-time integers", "A[tx] = 0"),
     (_init_with_128_threads, "threads=128", "T.rng_init(1, 0, 0)"),
 ])
 def test_refusals_quote_the_line(kernel, message, line):

@@ -38,7 +38,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, random, reducers, views, warp_groups
+from tritile.frontend import persistent, random, reducers, thread_ranges, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -95,6 +95,7 @@ class Parser:
         self.tf32_buffers = set()  # names of on-chip buffers allocated as T.tfloat32
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
+        self.thread_set = None  # the threads of the `if tx < ...` branch being parsed (thread_ranges.py)
         self.kernel_block_vars = ()  # its block indices
         self.kernel_block_depth = 0  # len(self.blocks) in its body's own level
         self.serial_loop_depth = 0  # runtime serial / unrolled / pipelined loops and `while`s around the statement
@@ -164,6 +165,8 @@ class Parser:
                                f"scalar; index it (e.g. {value.name}[i, j])", loc)
         if isinstance(value, (ir.Expr,) + exprs.PYTHON_SCALARS):
             return value
+        if isinstance(value, _THREAD_VALUES):
+            raise CompileError(thread_ranges._MISUSE, loc)
         raise CompileError(f"expected a scalar value, got {type(value).__name__} {value!r}", loc)
 
     # ---------------------------------------------------------------- entry
@@ -544,6 +547,11 @@ class Parser:
         cond = self.eval(node.test)
         if isinstance(cond, (acc.BufferAccess, ir.Buffer)):
             cond = self.scalar(cond, loc)
+        if isinstance(cond, thread_ranges.ThreadSet):
+            thread_ranges.emit_branches(self, cond, node, loc)
+            return
+        if isinstance(cond, thread_ranges.ThreadExpr):
+            raise CompileError(thread_ranges._MISUSE, loc)
         if not isinstance(cond, ir.Expr):
             self.statements(node.body if cond else node.orelse)
             return
@@ -841,6 +849,8 @@ class Parser:
 
     def _binary(self, op, lhs, rhs, loc):
         runtime = (ir.Expr, ir.Buffer, acc.BufferAccess)
+        if isinstance(lhs, _THREAD_VALUES) or isinstance(rhs, _THREAD_VALUES):
+            return _thread_binary(op, lhs, rhs, loc)
         if not isinstance(lhs, runtime) and not isinstance(rhs, runtime) and not (
                 exprs.is_python_scalar(lhs) and exprs.is_python_scalar(rhs)):
             try:  # Python objects (tuples, strings, ...) keep Python semantics
@@ -860,6 +870,10 @@ class Parser:
         loc = self.source.loc(node)
         value = self.eval(node.operand)
         op = _UNARY[type(node.op)]
+        if isinstance(value, thread_ranges.ThreadSet) and op == "not":
+            return value.invert()
+        if isinstance(value, _THREAD_VALUES):
+            raise CompileError(thread_ranges._MISUSE, loc)
         if isinstance(value, (ir.Expr, ir.Buffer, acc.BufferAccess)):
             return exprs.unary(op, self.scalar(value, loc), loc)
         if op == "not":
@@ -879,10 +893,15 @@ class Parser:
                 value = self.scalar(value, loc)
             if result is None:
                 result = value
+            elif isinstance(result, thread_ranges.ThreadSet) or isinstance(value, thread_ranges.ThreadSet):
+                result = _thread_binary(op, result, value, loc)
+                continue
             elif isinstance(result, ir.Expr) or isinstance(value, ir.Expr):
                 result = exprs.binary(op, _as_bool(result), _as_bool(value), loc)
             else:
                 result = (result and value) if op == "and" else (result or value)
+            if isinstance(result, _THREAD_VALUES):
+                continue
             if not isinstance(result, ir.Expr) and ((op == "and" and not result) or (op == "or" and result)):
                 return result  # short-circuit on a compile-time value
         return result
@@ -899,7 +918,12 @@ class Parser:
                 part = _PY_COMPARE[type(op_node)](left, right)
             else:
                 part = self._binary(_CMPOPS[type(op_node)], left, right, loc)
-            result = part if result is True else exprs.binary("and", result, part, loc)
+            if result is True:
+                result = part
+            elif isinstance(result, thread_ranges.ThreadSet) or isinstance(part, thread_ranges.ThreadSet):
+                result = _thread_binary("and", result, part, loc)
+            else:
+                result = exprs.binary("and", result, part, loc)
             left = right
         return result
 
@@ -908,6 +932,8 @@ class Parser:
         cond = self.eval(node.test)
         if isinstance(cond, (ir.Buffer, acc.BufferAccess)):
             cond = self.scalar(cond, loc)
+        if isinstance(cond, _THREAD_VALUES):
+            raise CompileError(thread_ranges._MISUSE, loc)
         if not isinstance(cond, ir.Expr):
             return self.eval(node.body if cond else node.orelse)
         return exprs.select(cond, self.scalar(self.eval(node.body), loc), self.scalar(self.eval(node.orelse), loc),
@@ -1045,6 +1071,26 @@ _FOLDABLE_NAMES = frozenset(("ceildiv", "align_up", "floordiv", "floormod", "tru
                              "pow", "if_then_else",
                              "clamp", "Select", "isnan", "isinf", "isfinite", "shift_left", "shift_right",
                              "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"))
+
+
+_THREAD_VALUES = (thread_ranges.ThreadExpr, thread_ranges.ThreadSet)
+
+
+def _thread_binary(op, lhs, rhs, loc):
+    """`op` on a thread-index value (thread_ranges.py) and a compile-time one."""
+    try:
+        if op in ("and", "or"):
+            if not isinstance(lhs, thread_ranges.ThreadSet):
+                lhs, rhs = rhs, lhs
+            if isinstance(lhs, thread_ranges.ThreadSet):
+                return lhs.combine(op, rhs)
+            raise TypeError(thread_ranges._MISUSE)
+        if isinstance(lhs, thread_ranges.ThreadSet) or isinstance(rhs, thread_ranges.ThreadSet):
+            raise TypeError("a condition on T.get_thread_binding() may only be an `if` statement's condition, "
+                            "alone or under and / or / not")
+        return eval(f"lhs {op} rhs", {}, {"lhs": lhs, "rhs": rhs})  # noqa: S307 - fixed operator text
+    except TypeError as exc:
+        raise CompileError(str(exc), loc) from None
 
 
 def _as_bool(value):

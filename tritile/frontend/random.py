@@ -25,8 +25,8 @@ serial / unrolled / pipelined loop or `while` (its draws depend on the trip), in
 of runtime extent or nested T.Parallel; `T.rng_init` anywhere but the kernel body's own level
 (not under an `if`, a loop or T.Parallel) or in a kernel of ``threads`` other than 1 (TileLang's
 threads each draw their own stream for the elements its loop partition gives them);
-`T.get_thread_binding()` where threads is not 1 (tritile has no thread index: it is 0 in a
-kernel of one thread).  A deviation, documented: a draw under an `if` advances the stream
+`T.get_thread_binding()` where threads is not 1 other than in `if` conditions (tritile has no
+thread index: it is 0 in a kernel of one thread; thread_ranges.py makes `if tx < 128:` branches).  A deviation, documented: a draw under an `if` advances the stream
 whether or not its branch runs (TileLang's thread skips the `curand` call of an element whose
 condition fails, and the later elements draw earlier numbers).
 """
@@ -104,6 +104,12 @@ def _require_one_thread(p, what, loc, why=_RNG_THREADS):
 def get_thread_binding(p, a, loc):
     """TileLang's `T.get_thread_binding(dim)`: the thread index, 0 in a kernel of one thread."""
     p.require_kernel("T.get_thread_binding", loc)
+    dim = a.get("dim", 0)
+    dim = dim.value if isinstance(dim, ir.Const) else dim
+    if p.kernel_threads != 1 and dim == 0 and isinstance(p.kernel_threads, int):
+        from tritile.frontend.thread_ranges import ThreadExpr  # `if tx < 128:` branches (thread_ranges.py)
+
+        return ThreadExpr.index(p.kernel_threads)
     _require_one_thread(p, "T.get_thread_binding()", loc, _SIMT_THREADS)
     return ir.Const(0)
 

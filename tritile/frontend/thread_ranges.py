@@ -1,0 +1,176 @@
+"""TileLang's hand-split thread ranges: `tx = T.get_thread_binding()` in a kernel of many threads,
+read only in `if` conditions (`if tx < 128:` / `elif 128 <= tx < 256:` / `else:`,
+examples/deepseek_mhc/example_mhc_pre.py, deepseek_mla/example_mla_decode_ws.py).
+
+tritile has no per-thread code: its statements act on whole tiles.  A branch taken by a
+compile-time set of threads runs as a tile program of its own: a branch of whole warp groups (128
+threads each) is an `ir.WarpGroups` section, as `with T.ws(...)` (its barrier protocol is checked
+and serialized by lowering/warp_group_serialization.py); a branch of other threads (the first 32
+of 96) runs in program order, which is correct as no barrier may order it against the other
+threads' branch (a barrier operation there is a CompileError); a branch of every running thread
+is spliced in; one of none is dropped.  `tx` is a `ThreadExpr` (integer arithmetic with
+compile-time ints: `tx // 32`, `tx % 128`); comparing it with compile-time ints gives a
+`ThreadSet` (`and` / `or` / `not` combine them); any other use (an index, a runtime value, a
+store) is a CompileError at the user's line."""
+from __future__ import annotations
+
+import operator
+
+from tritile.errors import CompileError
+from tritile.ir import nodes as ir
+from tritile.ir.transform import walk
+
+_MISUSE = ("T.get_thread_binding(): tritile has no per-thread code (its statements act on whole tiles); "
+           "the thread index may only be compared with compile-time integers in an `if` condition "
+           "(`if tx < 128:`)")
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class ThreadExpr:
+    """An integer function of the thread index, known for each of the kernel's `threads`."""
+
+    def __init__(self, threads: int, values: tuple):
+        self.threads = threads
+        self.values = values  # value at each thread index
+
+    @classmethod
+    def index(cls, threads: int) -> "ThreadExpr":
+        return cls(threads, tuple(range(threads)))
+
+    def _map(self, other, fn):
+        if isinstance(other, ThreadExpr):
+            return ThreadExpr(self.threads, tuple(fn(a, b) for a, b in zip(self.values, other.values)))
+        if not _int(other):
+            raise TypeError(_MISUSE)
+        return ThreadExpr(self.threads, tuple(fn(a, other) for a in self.values))
+
+    def _compare(self, other, fn):
+        if isinstance(other, ThreadExpr):
+            return ThreadSet(self.threads, frozenset(t for t, (a, b) in enumerate(zip(self.values, other.values))
+                                                     if fn(a, b)))
+        if not _int(other):
+            raise TypeError(_MISUSE)
+        return ThreadSet(self.threads, frozenset(t for t, a in enumerate(self.values) if fn(a, other)))
+
+    def __add__(self, o): return self._map(o, operator.add)
+    def __radd__(self, o): return self._map(o, lambda a, b: b + a)
+    def __sub__(self, o): return self._map(o, operator.sub)
+    def __rsub__(self, o): return self._map(o, lambda a, b: b - a)
+    def __mul__(self, o): return self._map(o, operator.mul)
+    def __rmul__(self, o): return self._map(o, lambda a, b: b * a)
+    def __floordiv__(self, o): return self._map(o, operator.floordiv)
+    def __mod__(self, o): return self._map(o, operator.mod)
+    def __and__(self, o): return self._map(o, operator.and_)
+    def __rshift__(self, o): return self._map(o, operator.rshift)
+    def __lshift__(self, o): return self._map(o, operator.lshift)
+    def __lt__(self, o): return self._compare(o, operator.lt)
+    def __le__(self, o): return self._compare(o, operator.le)
+    def __gt__(self, o): return self._compare(o, operator.gt)
+    def __ge__(self, o): return self._compare(o, operator.ge)
+    def __eq__(self, o): return self._compare(o, operator.eq)
+    def __ne__(self, o): return self._compare(o, operator.ne)
+    __hash__ = None
+
+    def __bool__(self):
+        raise TypeError(_MISUSE)
+
+    def __repr__(self):
+        return "T.get_thread_binding()" if self.values == tuple(range(self.threads)) else "a thread-index expression"
+
+
+class ThreadSet:
+    """The threads for which a comparison of the thread index holds."""
+
+    def __init__(self, threads: int, members: frozenset):
+        self.threads = threads
+        self.members = members
+
+    def combine(self, op: str, other) -> "ThreadSet":
+        if isinstance(other, bool):
+            other = ThreadSet(self.threads, frozenset(range(self.threads)) if other else frozenset())
+        if not isinstance(other, ThreadSet):
+            raise TypeError("a condition on T.get_thread_binding() can be combined only with another one or with "
+                            "a compile-time bool, not with runtime values")
+        return ThreadSet(self.threads, self.members & other.members if op == "and" else self.members | other.members)
+
+    def invert(self) -> "ThreadSet":
+        return ThreadSet(self.threads, frozenset(range(self.threads)) - self.members)
+
+    def __bool__(self):
+        raise TypeError("a condition on T.get_thread_binding() may only be an `if` statement's condition")
+
+    def __repr__(self):
+        return f"threads {describe(self.members)}"
+
+
+def describe(members) -> str:
+    """`[0, 32)`, `[0, 32) + [64, 96)` or `{}`."""
+    runs, start, prev = [], None, None
+    for t in sorted(members):
+        if start is None:
+            start = prev = t
+        elif t == prev + 1:
+            prev = t
+        else:
+            runs.append((start, prev + 1))
+            start = prev = t
+    if start is not None:
+        runs.append((start, prev + 1))
+    return " + ".join(f"[{a}, {b})" for a, b in runs) or "{}"
+
+
+def warp_groups_of(members: frozenset):
+    """The warp groups `members` consists of, or None when it is not whole warp groups."""
+    size = ir.WARP_GROUP_THREADS
+    groups = sorted({t // size for t in members})
+    if len(members) != size * len(groups):
+        return None
+    return tuple(groups)
+
+
+_BARRIERS = (ir.AllocBarrier, ir.BarrierArrive, ir.BarrierWait, ir.WarpGroups)
+
+
+def emit_branches(p, cond: ThreadSet, node, loc) -> None:
+    """`if cond: body else: orelse` where `cond` is a ThreadSet: each branch a tile program of its
+    threads (the enclosing branch's threads only)."""
+    if p.parallel_depth:
+        raise CompileError("an `if` on T.get_thread_binding() inside T.Parallel is not supported", loc)
+    running = p.thread_set if p.thread_set is not None else frozenset(range(cond.threads))
+    p._promote_assigned(node.body + node.orelse, loc)
+    for body, members in ((node.body, cond.members & running), (node.orelse, running - cond.members)):
+        if not body or not members:
+            continue
+        saved, p.thread_set = p.thread_set, members
+        try:
+            block = p._scoped_block(body)
+        finally:
+            p.thread_set = saved
+        if members == running:
+            for s in block.stmts:
+                p.emit(s)
+            continue
+        groups = warp_groups_of(members)
+        if groups is not None:  # a nested branch's section stays its own (`elif 128 <= tx < 256:`)
+            run = []
+            for s in [*block.stmts, None]:
+                if s is None or isinstance(s, ir.WarpGroups):
+                    if run:
+                        p.emit(ir.WarpGroups(groups, ir.Seq(run), loc=loc))
+                    run = []
+                    if s is not None:
+                        p.emit(s)
+                else:
+                    run.append(s)
+            continue
+        for s in block.stmts:
+            for n in walk(s):
+                if isinstance(n, _BARRIERS):
+                    raise CompileError(f"the branch of threads {describe(members)} is not whole warp groups of "
+                                       f"{ir.WARP_GROUP_THREADS} threads: a barrier "
+                                       f"operation or T.ws inside it is not supported", getattr(n, "loc", None) or loc)
+        for s in block.stmts:
+            p.emit(s)
