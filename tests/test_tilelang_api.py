@@ -257,6 +257,36 @@ def test_autotuned_eager_compile_with_constants_only():
         add_one.compile(n=256)
 
 
+def test_autotuned_eager_compile_on_captured_inputs():
+    """examples/deepseek_mhc/example_mhc_bwd.py: `with set_autotune_inputs(R, dR): kernel =
+    f.compile(n_stream=16)` on an eager kernel with tuned parameters missing - tuned on the captured
+    tensors (its leading parameters); a named `T.const` dim must match their shapes."""
+    import tritile.language as T
+    from tritile.autotuner import set_autotune_inputs
+
+    @tritile.autotune(configs=[{"block": 16, "threads": 32}, {"block": 32, "threads": 64}], warmup=1, rep=1)
+    @tritile.jit
+    def scaled_rows(x, y, block: int = 8, threads: int = 128):
+        rows = T.dynamic("rows")
+        width = T.const("width")
+        x: T.Tensor((rows, width), T.float32)
+        y: T.Tensor((rows, width), T.float32)
+        out = T.empty((rows, width), T.float32)
+        with T.Kernel(T.ceildiv(rows, block), threads=threads) as bx:
+            for i, j in T.Parallel(block, width):
+                out[bx * block + i, j] = x[bx * block + i, j] * 2.0 - y[bx * block + i, j]
+        return out
+
+    x, y = torch.randn(48, 16), torch.randn(48, 16)
+    with set_autotune_inputs(x, y):
+        kernel = scaled_rows.compile(width=16)
+    torch.testing.assert_close(kernel(x, y), x * 2.0 - y)
+    with set_autotune_inputs(x, y), pytest.raises(ValueError, match="width=8"):
+        scaled_rows.compile(width=8)
+    with pytest.raises(TypeError, match="block, threads missing"):
+        scaled_rows.compile(width=16)
+
+
 def test_env_reads_variables_live_and_forces_assigned_values(monkeypatch, tmp_path):
     # TileLang's examples/minference: `tilelang.env.TILELANG_CACHE_DIR` names a directory
     import tritile.env  # noqa: F401  (keeps the package attribute the object, as TileLang's)

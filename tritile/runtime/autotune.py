@@ -68,6 +68,7 @@ from tritile import switches
 from tritile.errors import CompileError
 from tritile.runtime import cache
 from tritile.runtime.arguments import laid_out
+from tritile.frontend import probe_const_dims
 from tritile.runtime.jit import EagerJIT, LazyJIT
 from tritile.runtime.kernel import JITKernel
 from tritile.runtime.target import parse_target
@@ -152,12 +153,31 @@ class AutoTunedKernel:
             # TileLang's `f.compile(M=M, N=N, K=K, block_M=128, ...)`: constants only (`T.const`
             # dims among them), every tuned parameter given - the plain jit's kernel
             missing = sorted(self._tunable_names(self._configs_for(args, kwargs)) - set(kwargs))
+            captured = get_autotune_inputs()
+            if missing and captured is not None:
+                return self._compile_on_captured(captured, kwargs)
             if missing:
                 raise TypeError(f"{self.__name__}.compile(): tuning an eager-style kernel runs it on the call's "
                                 f"tensors; pass them, or every tuned parameter ({', '.join(missing)} missing)")
             return self.jit.compile(**kwargs)
         result = self.tune(*args, **kwargs)
         return self.jit.kernel_for(*args, **kwargs, **result.config)
+
+    def _compile_on_captured(self, captured: list, kwargs: dict) -> JITKernel:
+        """`with set_autotune_inputs(a, b): f.compile(n=16)` on an eager-style kernel
+        (examples/deepseek_mhc/example_mhc_bwd.py): tuned on the captured tensors, passed as its
+        leading parameters; the `T.const` dims named among `kwargs` must match their shapes."""
+        dims = {name: kwargs.pop(name) for name in list(kwargs) if name not in self.signature.parameters}
+        kernel = self.compile(*captured, **kwargs)
+        if dims:
+            bound = self.signature.bind_partial(*captured, **kwargs)
+            consts = {name: value for name, value in bound.arguments.items() if not isinstance(value, torch.Tensor)}
+            tuned = self.tune(*captured, **kwargs).config
+            for name, (position, dim) in probe_const_dims(self.jit.fn, {**consts, **tuned}).items():
+                if name in dims and int(captured[position].shape[dim]) != dims[name]:
+                    raise ValueError(f"{self.__name__}.compile(): {name}={dims[name]} but the captured autotune "
+                                     f"input {position} has {name} = {int(captured[position].shape[dim])}")
+        return kernel
 
     def clear_cache(self) -> None:
         """Forget the in-memory results (the disk cache is kept)."""
