@@ -170,3 +170,47 @@ def test_other_uses_of_the_thread_index_are_compile_errors(tmp_path, line, messa
     with pytest.raises(CompileError, match=message) as info:
         module.make()
     assert "kernel_src.py" in str(info.value)
+
+
+def wgmma_consumer(M, N, K):
+    """TileLang's hand-made warp specialization names (example_warp_specialize_flashmla):
+    `T.set_max_nreg` per branch, `T.wgmma_gemm` + `T.wait_wgmma` in the consumer."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((N, K), T.float16), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(1, threads=256) as bx:
+            A_s = T.alloc_shared((M, K), T.float16)
+            B_s = T.alloc_shared((N, K), T.float16)
+            acc = T.alloc_fragment((M, N), T.float32)
+            ready = T.alloc_barrier(arrive_count=128)
+            tx = T.get_thread_binding()
+            if tx >= 128:
+                T.set_max_nreg(40, 0)
+                T.copy(A, A_s)
+                T.copy(B, B_s)
+                T.barrier_arrive(ready)
+            else:
+                T.set_max_nreg(232, 1)
+                T.barrier_wait(ready, 0)
+                T.clear(acc)
+                T.wgmma_gemm(A_s[:, : K // 2], B_s[:, : K // 2], acc, transpose_B=True)
+                T.wgmma_gemm(A_s[:, K // 2 :], B_s[:, K // 2 :], acc, transpose_B=True)
+                T.wait_wgmma(0)
+                T.copy(acc, C)
+
+    return main
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wgmma_gemm_wait_wgmma_and_set_max_nreg(backend):
+    torch.manual_seed(3)
+    A, B = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    C = torch.zeros(64, 64)
+    tritile.compile(wgmma_consumer(64, 64, 64), backend=backend)(A, B, C)
+    torch.testing.assert_close(C, A.float() @ B.float().T, rtol=1e-3, atol=1e-3)
+
+
+def test_wgmma_gemm_compiles_for_hopper():
+    for backend in ("gluon", "triton"):
+        ptx = tritile.compile(wgmma_consumer(64, 64, 64), target="cuda:90", backend=backend).get_source("ptx")
+        assert ".target sm_90" in ptx, backend

@@ -424,6 +424,28 @@ def gemm(p, a, loc):
     p.emit(node)
 
 
+def wgmma_gemm(p, a, loc):
+    """TileLang's `T.wgmma_gemm`: `T.gemm` (tile statements complete in program order)."""
+    gemm(p, {**a, "k_pack": 1, "wg_wait": 0, "mbar": None}, loc)
+
+
+def _compile_time_ints(p, a, names, what, loc):
+    for name in names:
+        value = a[name].value if isinstance(a[name], ir.Const) else a[name]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise CompileError(f"{what}: {name} must be a compile-time integer, got {value!r}", loc)
+
+
+def wait_wgmma(p, a, loc):
+    p.require_kernel("T.wait_wgmma", loc)
+    _compile_time_ints(p, a, ("id",), "T.wait_wgmma", loc)
+
+
+def set_max_nreg(p, a, loc):
+    p.require_kernel("T.set_max_nreg", loc)
+    _compile_time_ints(p, a, ("reg_count", "is_inc"), "T.set_max_nreg", loc)
+
+
 def fill(p, a, loc):
     p.require_kernel("T.fill", loc)
     if _is_var(a["buffer"]):  # a `T.alloc_var` is a buffer of one element in TileLang
@@ -991,7 +1013,7 @@ HANDLERS = {
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
     "reshape": views.reshape, "view": views.view,
-    "copy": copy, "transpose": transpose, "im2col": im2col, "c2d_im2col": im2col, "gemm": gemm, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "copy": copy, "transpose": transpose, "im2col": im2col, "c2d_im2col": im2col, "gemm": gemm, "wgmma_gemm": wgmma_gemm, "wait_wgmma": wait_wgmma, "set_max_nreg": set_max_nreg, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "atomic_load": atomic_load, "atomic_store": atomic_store,

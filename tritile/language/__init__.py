@@ -356,6 +356,25 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
 
 
 @_tile_op
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
+               annotations=None):
+    """TileLang's explicit asynchronous Hopper WGMMA GEMM (with `T.wait_wgmma`, hand-made warp
+    specialization): `T.gemm`.  tritile's tile statements complete in program order; its own
+    passes issue and wait for wgmma."""
+
+
+@_tile_op
+def wait_wgmma(id):
+    """TileLang's wait for the `T.wgmma_gemm`s in flight: nothing is in flight (see `T.wgmma_gemm`)."""
+
+
+@_tile_op
+def set_max_nreg(reg_count, is_inc):
+    """TileLang's `setmaxnreg` hint of a hand-made warp-specialized kernel: accepted, no code
+    (tritile's own warp specialization sets the partitions' registers)."""
+
+
+@_tile_op
 def clear(buffer, annotations=None):
     pass
 
