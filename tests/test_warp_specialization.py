@@ -109,6 +109,56 @@ def test_budget_counts_the_empty_barriers(warp_specialize, monkeypatch):
     assert planned - plain == 8 * 3  # one "empty" mbarrier per slot of the 3-stage ring
 
 
+def gemm_with_float_staging(M, N, K):
+    """TileLang's GEMM with a float32 staging tile: 128x256x64 in 3 stages (144 KB of operands in
+    the loop) then a 128 KB C_shared after it - 272 KB when none shares bytes."""
+    import tritile
+    import tritile.language as T
+
+    @tritile.jit(out_idx=[2])
+    def build(M, N, K, block_M=128, block_N=256, block_K=64):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float32)):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+                A_shared = T.alloc_shared((block_M, block_K), T.float16)
+                B_shared = T.alloc_shared((block_K, block_N), T.float16)
+                C_local = T.alloc_fragment((block_M, block_N), T.float32)
+                C_shared = T.alloc_shared((block_M, block_N), T.float32)
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                    T.copy(A[by * block_M, k * block_K], A_shared)
+                    T.copy(B[k * block_K, bx * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[by * block_M, bx * block_N])
+
+        return main
+
+    return build(M, N, K)
+
+
+def test_no_producer_where_the_buffers_fit_only_by_sharing_bytes(monkeypatch, device):
+    """Under a producer every buffer is allocated before the fork, so C_shared could not take the
+    operands' bytes after the loop (TileLang's attention-sink backward: 238 KB, refused): `auto`
+    leaves such a kernel without one, and it compiles and runs; forcing the producer is a
+    CompileError naming the buffers."""
+    from tritile import CompileError
+
+    monkeypatch.setenv("TRITILE_PERSISTENT", "0")
+    kernel = gemm_with_float_staging(256, 512, 192)
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "auto")
+    frontend = kernel.stages[0][1]
+    func = run_passes(frontend, H100)[-1][1]
+    assert "warp_specialization" not in func.attrs and func.attrs["shared_bytes"] <= H100.shared_memory_limit
+    assert "wgmma.mma_async" in JITKernel(frontend, target=H100).get_source("ptx")
+    a = torch.randn(256, 192, dtype=torch.float16, device=device)
+    b = torch.randn(192, 512, dtype=torch.float16, device=device)
+    close(kernel(a, b), a.float() @ b.float())
+    monkeypatch.setenv("TRITILE_WARP_SPECIALIZE", "1")
+    with pytest.raises(CompileError, match="C_shared 131072 B"):
+        run_passes(frontend, H100)
+
+
 # ------------------------------------------------------------------ generated code (sm_90, CPU)
 
 

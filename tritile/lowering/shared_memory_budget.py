@@ -48,16 +48,20 @@ def buffer_bytes(buf: ir.Buffer) -> int:
     return size
 
 
-def barrier_count(func: ir.PrimFunc) -> int:
+def barrier_count(func: ir.PrimFunc, warp_specialized: bool = None) -> int:
+    """The kernel's mbarriers: one per slot of each software-pipelined loop, two (a "full" and an
+    "empty" one) when warp-specialized (by default: when `func.attrs` says so)."""
     barriers = sum(n.pipelined_from for n in walk(func.kernel.body) if isinstance(n, ir.For))
-    return 2 * barriers if "warp_specialization" in func.attrs else barriers
+    if warp_specialized is None:
+        warp_specialized = "warp_specialization" in func.attrs
+    return 2 * barriers if warp_specialized else barriers
 
 
-def allocated_at_once_bytes(func: ir.PrimFunc) -> int:
+def allocated_at_once_bytes(func: ir.PrimFunc, warp_specialized: bool = None) -> int:
     """The bytes of all the kernel's shared buffers and mbarriers when none shares bytes (a
-    persistent kernel's allocation)."""
+    persistent or warp-specialized kernel's allocation)."""
     spans = lifetimes(func.kernel.body, keep_on_top=True)
-    return sum(buffer_bytes(s.buffer) for s in spans) + MBARRIER_BYTES * barrier_count(func)
+    return sum(buffer_bytes(s.buffer) for s in spans) + MBARRIER_BYTES * barrier_count(func, warp_specialized)
 
 
 def fits_allocated_at_once(func: ir.PrimFunc, target) -> bool:

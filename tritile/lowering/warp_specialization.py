@@ -54,7 +54,11 @@ all fragments together) than setmaxnreg leaves its consumers (240 with two consu
 warpgroups, where 255 without a producer): the FlashAttention backward's dK / dV / P / dS /
 dQ tiles (256 registers a thread at head dim 128, 288 at 64) spilled 448 bytes under 240
 registers at head dim 64, 16 without the producer (ptxas for sm_90, bench/NOTES.md session
-18).  Measured on an H100 (bench/NOTES.md): with the consumers split, FlashAttention's
+18).  Nor does a CTA whose shared buffers do not fit when all are allocated before the fork
+(the producer and consumers must agree on every address, so no buffer reuses another's bytes):
+without the producer, buffers used only after the loops take the bytes of those used only in
+them (TileLang's attention-sink backward: dK / dV staging of 64 KB each after a loop over
+104 KB of operands, 238 KB with a producer, 232 KB available).  Measured on an H100 (bench/NOTES.md): with the consumers split, FlashAttention's
 128x128 tile ran 1.19-1.28x faster, causal 1.04x; a producer warp alone was neutral for the GEMM (0.98-1.04x)
 until it also made the GEMM persistent (`persistent_tiles`), the producer loading the next
 tile under the epilogue: 1.012x at 4096^3, 1.016x at 8192^3 (three interleaved rounds each).
@@ -68,6 +72,7 @@ from tritile.ir import instructions as isel
 from tritile.ir import nodes as ir
 from tritile.ir.transform import top_level, walk, written_buffer
 from tritile.lowering import consumer_partitions
+from tritile.lowering.shared_memory_budget import allocated_at_once_bytes
 from tritile.switches import schedule_switch
 
 PRODUCER_WARPS = 1
@@ -110,7 +115,9 @@ def run(func: ir.PrimFunc, target) -> ir.PrimFunc:
         return func
     if chosen == "auto" and not (consumer_partitions.several_warpgroups(func.kernel)
                                  and fragment_registers(func.kernel) <= consumer_registers(
-                                     func.kernel.threads // consumer_partitions.WARPGROUP_THREADS)):
+                                     func.kernel.threads // consumer_partitions.WARPGROUP_THREADS)
+                                 and allocated_at_once_bytes(func, warp_specialized=True)
+                                 <= target.shared_memory_limit):
         return func
     plan = ir.WarpSpecialization(PRODUCER_WARPS, PRODUCER_REGISTERS, tuple(loop.var.name for loop in loops),
                                  tuple(copy.dst.buffer.name for copy in tile_loads(func, target)))
