@@ -312,3 +312,43 @@ def test_mbarrier_arrive_at_a_peer_cta_is_a_compile_error():
             with T.Kernel(1, threads=128) as _:
                 bar = T.alloc_barrier(128)
                 T.mbarrier_arrive(bar, cta_id=1)
+
+
+@tritile.jit
+def hinted_gemm(A, B, producer_registers, block_M=128, block_N=128, block_K=32):
+    """A pipelined GEMM of two consumer warp groups under TileLang's register hints
+    (examples/linear_attention/example_mamba_chunk_scan.py's `T.no_set_max_nreg()`)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+        A_shared = T.alloc_shared((block_M, block_K), T.float16)
+        B_shared = T.alloc_shared((block_K, block_N), T.float16)
+        C_local = T.alloc_fragment((block_M, block_N), T.float32)
+        T.no_set_max_nreg()
+        T.disable_warp_group_reg_alloc()
+        T.annotate_producer_reg_dealloc(producer_registers)
+        T.annotate_consumer_reg_alloc(240)
+        T.clear(C_local)
+        for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+            T.copy(A[by * block_M, ko * block_K], A_shared)
+            T.copy(B[ko * block_K, bx * block_N], B_shared)
+            T.gemm(A_shared, B_shared, C_local)
+        T.copy(C_local, C[by * block_M, bx * block_N])
+    return C
+
+
+def test_register_hints_change_no_result(device, assert_close, gluon_backend):
+    A = torch.randn(128, 96, dtype=torch.float16, device=device)
+    B = torch.randn(96, 256, dtype=torch.float16, device=device)
+    assert_close(hinted_gemm(A, B, 24), A.float() @ B.float())
+    ptx = hinted_gemm.compile(M=128, N=256, K=96, producer_registers=24, target="cuda:90").get_source("ptx")
+    assert "wgmma.mma_async" in ptx
+
+
+def test_register_hint_takes_a_compile_time_count():
+    A = torch.randn(128, 64, dtype=torch.float16)
+    B = torch.randn(64, 128, dtype=torch.float16)
+    with pytest.raises(tritile.CompileError, match="annotate_producer_reg_dealloc: reg_count must be a compile-time integer"):
+        hinted_gemm(A, B, 1.5)

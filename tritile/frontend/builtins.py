@@ -441,9 +441,14 @@ def wait_wgmma(p, a, loc):
     _compile_time_ints(p, a, ("id",), "T.wait_wgmma", loc)
 
 
-def set_max_nreg(p, a, loc):
-    p.require_kernel("T.set_max_nreg", loc)
-    _compile_time_ints(p, a, ("reg_count", "is_inc"), "T.set_max_nreg", loc)
+def register_hint(name, ints=()):
+    """TileLang's register-reallocation hints of warp specialization (`T.set_max_nreg`,
+    `T.no_set_max_nreg`, `T.annotate_producer_reg_dealloc`, ...): checked, no code (tritile's own
+    warp specialization decides the partitions' registers; results never depend on them)."""
+    def handler(p, a, loc):
+        p.require_kernel(f"T.{name}", loc)
+        _compile_time_ints(p, a, ints, f"T.{name}", loc)
+    return handler
 
 
 def fill(p, a, loc):
@@ -1013,7 +1018,11 @@ HANDLERS = {
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,
     "reshape": views.reshape, "view": views.view,
-    "copy": copy, "transpose": transpose, "im2col": im2col, "c2d_im2col": im2col, "gemm": gemm, "wgmma_gemm": wgmma_gemm, "wait_wgmma": wait_wgmma, "set_max_nreg": set_max_nreg, "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
+    "copy": copy, "transpose": transpose, "im2col": im2col, "c2d_im2col": im2col, "gemm": gemm, "wgmma_gemm": wgmma_gemm, "wait_wgmma": wait_wgmma, "set_max_nreg": register_hint("set_max_nreg", ("reg_count", "is_inc")),
+    "no_set_max_nreg": register_hint("no_set_max_nreg"),
+    "disable_warp_group_reg_alloc": register_hint("disable_warp_group_reg_alloc"),
+    "annotate_producer_reg_dealloc": register_hint("annotate_producer_reg_dealloc", ("reg_count",)),
+    "annotate_consumer_reg_alloc": register_hint("annotate_consumer_reg_alloc", ("reg_count",)), "fill": fill, "clear": clear, "cumsum": cumsum, "cummax": _cum_extremum("max"), "cummin": _cum_extremum("min"),
     "atomic_add": _atomic("add"), "atomic_max": _atomic("max"), "atomic_min": _atomic("min"),
     "atomic_addx2": _atomic_add_vector(2), "atomic_addx4": _atomic_add_vector(4),
     "atomic_load": atomic_load, "atomic_store": atomic_store,

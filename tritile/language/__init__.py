@@ -375,6 +375,29 @@ def set_max_nreg(reg_count, is_inc):
 
 
 @_tile_op
+def no_set_max_nreg():
+    """TileLang's switch-off of warp specialization's register reallocation: accepted, no code
+    (tritile's own warp specialization sets the partitions' registers)."""
+
+
+@_tile_op
+def disable_warp_group_reg_alloc():
+    """TileLang's alias of `T.no_set_max_nreg`: accepted, no code."""
+
+
+@_tile_op
+def annotate_producer_reg_dealloc(reg_count=24):
+    """TileLang's register count for the producer warp group: accepted, no code (tritile gives its
+    TMA producer 24)."""
+
+
+@_tile_op
+def annotate_consumer_reg_alloc(reg_count=240):
+    """TileLang's register count for the consumer warp groups: accepted, no code (tritile gives
+    them 240, or an even share of what the producer leaves)."""
+
+
+@_tile_op
 def clear(buffer, annotations=None):
     pass
 
