@@ -406,11 +406,15 @@ def gemm(p, a, loc):
     if policy not in ir.GEMM_POLICIES:
         raise CompileError(f"T.gemm policy must be one of T.GemmWarpPolicy.{{Square, FullRow, FullCol}}, "
                            f"got {policy!r}", loc)
+    clear_accum = a["clear_accum"]
+    # a runtime condition (TileLang's `clear_accum=(k == 0)` in a loop): `if cond: T.clear(C)`
+    # before an accumulating gemm, the branches and fills every pass already handles
+    runtime_clear = not isinstance(clear_accum, (bool, int, ir.Const))
     node = ir.Gemm(acc.region(a["A"], loc, "T.gemm A"), acc.region(a["B"], loc, "T.gemm B"),
                    acc.region(a["C"], loc, "T.gemm C"),
                    transpose_a=_bool(a["transpose_A"], "transpose_A", loc),
                    transpose_b=_bool(a["transpose_B"], "transpose_B", loc), policy=policy,
-                   clear_accum=_bool(a["clear_accum"], "clear_accum", loc), loc=loc)
+                   clear_accum=False if runtime_clear else _bool(clear_accum, "clear_accum", loc), loc=loc)
     # TileLang's tfloat32 operands: float32 storage, TF32 tensor-core inputs
     node.tf32 = any(r.buffer.name in p.tf32_buffers for r in (node.a, node.b))
     gemm_mnk(node)
@@ -421,6 +425,15 @@ def gemm(p, a, loc):
         if operand.buffer.scope == "global":
             raise CompileError(f"T.gemm operand {name} ({operand.buffer.name}) must be in shared memory or "
                                f"a fragment; copy it with T.copy first", loc)
+    if runtime_clear:
+        cond = p.scalar(clear_accum, loc) if isinstance(clear_accum, (ir.Expr, ir.Buffer, acc.BufferAccess)) else None
+        if not isinstance(cond, ir.Expr) or cond.dtype.kind not in ("bool", "int", "uint"):
+            raise CompileError(f"clear_accum must be a bool or a runtime condition, got {clear_accum!r}", loc)
+        if isinstance(cond, ir.Const):
+            node.clear_accum = bool(cond.value)
+        else:
+            zero = ir.Fill(node.c, exprs.make_const(0, node.c.buffer.dtype), loc=loc)
+            p.emit(ir.If(exprs.truth(cond), ir.Seq([zero], loc=loc), loc=loc))
     p.emit(node)
 
 
