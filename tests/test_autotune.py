@@ -279,3 +279,54 @@ def test_compile_returns_the_best_kernel_without_running_it(assert_close):
     c = compiled(a, b)  # the eager kernel: its outputs are the T.empty tensors it returns
     assert_close(c, gemm_reference(a, b))
     assert_close(eager(a, b), c)
+
+
+def test_eager_compile_tunes_from_constants_only(assert_close, disk_cache):
+    """TileLang's examples/convolution/example_convolution_autotune.py: `f.compile(M=.., N=.., K=..)`
+    on an autotuned eager kernel, no tensors: each config compiled from the constants, run on
+    inputs the tuner makes from the kernel's parameters (the profiler's supply: random, not zeros),
+    checked against ref_prog and timed; the best config's kernel is returned."""
+    configs = GEMM_CONFIGS + [{"block_M": 16, "num_stages": 1}]
+    seen = []
+
+    def reference(a, b):
+        seen.append((a, b))
+        return gemm_reference(a, b)
+
+    eager = make_eager_gemm(configs=configs, ref_prog=reference)
+    kernel = eager.compile(M=64, N=32, K=48)
+    result = eager.last_result
+    assert isinstance(kernel, tritile.JITKernel) and result.source == "tuned"
+    assert [config for config, _, _ in result.records] == configs
+    assert all(latency > 0 and why is None for _, latency, why in result.records)
+    assert kernel.config == result.config in configs and kernel.latency == result.latency
+    assert len(seen) == len(configs)  # fresh inputs per config (cache_input_tensors=False)
+    for a, b in seen:
+        assert a.shape == (64, 48) and b.shape == (48, 32) and a.dtype == b.dtype == torch.float16
+        assert a.abs().max() > 0 and b.abs().max() > 0 and a.unique().numel() > 10
+    a, b = make_operands(64, 32, 48)
+    assert_close(kernel(a, b), gemm_reference(a, b))
+    entry = json.loads(next(disk_cache.glob("*.json")).read_text())
+    assert entry["arguments"]["K"] == "48" and configs[entry["config_index"]] == kernel.config
+    # cached: the same constants again in memory, a fresh tuner from disk; other constants tune anew
+    assert eager.compile(M=64, N=32, K=48) is kernel and eager.last_result.source == "memory"
+    fresh = make_eager_gemm(configs=configs, ref_prog=reference)
+    assert fresh.compile(M=64, N=32, K=48).config == kernel.config and fresh.last_result.source == "disk"
+    assert fresh.compile(M=32, N=32, K=48).config in configs and fresh.last_result.source == "tuned"
+    # a wrong ref_prog skips every config
+    wrong = make_eager_gemm(configs=configs, ref_prog=lambda a, b: gemm_reference(a, b) + 1)
+    with pytest.warns(UserWarning, match="differs from ref_prog"), pytest.raises(RuntimeError, match="no config"):
+        wrong.compile(M=32, N=32, K=32)
+
+
+def test_eager_compile_from_constants_refuses_undetermined_shapes():
+    """A shape the constants do not determine - a `T.const` left out, a `T.dynamic` dim - is a
+    ValueError naming the parameter; tuned parameters are given all or none."""
+    eager = make_eager_gemm()
+    with pytest.raises(ValueError, match=r"shape of parameter 'A'.*T.const 'K'.*pass K="):
+        eager.compile(M=64, N=64)
+    with pytest.raises(ValueError, match=r"parameter 'A' has the runtime dimension m.*pass the tensors"):
+        eager.compile(dynamic_dims=True)
+    partial = make_eager_gemm(configs=[{"block_M": 32, "block_N": 32}, {"block_M": 64, "block_N": 64}])
+    with pytest.raises(TypeError, match=r"every tuned parameter or none \(block_N missing\)"):
+        partial.compile(M=64, N=64, K=64, block_M=32)

@@ -39,9 +39,10 @@ class AutoTuner:
 
     def set_profile_args(self, supply_type=None, ref_prog=None, supply_prog=None, rtol=1e-2, atol=1e-2,
                          skip_check=False, cache_input_tensors=False, backend="event") -> "AutoTuner":
-        # supply_type: inputs are random normal floats / small integers, as TileLang's Auto
         self.profile_args = dict(ref_prog=ref_prog, supply_prog=supply_prog, rtol=rtol, atol=atol,
                                  skip_check=skip_check, cache_input_tensors=cache_input_tensors)
+        if supply_type is not None:  # the profiler's TensorSupplyType; default Auto
+            self.profile_args["supply_type"] = supply_type
         return self
 
     def run(self, warmup: float = 25, rep: float = 100, timeout: float = 100, use_pipeline: bool = False,

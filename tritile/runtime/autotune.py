@@ -14,8 +14,9 @@ Contract:
 * Lazy style (the function returns a `@T.prim_func`): `f(M, N, K)` tunes and returns the best
   `JITKernel`, with `.config` (the chosen dict) and `.latency` (ms) set on it.  Inputs are
   `supply_prog(params)` (params = the kernel's input `Buffer`s, each with `.shape` and `.dtype`)
-  or random tensors of the params' shapes and dtypes (a `T.dynamic` dimension needs
-  `supply_prog`).
+  or tensors of the params' shapes and dtypes made as the profiler makes them, of `supply_type`
+  (TileLang's; default `TensorSupplyType.Auto`: uniform(-1, 1) floats, small integers; a
+  `T.dynamic` dimension needs `supply_prog`).
 * `with set_autotune_inputs(a, b, c):` (or a list) - TileLang's capture: a lazy-style tuning
   inside it runs every config on those tensors, in place of `supply_prog` (warned) or random
   ones; the capture is per thread and nests.
@@ -23,7 +24,13 @@ Contract:
   in-place kernels do not accumulate into the caller's data), then runs the best config on the
   caller's tensors and returns its outputs.  `supply_prog` is not used.
 * `f.compile(*args, **kwargs)` returns the best config's `JITKernel` without running it (both
-  styles).
+  styles).  Eager style from constants only (TileLang's `f.compile(M=M, N=N, K=K)`, no tensor
+  among the arguments, the `T.const` dims by name): every tuned parameter given, the plain jit's
+  kernel; none, each config is compiled from the constants and run as a lazy-style one, on
+  `supply_prog(params)` or `supply_type` tensors of the kernel's parameter shapes and dtypes (or,
+  inside `set_autotune_inputs`, on the captured tensors as its leading parameters).  A `T.const`
+  left out, or a `T.dynamic` dim (the constants do not give the shape), is a ValueError naming
+  the parameter.
 * `f.tune(*args, **kwargs)` returns the `AutotuneResult` of a call without running it (eager) or
   with the kernel in `.kernel` (lazy); `f.last_result` is the result of the latest call.
 * Per config: compile (and, eager, the first run); a config that raises `CompileError` (or,
@@ -67,10 +74,11 @@ import tritile
 from tritile import switches
 from tritile.errors import CompileError
 from tritile.runtime import cache
-from tritile.runtime.arguments import laid_out
 from tritile.frontend import probe_const_dims
-from tritile.runtime.jit import EagerJIT, LazyJIT
+from tritile.ir.printer import expr_str
+from tritile.runtime.jit import COMPILE_OPTIONS, EagerJIT, LazyJIT
 from tritile.runtime.kernel import JITKernel
+from tritile.runtime.profiler import TensorSupplyType, supply_inputs
 from tritile.runtime.target import parse_target
 
 __all__ = ["autotune", "AutotuneResult", "AutoTunedKernel"]
@@ -103,14 +111,14 @@ class AutoTunedKernel:
     """The object `@tritile.autotune` returns; see the module docstring."""
 
     def __init__(self, jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol, skip_check,
-                 cache_input_tensors):
+                 cache_input_tensors, supply_type=TensorSupplyType.Auto):
         if not isinstance(jit_fn, (LazyJIT, EagerJIT)):
             raise TypeError(f"@tritile.autotune must be stacked above @tritile.jit, got {type(jit_fn).__name__}")
         self.jit = jit_fn
         self.signature = inspect.signature(jit_fn.fn)
         self.configs = configs
         self.warmup, self.rep, self.timeout = warmup, rep, timeout
-        self.ref_prog, self.supply_prog = ref_prog, supply_prog
+        self.ref_prog, self.supply_prog, self.supply_type = ref_prog, supply_prog, supply_type
         self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
         self.cache_input_tensors = cache_input_tensors
         self.last_result: Optional[AutotuneResult] = None
@@ -149,19 +157,45 @@ class AutoTunedKernel:
         kernel without running it; eager style: the kernel a call with these tensors runs."""
         if isinstance(self.jit, LazyJIT):
             return self(*args, **kwargs)
-        if not args and not any(isinstance(v, torch.Tensor) for v in kwargs.values()):
-            # TileLang's `f.compile(M=M, N=N, K=K, block_M=128, ...)`: constants only (`T.const`
-            # dims among them), every tuned parameter given - the plain jit's kernel
-            missing = sorted(self._tunable_names(self._configs_for(args, kwargs)) - set(kwargs))
-            captured = get_autotune_inputs()
-            if missing and captured is not None:
-                return self._compile_on_captured(captured, kwargs)
-            if missing:
-                raise TypeError(f"{self.__name__}.compile(): tuning an eager-style kernel runs it on the call's "
-                                f"tensors; pass them, or every tuned parameter ({', '.join(missing)} missing)")
-            return self.jit.compile(**kwargs)
+        if not any(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values())):
+            return self._compile_from_constants(args, kwargs)
         result = self.tune(*args, **kwargs)
         return self.jit.kernel_for(*args, **kwargs, **result.config)
+
+    def _compile_from_constants(self, args: tuple, kwargs: dict) -> JITKernel:
+        """TileLang's `f.compile(M=M, N=N, K=K, ...)` on an eager-style kernel: constants only
+        (`T.const` dims by name).  Every tuned parameter given: the plain jit's kernel; none:
+        tuned on the tensors of an enclosing `set_autotune_inputs`, else each config compiled from
+        the constants and run on inputs made from the kernel's parameters (`_ConstantsTrial`)."""
+        configs = self._configs_for(args, kwargs)
+        dims = {name: value for name, value in kwargs.items() if name not in self.signature.parameters}
+        bound = self._bind(args, {name: value for name, value in kwargs.items() if name not in dims})
+        tunable = self._tunable_names(configs)
+        missing = sorted(tunable - set(bound.arguments))
+        if not missing:
+            return self.jit.compile(**bound.arguments, **dims)
+        captured = get_autotune_inputs()
+        if captured is not None and not args:
+            return self._compile_on_captured(captured, kwargs)
+        if len(missing) < len(tunable):
+            raise TypeError(f"{self.__name__}.compile(): pass every tuned parameter or none ({', '.join(missing)} "
+                            f"missing)")
+        runtime = [name for name in self.jit.runtime_params if name in bound.arguments]
+        if runtime:
+            raise TypeError(f"{self.__name__}.compile(): {', '.join(runtime)} take tensors; tuning from constants "
+                            f"only passes none")
+        self._check_complete(bound, configs, exempt=self.jit.runtime_params)
+        consts = {name: value for name, value in {**bound.arguments, **dims}.items() if name not in COMPILE_OPTIONS}
+        undetermined = probe_const_dims(self.jit.fn, {**consts, **configs[0]})
+        if undetermined:
+            name, (position, dim) = next(iter(undetermined.items()))
+            raise ValueError(f"{self.__name__}.compile(): the constants do not give the shape of parameter "
+                             f"'{self.jit.runtime_params[position]}': its dimension {dim} is T.const {name!r}; pass "
+                             f"{name}=..., or the tensors")
+        result = self._result_for(bound, configs, dims)
+        kernel = self.jit.compile(**bound.arguments, **dims, **result.config)
+        kernel.config, kernel.latency = result.config, result.latency
+        return kernel
 
     def _compile_on_captured(self, captured: list, kwargs: dict) -> JITKernel:
         """`with set_autotune_inputs(a, b): f.compile(n=16)` on an eager-style kernel
@@ -192,11 +226,11 @@ class AutoTunedKernel:
         except TypeError as exc:
             raise TypeError(f"{self.__name__}(): {exc}") from None
 
-    def _check_complete(self, bound: inspect.BoundArguments, configs) -> None:
+    def _check_complete(self, bound: inspect.BoundArguments, configs, exempt=()) -> None:
         tunable = self._tunable_names(configs)
         missing = [name for name, p in self.signature.parameters.items()
                    if p.default is p.empty and name not in bound.arguments and name not in tunable
-                   and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+                   and name not in exempt and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if missing:
             raise TypeError(f"{self.__name__}(): missing required argument(s) {', '.join(map(repr, missing))}")
 
@@ -231,14 +265,15 @@ class AutoTunedKernel:
         return {key for config in configs for key in config}
 
     # ---------------------------------------------------------------- caches
-    def _result_for(self, bound: inspect.BoundArguments, configs) -> AutotuneResult:
+    def _result_for(self, bound: inspect.BoundArguments, configs, dims: Optional[dict] = None) -> AutotuneResult:
+        """`dims`: tuning an eager-style kernel from constants only, its `T.const` dims given by name."""
         device = self._device(bound)
-        key, description = self._cache_key(bound, configs, device)
+        key, description = self._cache_key(bound, configs, device, dims)
         result = self._results.get(key)
         if result is not None:
             result = dataclasses.replace(result, source="memory", records=[])
         else:
-            result = self._load(key, configs, bound) or self._tune(bound, configs, device)
+            result = self._load(key, configs, bound) or self._tune(bound, configs, device, dims)
             self._results[key] = result
             if result.source == "tuned":
                 self._store(key, description, configs, result)
@@ -247,9 +282,12 @@ class AutoTunedKernel:
         self.last_result = result
         return result
 
-    def _cache_key(self, bound, configs, device: torch.device):
+    def _cache_key(self, bound, configs, device: torch.device, dims: Optional[dict] = None):
         tunable = self._tunable_names(configs)
         arguments = {name: _describe(value) for name, value in _with_defaults(bound).items() if name not in tunable}
+        if dims is not None:  # from constants only: no tensors, the dims instead
+            arguments = {**{name: _describe(value) for name, value in dims.items()}, **arguments}
+            arguments["<from constants>"] = True
         description = {
             "kernel": self._identity[0],
             "source_sha256": self._identity[1],
@@ -295,9 +333,9 @@ class AutoTunedKernel:
 
     # ---------------------------------------------------------------- tuning
     def _device(self, bound) -> torch.device:
-        if isinstance(self.jit, EagerJIT):
-            tensors = [v for v in bound.arguments.values() if isinstance(v, torch.Tensor)]
-            return tensors[0].device if tensors else torch.device("cpu")
+        tensors = [v for v in bound.arguments.values() if isinstance(v, torch.Tensor)]
+        if isinstance(self.jit, EagerJIT) and tensors:
+            return tensors[0].device
         target = parse_target(self.jit.options["target"])
         on_gpu = target.kind == "cuda" and torch.cuda.is_available()
         return torch.device("cuda" if on_gpu else "cpu")
@@ -305,22 +343,28 @@ class AutoTunedKernel:
     def _lazy_kernel(self, bound, config: dict) -> JITKernel:
         return self.jit(*bound.args, **bound.kwargs, **config)
 
-    def _tune(self, bound, configs, device: torch.device) -> AutotuneResult:
-        trial = (_LazyTrial if isinstance(self.jit, LazyJIT) else _EagerTrial)(self, bound, device)
+    def _tune(self, bound, configs, device: torch.device, dims: Optional[dict] = None) -> AutotuneResult:
+        if dims is not None:
+            trial = _ConstantsTrial(self, bound, device, dims)
+        else:
+            trial = (_LazyTrial if isinstance(self.jit, LazyJIT) else _EagerTrial)(self, bound, device)
         records, best = [], None
         progress = _Progress(f"autotune {self.__name__}", len(configs))
-        for config in configs:
-            try:
-                latency = trial.run(config)
-            except _ConfigFailed as exc:
-                warnings.warn(f"autotune {self.__name__}: skipping config {config}: {exc}", stacklevel=4)
-                records.append((config, None, str(exc)))
-            else:
-                records.append((config, latency, None))
-                if best is None or latency < best[1]:
-                    best = (config, latency)
-            progress.step(None if best is None else best[1])
-        progress.close()
+        try:
+            for config in configs:
+                try:
+                    latency = trial.run(config)
+                except _ConfigFailed as exc:
+                    warnings.warn(f"autotune {self.__name__}: skipping config {config}: {exc}",
+                                  stacklevel=_user_stacklevel())
+                    records.append((config, None, str(exc)))
+                else:
+                    records.append((config, latency, None))
+                    if best is None or latency < best[1]:
+                        best = (config, latency)
+                progress.step(None if best is None else best[1])
+        finally:
+            progress.close()
         if best is None:
             reasons = "\n".join(f"  {config}: {why}" for config, _, why in records)
             raise RuntimeError(f"autotune {self.__name__}: no config could be used:\n{reasons}")
@@ -401,6 +445,9 @@ class _LazyTrial(_Trial):
 
     kernel_for = prepare
 
+    # what to do about a parameter the tuner cannot make an input for
+    no_shape_advice = "pass supply_prog= to give the tuning inputs"
+
     def make_inputs(self, kernel: JITKernel) -> list:
         params = _input_params(kernel)
         captured = get_autotune_inputs()
@@ -410,7 +457,12 @@ class _LazyTrial(_Trial):
             return list(captured)
         if self.tuner.supply_prog is not None:
             return list(self.tuner.supply_prog(params))
-        return [laid_out(p, _random_tensor(p, self.device), "autotune") for p in params]
+        for param in params:
+            dynamic = [dim for dim in param.shape if not isinstance(dim, int)]
+            if dynamic:
+                raise ValueError(f"autotune {self.tuner.__name__}: parameter '{param.name}' has the runtime dimension "
+                                 f"{expr_str(dynamic[0])}; {self.no_shape_advice}")
+        return supply_inputs(kernel, self.tuner.supply_type, self.device, "autotune")
 
     @staticmethod
     def ref_args(inputs: list) -> list:
@@ -424,6 +476,24 @@ class _LazyTrial(_Trial):
     @staticmethod
     def launch(kernel: JITKernel, inputs: list):
         return kernel(*inputs)
+
+
+class _ConstantsTrial(_LazyTrial):
+    """Eager style from constants only (`f.compile(M=M, N=N, K=K)`): each config's kernel
+    compiled from the constants (the call's and the `T.const` dims), then run as a lazy-style
+    config is, on inputs made from its parameters."""
+
+    no_shape_advice = ("the constants do not determine it (T.dynamic); pass the tensors, or tune inside "
+                       "`with set_autotune_inputs(...)`")
+
+    def __init__(self, tuner: AutoTunedKernel, bound, device: torch.device, dims: dict):
+        super().__init__(tuner, bound, device)
+        self.dims = dims
+
+    def prepare(self, config) -> JITKernel:
+        return self.tuner.jit.compile(**self.bound.arguments, **self.dims, **config)
+
+    kernel_for = prepare
 
 
 class _EagerTrial(_Trial):
@@ -458,20 +528,13 @@ def _input_params(kernel: JITKernel) -> list:
     return [p for i, p in enumerate(kernel.params) if i not in kernel.out_idx]
 
 
-def _random_tensor(param, device: torch.device) -> torch.Tensor:
-    shape = []
-    for dim in param.shape:
-        if not isinstance(dim, int):
-            raise ValueError(f"autotune: parameter '{param.name}' has the dynamic dimension {dim}; pass "
-                             f"supply_prog= to give the tuning inputs")
-        shape.append(dim)
-    dtype = param.dtype
-    if dtype.kind == "float":
-        return torch.randn(shape, device=device).to(dtype.torch)
-    if dtype.kind == "bool":
-        return torch.randint(0, 2, shape, device=device).bool()
-    low = 0 if dtype.kind == "uint" else -4
-    return torch.randint(low, 5, shape, device=device).to(dtype.torch)
+def _user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning issued by the caller point at the first frame outside
+    this module (`f(...)`, `f.compile(...)`, `f.tune(...)` reach the tuning at different depths)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _as_list(outputs) -> list:
@@ -594,7 +657,7 @@ class _Progress:
 
 def autotune(configs=None, warmup: float = 25, rep: float = 100, timeout: float = 100, ref_prog=None,
              supply_prog=None, rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
-             cache_input_tensors: bool = False):
+             cache_input_tensors: bool = False, supply_type: TensorSupplyType = TensorSupplyType.Auto):
     """`@tritile.autotune(configs=...)` above `@tritile.jit` (TileLang's keywords); see the module
     docstring for the semantics.  `warmup`/`rep` are in ms (do_bench's), `timeout` in seconds."""
     if configs is None:
@@ -602,6 +665,6 @@ def autotune(configs=None, warmup: float = 25, rep: float = 100, timeout: float 
 
     def decorate(jit_fn) -> AutoTunedKernel:
         return AutoTunedKernel(jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol,
-                               skip_check, cache_input_tensors)
+                               skip_check, cache_input_tensors, supply_type)
 
     return decorate

@@ -28,8 +28,15 @@ class TensorSupplyType(enum.Enum):
     One = "one"
 
 
-def _supply(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Tensor:
-    return laid_out(buffer, _values(buffer, kind, device), "get_profiler")
+def _supply(buffer: ir.Buffer, kind: TensorSupplyType, device: str, what: str = "get_profiler") -> torch.Tensor:
+    return laid_out(buffer, _values(buffer, kind, device), what)
+
+
+def supply_inputs(kernel, kind: TensorSupplyType, device, what: str = "get_profiler") -> list:
+    """Tensors of `kind` for `kernel`'s parameters other than its outputs (`out_idx`), in order:
+    the inputs the profiler and the autotuner make."""
+    outputs = set(kernel.out_idx)
+    return [_supply(p, kind, device, what) for i, p in enumerate(kernel.params) if i not in outputs]
 
 
 def _values(buffer: ir.Buffer, kind: TensorSupplyType, device: str) -> torch.Tensor:
@@ -80,9 +87,7 @@ class Profiler:
         return self.func(*args, **kwargs)
 
     def _inputs(self) -> list:
-        outputs = set(self.kernel.out_idx)
-        return [_supply(p, self.supply_type, self.device)
-                for i, p in enumerate(self.kernel.params) if i not in outputs]
+        return supply_inputs(self.kernel, self.supply_type, self.device)
 
     def run_once(self, func=None, input_tensors=None):
         """TileLang's: `func` (default the kernel) once on the supplied inputs (or `input_tensors`)."""
