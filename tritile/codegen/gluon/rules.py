@@ -247,7 +247,18 @@ def _convert(em, text, have, want, want_name) -> str:
 
 # Var, Load and TableRead: where data lives is the backend's; the scalar meaning of the other
 # expression nodes is codegen/semantics.py's, shared with the triton.language backend
-EXPR_RULES = {ir.Load: _e_load, ir.TableRead: _e_table_read}
+def _e_cast(em: Emitter, e: ir.Cast) -> Val:
+    """`semantics.lower_cast`; a scalar computed from constants, block indices and loop counters
+    only is cast as a tensor: a `gl.static_range` counter (`T.unroll`) is a Python int, which has
+    no `.to` (`gl.to_tensor` of a tensor is the tensor)."""
+    if isinstance(e.value, ir.Const) or any(isinstance(n, (ir.Load, ir.TableRead)) for n in walk(e.value)):
+        return semantics.lower_cast(em, e)
+    v = em.expr(e.value)
+    text = v.text if v.dims else f"gl.to_tensor({v.text})"
+    return Val(cast_text(text, e.value.dtype, e.dtype, "gl"), v.dims)
+
+
+EXPR_RULES = {ir.Load: _e_load, ir.TableRead: _e_table_read, ir.Cast: _e_cast}
 
 
 def lower_expr(em: Emitter, e) -> Val:

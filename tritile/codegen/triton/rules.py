@@ -154,7 +154,17 @@ def _lanes_view(em: Emitter, buf: ir.Buffer, indices) -> str:
     return f"{text}[{', '.join(':' if a in axes else 'None' for a in range(rank))}]"
 
 
-EXPR_RULES = {ir.Load: _e_load}
+def _e_cast(em: Emitter, e: ir.Cast) -> Val:
+    """`semantics.lower_cast` of the operand as a tensor (`Emitter.tensor`): under Triton's
+    interpreter a loop counter is a Python int, which has no `.to` (`T.cast(k, "float32")`);
+    compiled, `tl.full([], x, x's dtype)` of a scalar tensor is `x` itself."""
+    if isinstance(e.value, ir.Const):
+        return semantics.lower_cast(em, e)
+    v = em.expr(e.value)
+    return Val(cast_text(em.tensor(e.value, v), e.value.dtype, e.dtype, "tl"), v.dims)
+
+
+EXPR_RULES = {ir.Load: _e_load, ir.Cast: _e_cast}
 
 
 def lower_expr(em: Emitter, e) -> Val:
