@@ -245,8 +245,6 @@ def _convert(em, text, have, want, want_name) -> str:
     return text if str(have) == str(want) else f"gl.convert_layout({text}, {want_name})"
 
 
-# Var, Load and TableRead: where data lives is the backend's; the scalar meaning of the other
-# expression nodes is codegen/semantics.py's, shared with the triton.language backend
 def _e_cast(em: Emitter, e: ir.Cast) -> Val:
     """`semantics.lower_cast`; a scalar computed from constants, block indices and loop counters
     only is cast as a tensor: a `gl.static_range` counter (`T.unroll`) is a Python int, which has
@@ -258,6 +256,9 @@ def _e_cast(em: Emitter, e: ir.Cast) -> Val:
     return Val(cast_text(text, e.value.dtype, e.dtype, "gl"), v.dims)
 
 
+# Var, Load and TableRead: where data lives is the backend's (a scalar Cast: whether its operand
+# may be a Python int); the scalar meaning of the other expression nodes is codegen/semantics.py's,
+# shared with the triton.language backend
 EXPR_RULES = {ir.Load: _e_load, ir.TableRead: _e_table_read, ir.Cast: _e_cast}
 
 
