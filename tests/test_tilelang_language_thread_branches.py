@@ -174,7 +174,8 @@ def test_other_uses_of_the_thread_index_are_compile_errors(tmp_path, line, messa
 
 def wgmma_consumer(M, N, K):
     """TileLang's hand-made warp specialization names (example_warp_specialize_flashmla):
-    `T.set_max_nreg` per branch, `T.wgmma_gemm` + `T.wait_wgmma` in the consumer."""
+    `T.set_max_nreg` per branch, `T.fence_proxy_async` in the producer, `T.wgmma_gemm` +
+    `T.wait_wgmma` in the consumer."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), T.float16), B: T.Tensor((N, K), T.float16), C: T.Tensor((M, N), T.float32)):
@@ -188,6 +189,7 @@ def wgmma_consumer(M, N, K):
                 T.set_max_nreg(40, 0)
                 T.copy(A, A_s)
                 T.copy(B, B_s)
+                T.fence_proxy_async()
                 T.barrier_arrive(ready)
             else:
                 T.set_max_nreg(232, 1)

@@ -398,6 +398,13 @@ def annotate_consumer_reg_alloc(reg_count=240):
 
 
 @_tile_op
+def fence_proxy_async(*args):
+    """TileLang's `fence.proxy.async` of a hand-made warp-specialized kernel (shared memory written
+    by threads, then read by wgmma / TMA): accepted, no code (tritile's backends fence every such
+    write themselves; the warp groups' sections run in program order)."""
+
+
+@_tile_op
 def clear(buffer, annotations=None):
     pass
 
