@@ -18,6 +18,7 @@ from tritile.frontend import access as acc
 from tritile.frontend import exprs
 from tritile.frontend import random
 from tritile.frontend import reducers
+from tritile.frontend import thread_ranges
 from tritile.frontend import views
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import bool_, element_dtype, int64, is_tfloat32
@@ -1052,7 +1053,7 @@ HANDLERS = {
     "ceildiv": ceildiv, "align_up": align_up, "any_of": _logical_of("any_of", "or"),
     "all_of": _logical_of("all_of", "and"), "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
-    "get_thread_binding": random.get_thread_binding, "tvm_warp_shuffle": random.tvm_warp_shuffle,
+    "get_thread_binding": thread_ranges.get_thread_binding, "tvm_warp_shuffle": thread_ranges.tvm_warp_shuffle,
     "rng_init": random.rng_init, "rng_rand": random.rng_rand,
     "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
     "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},

@@ -1,4 +1,4 @@
-"""TileLang's `T.rng_init` / `T.rng_rand` and `T.get_thread_binding` (tilelang/cuda/language/random.py).
+"""TileLang's `T.rng_init` / `T.rng_rand` (tilelang/cuda/language/random.py).
 
 TileLang keeps one cuRAND `curandStatePhilox4_32_10_t` per thread: ``T.rng_init(seed, seq, off)``
 is ``curand_init(seed, seq, off, &state)`` and each ``T.rng_rand()`` a ``curand(&state)`` - the
@@ -24,11 +24,10 @@ Refused with a CompileError at the user's line: `T.rng_rand` before `T.rng_init`
 serial / unrolled / pipelined loop or `while` (its draws depend on the trip), inside a T.Parallel
 of runtime extent or nested T.Parallel; `T.rng_init` anywhere but the kernel body's own level
 (not under an `if`, a loop or T.Parallel) or in a kernel of ``threads`` other than 1 (TileLang's
-threads each draw their own stream for the elements its loop partition gives them);
-`T.get_thread_binding()` where threads is not 1 other than in `if` conditions (tritile has no
-thread index: it is 0 in a kernel of one thread; thread_ranges.py makes `if tx < 128:` branches).  A deviation, documented: a draw under an `if` advances the stream
-whether or not its branch runs (TileLang's thread skips the `curand` call of an element whose
-condition fails, and the later elements draw earlier numbers).
+threads each draw their own stream for the elements its loop partition gives them).  A
+deviation, documented: a draw under an `if` advances the stream whether or not its branch runs
+(TileLang's thread skips the `curand` call of an element whose condition fails, and the later
+elements draw earlier numbers).
 """
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ from math import prod
 
 from tritile.errors import CompileError
 from tritile.frontend import exprs
+from tritile.frontend.thread_ranges import require_one_thread
 from tritile.ir import nodes as ir
 from tritile.ir.dtypes import int64, uint32
 from tritile.ir.transform import substitute_vars
@@ -91,44 +91,11 @@ def _bound(p, value, name, loc) -> ir.Expr:
 _RNG_THREADS = ("TileLang's threads each hold their own generator and draw for the elements its loop partition "
                 "gives them, which tritile models only with threads=1 (one thread draws every element in row-major "
                 "order)")
-_SIMT_THREADS = ("its statements act on whole tiles, so TileLang's per-thread indexing and warp shuffles are "
-                 "modelled only with threads=1 (the one thread is thread 0, lane 0 of its warp)")
-
-
-def _require_one_thread(p, what, loc, why=_RNG_THREADS):
-    if p.kernel_threads != 1:
-        raise CompileError(f"{what} in a kernel of threads={p.kernel_threads}: tritile has no per-thread code; "
-                           f"{why}", loc)
-
-
-def get_thread_binding(p, a, loc):
-    """TileLang's `T.get_thread_binding(dim)`: the thread index, 0 in a kernel of one thread."""
-    p.require_kernel("T.get_thread_binding", loc)
-    dim = a.get("dim", 0)
-    dim = dim.value if isinstance(dim, ir.Const) else dim
-    if p.kernel_threads != 1 and dim == 0 and isinstance(p.kernel_threads, int):
-        from tritile.frontend.thread_ranges import ThreadExpr  # `if tx < 128:` branches (thread_ranges.py)
-
-        return ThreadExpr.index(p.kernel_threads)
-    _require_one_thread(p, "T.get_thread_binding()", loc, _SIMT_THREADS)
-    return ir.Const(0)
-
-
-def tvm_warp_shuffle(p, a, loc):
-    """TVM's `T.tvm_warp_shuffle(mask, value, lane, width, warp_size)` (`__shfl_sync`): `value` as held
-    by lane `lane % width` of the caller's group.  In a kernel of one thread that thread is its
-    warp's only lane, so the result is its own `value` (CUDA leaves a read of an absent lane
-    undefined; tritile gives the own value there too)."""
-    p.require_kernel("T.tvm_warp_shuffle", loc)
-    _require_one_thread(p, "T.tvm_warp_shuffle", loc, _SIMT_THREADS)
-    for name in ("mask", "lane", "width", "warp_size"):
-        p.scalar(a[name], loc)  # evaluated for their errors; one lane makes them irrelevant
-    return p.scalar(a["value"], loc)
 
 
 def rng_init(p, a, loc):
     p.require_kernel("T.rng_init", loc)
-    _require_one_thread(p, "T.rng_init", loc)
+    require_one_thread(p, "T.rng_init", loc, _RNG_THREADS)
     if a["generator"] != "curandStatePhilox4_32_10_t":
         raise CompileError(f"T.rng_init(generator={a['generator']!r}): tritile implements cuRAND's "
                            f"curandStatePhilox4_32_10_t only", loc)

@@ -11,7 +11,9 @@ threads' branch (a barrier operation there is a CompileError); a branch of every
 is spliced in; one of none is dropped.  `tx` is a `ThreadExpr` (integer arithmetic with
 compile-time ints: `tx // 32`, `tx % 128`); comparing it with compile-time ints gives a
 `ThreadSet` (`and` / `or` / `not` combine them); any other use (an index, a runtime value, a
-store) is a CompileError at the user's line."""
+store) is a CompileError at the user's line.  In a kernel of one thread `T.get_thread_binding()` is
+0 and `T.tvm_warp_shuffle` gives the thread's own value (`require_one_thread`, also the rule of
+the Philox builtins in random.py)."""
 from __future__ import annotations
 
 import operator
@@ -174,3 +176,38 @@ def emit_branches(p, cond: ThreadSet, node, loc) -> None:
                                        f"operation or T.ws inside it is not supported", getattr(n, "loc", None) or loc)
         for s in block.stmts:
             p.emit(s)
+
+
+_SIMT_THREADS = ("its statements act on whole tiles, so TileLang's per-thread indexing and warp shuffles are "
+                 "modelled only with threads=1 (the one thread is thread 0, lane 0 of its warp)")
+
+
+def require_one_thread(p, what, loc, why=_SIMT_THREADS):
+    """A CompileError at `loc` unless the kernel has exactly one thread (`why`: what needs it)."""
+    if p.kernel_threads != 1:
+        raise CompileError(f"{what} in a kernel of threads={p.kernel_threads}: tritile has no per-thread code; "
+                           f"{why}", loc)
+
+
+def get_thread_binding(p, a, loc):
+    """TileLang's `T.get_thread_binding(dim)`: a `ThreadExpr` for `if tx < 128:` branches in a kernel
+    of many threads, 0 in a kernel of one thread."""
+    p.require_kernel("T.get_thread_binding", loc)
+    dim = a.get("dim", 0)
+    dim = dim.value if isinstance(dim, ir.Const) else dim
+    if p.kernel_threads != 1 and dim == 0 and isinstance(p.kernel_threads, int):
+        return ThreadExpr.index(p.kernel_threads)
+    require_one_thread(p, "T.get_thread_binding()", loc)
+    return ir.Const(0)
+
+
+def tvm_warp_shuffle(p, a, loc):
+    """TVM's `T.tvm_warp_shuffle(mask, value, lane, width, warp_size)` (`__shfl_sync`): `value` as held
+    by lane `lane % width` of the caller's group.  In a kernel of one thread that thread is its
+    warp's only lane, so the result is its own `value` (CUDA leaves a read of an absent lane
+    undefined; tritile gives the own value there too)."""
+    p.require_kernel("T.tvm_warp_shuffle", loc)
+    require_one_thread(p, "T.tvm_warp_shuffle", loc)
+    for name in ("mask", "lane", "width", "warp_size"):
+        p.scalar(a[name], loc)  # evaluated for their errors; one lane makes them irrelevant
+    return p.scalar(a["value"], loc)
