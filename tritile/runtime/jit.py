@@ -371,21 +371,43 @@ def _walk_body(body):
         stack.extend(ast.iter_child_nodes(node))
 
 
+# calls that only an eager body makes (TileLang's builder-only T functions): the kernel may then be
+# in a macro the body calls (`gemm_impl(A, B, C, ...)` of eagerjit.ipynb)
+_EAGER_CALLS = ("const", "empty")
+
+
 def _is_eager(fn) -> bool:
-    """Eager style: a `with ...Kernel(...)` directly in the body (not in a nested prim_func)."""
+    """Eager style: a `with ...Kernel(...)` directly in the body (not in a nested function), or,
+    without a nested `@T.prim_func` (the lazy style's), a call of `T.const` / `T.empty` or a bare
+    `A: T.Tensor[...]` annotation of a parameter in the body - the `with T.Kernel` is then in a
+    macro the body calls."""
     try:
         tree = FunctionSource(fn).tree
     except CompileError:
         return False
+    if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not tree
+           and any(_call_name(d if not isinstance(d, ast.Call) else d.func) == "prim_func"
+                   for d in node.decorator_list)
+           for node in ast.walk(tree)):
+        return False
+    params = {a.arg for a in tree.args.posonlyargs + tree.args.args + tree.args.kwonlyargs}
     for node in _walk_body(tree.body):
         if isinstance(node, ast.With):
             for item in node.items:
                 call = item.context_expr
-                if isinstance(call, ast.Call):
-                    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-                    if name == "Kernel":
-                        return True
+                if isinstance(call, ast.Call) and _call_name(call.func) == "Kernel":
+                    return True
+        elif isinstance(node, ast.Call) and _call_name(node.func) in _EAGER_CALLS:
+            return True
+        elif (isinstance(node, ast.AnnAssign) and node.value is None and isinstance(node.target, ast.Name)
+              and node.target.id in params and _is_tensor_annotation(node.annotation)):
+            return True
     return False
+
+
+def _call_name(func) -> str:
+    """The name a call's function is spelled with: `T.Kernel` / `Kernel` -> "Kernel"."""
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 def jit(func=None, *, out_idx=None, target="auto", verbose=False, pass_configs=None, execution_backend=None,
