@@ -97,3 +97,25 @@ def _copy_factory(M):
                 B[i] = A[i]
 
     return main
+
+
+def test_runtime_scalar_parameter_with_a_default():
+    """`data: T.float32 = 1`: a runtime scalar argument whose default is passed when it is left out."""
+
+    @tritile.jit
+    def add(X, data: T.float32 = 1, scale: T.int32 = 3):
+        M, N = T.const("M, N")
+        X: T.Tensor[[M, N], T.float32]
+        Y = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(M, 16), threads=128) as bx:
+            for i, j in T.Parallel(16, N):
+                Y[bx * 16 + i, j] = X[bx * 16 + i, j] * scale + data
+        return Y
+
+    x = torch.randn(32, 8)
+    torch.testing.assert_close(add(x), x * 3 + 1)
+    torch.testing.assert_close(add(x), x * 3 + 1)  # the remembered call
+    torch.testing.assert_close(add(x, 2.5), x * 3 + 2.5)
+    torch.testing.assert_close(add(x, scale=-2), x * -2 + 1)
+    torch.testing.assert_close(add(x, data=0.25, scale=5), x * 5 + 0.25)
+    assert add.cache_info().misses == 1

@@ -265,7 +265,8 @@ class EagerJIT(JITFunction):
             self._remember_call(key, args, kwargs, (kernel, sources, kernel.globals_read))
         else:
             self._hits += 1
-        return kernel(*[args[s] if isinstance(s, int) else kwargs[s] for s in sources])
+        return kernel(*[args[s] if isinstance(s, int) else kwargs[s] if isinstance(s, str) else s.value
+                        for s in sources])
 
     def kernel_for(self, *args, **kwargs) -> JITKernel:
         """The compiled kernel a call with these arguments runs, without running it."""
@@ -294,7 +295,16 @@ class EagerJIT(JITFunction):
         except TypeError as exc:
             raise TypeError(f"{self.fn.__name__}(): {exc}") from None
         runtime, tensors, sources, consts = [], [], [], {}
-        for position, (name, value) in enumerate(bound.arguments.items()):
+        for position, (name, parameter) in enumerate(self.signature.parameters.items()):
+            if name in bound.arguments:
+                value = bound.arguments[name]
+                index = self._param_index[name]
+                source = index if index < len(args) else name
+            elif name in self.runtime_params and parameter.default is not parameter.empty:
+                value = parameter.default  # `data: T.float32 = 1` left out: the default, as an argument
+                source = _Default(value)
+            else:
+                continue
             if name in self.runtime_params:
                 if name not in self.scalar_params:
                     if not isinstance(value, torch.Tensor):
@@ -302,8 +312,7 @@ class EagerJIT(JITFunction):
                                         f"{type(value).__name__}")
                     tensors.append(value)
                 runtime.append(value)
-                index = self._param_index[name]
-                sources.append(index if index < len(args) else name)
+                sources.append(source)
             else:
                 consts[name] = value
         const_key = _freeze(consts)
@@ -323,6 +332,15 @@ class EagerJIT(JITFunction):
     def cache_clear(self) -> None:
         self._calls.clear()
         super().cache_clear()
+
+
+class _Default:
+    """Where a runtime argument left out of the call comes from: its parameter's default."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
 
 
 def _argument_kind(value, runtime_scalar: bool = False):
