@@ -119,3 +119,82 @@ def test_runtime_scalar_parameter_with_a_default():
     torch.testing.assert_close(add(x, scale=-2), x * -2 + 1)
     torch.testing.assert_close(add(x, data=0.25, scale=5), x * 5 + 0.25)
     assert add.cache_info().misses == 1
+
+
+@T.macro
+def _set_to(x: T.Ref, value):
+    x = value  # noqa: F841 - writes the caller's element
+
+
+@T.macro
+def _collatz(n, var: T.Ref):  # eagerjit.en.ipynb's n31: recursive, ends at compile time
+    if n == 1:
+        pass
+    elif n % 2 == 0:
+        var = var // 2
+        _collatz(n // 2, var)
+    else:
+        var = var * 3 + 1
+        _collatz(n * 3 + 1, var)
+
+
+@T.macro
+def _scale_into(dst: T.Ref, src, k):
+    dst = src * k + dst  # noqa: F841 - reads, then writes, the caller's element
+
+
+def _collatz_ref(n, v):
+    while n != 1:
+        n, v = (n // 2, v // 2) if n % 2 == 0 else (n * 3 + 1, v * 3 + 1)
+    return v
+
+
+def test_macro_ref_parameters():
+    """`x: T.Ref` macro parameters: an element of a global or local buffer (constant, runtime or
+    T.alloc_var index, the index read at the call), a T.alloc_var variable, in T.Parallel loops,
+    through recursive macros."""
+
+    @T.prim_func
+    def main(A: T.Tensor((16,), T.float32), B: T.Tensor((16,), T.float32), C: T.Tensor((4,), T.int32),
+             D: T.Tensor((4,), T.int32)):
+        with T.Kernel(1, threads=128) as _:
+            local = T.alloc_fragment((16,), T.float32)
+            for i in T.Parallel(16):
+                local[i] = A[i]
+            for i in T.Parallel(16):
+                _scale_into(local[i], A[15 - i], 2.0)
+            T.copy(local, B)
+            _set_to(B[1], -7.0)
+            idx = T.alloc_var(T.int32, 3)
+            _set_to(B[idx], 5.5)  # the element at idx's value now
+            idx = 9
+            n = T.alloc_var(T.int32, C[0])
+            _collatz(5, n)
+            D[0] = n
+            D[1] = C[1]
+            _collatz(6, D[1])
+            D[2] = C[2]
+            _set_to(D[2], D[2] + C[3])
+            D[3] = idx
+
+    a = torch.randn(16)
+    c = torch.randint(1, 1000, (4,), dtype=torch.int32)
+    kernel = tritile.compile(main, out_idx=[1, 3])
+    b, d = kernel(a, c)
+    ref = a + a.flip(0) * 2.0
+    ref[1], ref[3] = -7.0, 5.5
+    torch.testing.assert_close(b, ref)
+    assert d.tolist() == [_collatz_ref(5, c[0].item()), _collatz_ref(6, c[1].item()),
+                          c[2].item() + c[3].item(), 9]
+    for backend in ("gluon", "triton"):
+        compiled = tritile.compile(main, out_idx=[1, 3], target="cuda:90", backend=backend)
+        assert ".target sm_90" in compiled.get_source("ptx")
+
+
+def test_macro_ref_of_a_value_is_an_error():
+    def main(A: T.Tensor((4,), T.float32)):
+        with T.Kernel(1) as _:
+            _set_to(A[0] + 1, 2.0)
+
+    with pytest.raises(tritile.CompileError, match="T.Ref parameter 'x' takes a buffer element"):
+        T.prim_func(main)

@@ -74,6 +74,13 @@ class _Binding:
         self.value = value
 
 
+class _RefBinding(_Binding):
+    """A macro parameter annotated `T.Ref`, bound to the caller's buffer element: assigning the name
+    stores to that element."""
+
+    __slots__ = ()
+
+
 class Parser:
     def __init__(self, consts: dict = None, probe: bool = False):
         self.consts = dict(consts or {})
@@ -308,6 +315,12 @@ class Parser:
     def assign_name(self, name, value, loc, dtype: DType = None):
         frame = self._find(name)
         current = frame[name].value if frame is not None else None
+        if frame is not None and isinstance(frame[name], _RefBinding):  # a T.Ref parameter: write through
+            if dtype is not None:
+                value = exprs.cast(self.scalar(value, loc), dtype, loc)
+            self.emit(ir.Store(current.buffer, acc.element_indices(current),
+                               exprs.cast(self.scalar(value, loc), current.buffer.dtype, loc), loc=loc))
+            return
         if isinstance(current, ir.Buffer) and current.scope == "var" and not isinstance(value, ir.Buffer):
             self.emit(ir.Store(current, (ir.Const(0),), exprs.cast(self.scalar(value, loc), current.dtype, loc),
                                loc=loc))
@@ -1048,8 +1061,11 @@ class Parser:
         except TypeError as exc:
             raise CompileError(f"macro {macro.fn.__name__}: {exc}", loc) from None
         bound.apply_defaults()
+        refs = self._ref_params(macro, src, loc)
+        frame = {k: self._ref_binding(macro, k, v, loc) if k in refs else _Binding(v)
+                 for k, v in bound.arguments.items()}
         saved_frames = self.frames
-        self.frames = [{k: _Binding(v) for k, v in bound.arguments.items()}]
+        self.frames = [frame]
         self.sources.append(src)
         try:
             for stmt in src.tree.body:
@@ -1063,6 +1079,45 @@ class Parser:
             self.sources.pop()
             self.frames = saved_frames
         return None
+
+
+    def _ref_params(self, macro, src, loc) -> set:
+        """The names of the macro's parameters annotated `T.Ref`."""
+        refs = set()
+        tree_args = src.tree.args
+        for arg in tree_args.posonlyargs + tree_args.args + tree_args.kwonlyargs:
+            if arg.annotation is None:
+                continue
+            annotation = macro.fn.__annotations__.get(arg.arg)
+            if annotation is None or isinstance(annotation, str):
+                self.sources.append(src)
+                try:
+                    annotation = self.eval(arg.annotation)
+                except CompileError:
+                    annotation = None
+                finally:
+                    self.sources.pop()
+            if annotation is T.Ref:
+                refs.add(arg.arg)
+        return refs
+
+    def _ref_binding(self, macro, name, value, loc) -> _Binding:
+        """The binding of the `T.Ref` parameter `name` to `value`: an element of a buffer, its indices
+        evaluated now (TileLang's), or a `T.alloc_var` variable (assigning it stores already)."""
+        if isinstance(value, ir.Buffer) and value.scope == "var":
+            return _Binding(value)
+        if not (isinstance(value, acc.BufferAccess) and value.is_point):
+            raise CompileError(f"macro {macro.fn.__name__}: the T.Ref parameter {name!r} takes a buffer element "
+                               f"(A[i]) or a T.alloc_var variable, got {_type_name(value)}", loc)
+        items = []
+        for item in value.items:
+            if isinstance(item, ir.Expr) and not isinstance(item, (ir.Const, ir.Var)) and self.in_kernel:
+                var = ir.Var(f"{name}_index", item.dtype)
+                self.emit(ir.Let(var, item, loc=loc))
+                self.let_values[id(var)] = item
+                item = var
+            items.append(item)
+        return _RefBinding(acc.BufferAccess(value.buffer, tuple(items), value.loc))
 
 
 # T helpers that fold on Python numbers (T.cast / T.infinity keep their dtype, tile ops never fold)

@@ -173,6 +173,11 @@ class Macro:
         raise RuntimeError(f"T.macro {self.fn.__name__} can only be called inside a kernel")
 
 
+class Ref:
+    """`@T.macro def f(x: T.Ref)`: the parameter refers to the caller's buffer element (`f(A[i])`) or
+    `T.alloc_var` variable; assigning it in the macro (`x = v`) writes there, reading it reads there."""
+
+
 def macro(fn=None, **options):
     return Macro(fn) if fn is not None else Macro
 

@@ -6,14 +6,14 @@ function's AST itself (`tritile.frontend`).  So the entry points below are triti
 
 * `prim_func(fn, eager_jit=False)`: `T.prim_func`; with `eager_jit=True` the JIT function
   `tritile.jit(fn)` (what TileLang's `tilelang.jit` builds through it);
-* `macro`, `const`: `T.macro`, `T.const`;
+* `macro`, `const`, `Ref`: `T.macro`, `T.const`, `T.Ref` (a macro parameter referring to the
+  caller's buffer element or `T.alloc_var` variable);
 * `PrimFunc`: tritile's tile-IR `PrimFunc` (what `prim_func` returns); `JITFunc`: the class of
   what `prim_func(eager_jit=True)` / `tritile.jit` return (lazy and eager style);
 * the dtypes (`float16`, `int32`, ...), as in `tritile.language`.
 
-`Ref` (a reference to one buffer element), `annotate_compile_flags` and
-`annotate_pass_configs` have no counterpart in tritile: using them raises NotImplementedError
-naming them (`compile_flags=` / `pass_configs=` of `tritile.jit` set what the latter two would).
+`annotate_compile_flags` and `annotate_pass_configs` have no counterpart in tritile: using them
+raises NotImplementedError naming them (`compile_flags=` / `pass_configs=` of `tritile.jit` set what the latter two would).
 `tritile.language.eager.ast.mutate` is in `ast.py`.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from tritile import language as _T
 from tritile.ir.dtypes import DType as _DType
 from tritile.ir.nodes import PrimFunc  # noqa: F401  (re-exported)
-from tritile.language import const, macro  # noqa: F401  (re-exported)
+from tritile.language import Ref, const, macro  # noqa: F401  (re-exported)
 from tritile.language import prim_func as _prim_func
 from tritile.runtime.jit import JITFunction as JITFunc  # noqa: F401  (re-exported)
 
@@ -54,7 +54,6 @@ def _not_in_tritile(name: str, instead: str):
     return unsupported
 
 
-Ref = _not_in_tritile("Ref", "read and write the buffer element (A[i]) directly")
 annotate_compile_flags = _not_in_tritile("annotate_compile_flags", "pass compile_flags= to tritile.jit")
 annotate_pass_configs = _not_in_tritile("annotate_pass_configs", "pass pass_configs= to tritile.jit")
 
