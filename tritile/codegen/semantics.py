@@ -328,6 +328,20 @@ def unsupported(em, what: str, loc=None) -> CompileError:
     return CompileError(f"{what} is not supported by the {em.backend} backend yet", loc)
 
 
+def lane_loop_bounds(em, s: ir.For) -> tuple:
+    """The (start, stop, step) texts of a serial loop inside T.Parallel (`for k in T.serial(n)` in
+    each element's body).  Both backends run it once around the lanes' statements, each iteration
+    on the whole lane tile: the lanes are independent, so each element's iterations keep their
+    order.  That needs the same bounds in every lane; bounds that vary across lanes, and
+    T.Pipelined there, are CompileErrors."""
+    bounds = [em.expr(e) for e in (s.start, s.stop, s.step)]
+    if any(b.dims for b in bounds):
+        raise unsupported(em, "a loop inside T.Parallel whose bounds depend on the parallel indices", s.loc)
+    if s.kind == "pipelined":
+        raise unsupported(em, "T.Pipelined inside T.Parallel", s.loc)
+    return tuple(b.text for b in bounds)
+
+
 @dataclass
 class Val:
     """An emitted expression: its text and which Parallel dims it varies along."""

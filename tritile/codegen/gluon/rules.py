@@ -16,7 +16,7 @@ from tritile.ir import instructions as isel
 from tritile.codegen.gluon import early_loads, rings, tma_reduce, warp_specialize
 from tritile.codegen.gluon.emitter import (GL_DTYPES, Emitter, ParallelContext, buffers_touched, broadcast_text,
                                            unsupported)
-from tritile.codegen.semantics import Val, cast_text
+from tritile.codegen.semantics import Val, cast_text, lane_loop_bounds
 from tritile.codegen.source_writer import static_int, unrolled
 from tritile.errors import CompileError
 from tritile.ir import layouts as lay
@@ -682,16 +682,8 @@ def lower_for(em: Emitter, s: ir.For):
 
 
 def _lane_loop(em: Emitter, s: ir.For):
-    """A serial loop inside T.Parallel (`for k in T.serial(n)` in each element's body): its
-    bounds the same for every lane, it runs once around the lanes' statements, each iteration
-    on the whole lane tile (the lanes are independent, so each element's iterations keep their
-    order); bounds that vary across lanes are a CompileError."""
-    bounds = [em.expr(e) for e in (s.start, s.stop, s.step)]
-    if any(b.dims for b in bounds):
-        raise unsupported("a loop inside T.Parallel whose bounds depend on the parallel indices", s.loc)
-    if s.kind == "pipelined":
-        raise unsupported("T.Pipelined inside T.Parallel", s.loc)
-    start, stop, step = (b.text for b in bounds)
+    """A serial loop inside T.Parallel (semantics.lane_loop_bounds)."""
+    start, stop, step = lane_loop_bounds(em, s)
     rng = "gl.static_range" if unrolled(s) else "range"
     _loop(em, f"for {em.define(s.var)} in {rng}({start}, {stop}, {step}):", s.body)
 

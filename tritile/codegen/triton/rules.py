@@ -13,7 +13,7 @@ buffers must cover the buffer (unit dims may be added or dropped).
 from __future__ import annotations
 
 from tritile.codegen import gemm_accumulators, semantics
-from tritile.codegen.semantics import Val, cast_text, dtype_text
+from tritile.codegen.semantics import Val, cast_text, dtype_text, lane_loop_bounds
 from tritile.codegen.source_writer import static_int, unrolled
 from tritile.codegen.triton.emitter import (Emitter, ParallelContext, axis_index, is_scalar_buffer, padded_size,
                                             unsupported)
@@ -383,16 +383,8 @@ def lower_for(em: Emitter, s: ir.For):
 
 
 def _lane_loop(em: Emitter, s: ir.For):
-    """A serial loop inside T.Parallel (`for k in T.serial(n)` in each element's body): its
-    bounds the same for every lane, it runs once around the lanes' statements, each iteration
-    on the whole lane tile (the lanes are independent, so each element's iterations keep their
-    order); bounds that vary across lanes are a CompileError."""
-    bounds = [em.expr(e) for e in (s.start, s.stop, s.step)]
-    if any(b.dims for b in bounds):
-        raise unsupported("a loop inside T.Parallel whose bounds depend on the parallel indices", s.loc)
-    if s.kind == "pipelined":
-        raise unsupported("T.Pipelined inside T.Parallel", s.loc)
-    start, stop, step = (b.text for b in bounds)
+    """A serial loop inside T.Parallel (semantics.lane_loop_bounds)."""
+    start, stop, step = lane_loop_bounds(em, s)
     bounds = f"{start}, {stop}" + ("" if static_int(s.step) == 1 else f", {step}")
     em.emit(f"for {em.define(s.var)} in {'tl.static_range' if unrolled(s) else 'range'}({bounds}):")
     em.depth += 1
