@@ -19,6 +19,7 @@ from tritile.carver.roller.hint import Hint
 from tritile.carver.roller.rasterization import NoRasterization
 from tritile.carver.roller.recommend import recommend_matmul_hints
 from tritile.carver.template.base import BaseTemplate
+from tritile.ops.gemm_loop import accumulate_tiles
 
 
 def matmul_program(M: int, N: int, K: int, block_M: int = 64, block_N: int = 64, block_K: int = 32,
@@ -33,55 +34,38 @@ def matmul_program(M: int, N: int, K: int, block_M: int = 64, block_N: int = 64,
     a_shape, a_tile = ((K, M), (block_K, block_M)) if trans_A else ((M, K), (block_M, block_K))
     b_shape, b_tile = ((N, K), (block_N, block_K)) if trans_B else ((K, N), (block_K, block_N))
 
+    @T.macro
+    def product_tile(A, B, C_local, bx, by):
+        A_shared = T.alloc_shared(a_tile, in_dtype)
+        B_shared = T.alloc_shared(b_tile, in_dtype)
+        T.use_swizzle(panel_size=panel, order=order, enable=rasterization.enabled)
+        accumulate_tiles(A, B, A_shared, B_shared, C_local, bx, by, K, block_M, block_N, block_K, num_stages,
+                         trans_A, trans_B)
+
+    @T.macro
+    def store_tile(C_local, C, bx, by):
+        C_shared = T.alloc_shared((block_M, block_N), out_dtype)
+        T.copy(C_local, C_shared)
+        T.copy(C_shared, C[by * block_M, bx * block_N])
+
     @T.prim_func
     def main(A: T.Tensor(a_shape, in_dtype), B: T.Tensor(b_shape, in_dtype), Bias: T.Tensor((N,), accum_dtype),
              C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared(a_tile, in_dtype)
-            B_shared = T.alloc_shared(b_tile, in_dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
-            T.use_swizzle(panel_size=panel, order=order, enable=rasterization.enabled)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
-                    T.copy(A[k * block_K, by * block_M], A_shared)
-                else:
-                    T.copy(A[by * block_M, k * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, k * block_K], B_shared)
-                else:
-                    T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-            if with_bias:
-                bias = T.alloc_fragment((block_N,), accum_dtype)
-                T.copy(Bias[bx * block_N], bias)
-                for i, j in T.Parallel(block_M, block_N):
-                    C_local[i, j] = C_local[i, j] + bias[j]
-            T.copy(C_local, C_shared)
-            T.copy(C_shared, C[by * block_M, bx * block_N])
+            product_tile(A, B, C_local, bx, by)
+            bias = T.alloc_fragment((block_N,), accum_dtype)
+            T.copy(Bias[bx * block_N], bias)
+            for i, j in T.Parallel(block_M, block_N):
+                C_local[i, j] = C_local[i, j] + bias[j]
+            store_tile(C_local, C, bx, by)
 
     @T.prim_func
     def main_no_bias(A: T.Tensor(a_shape, in_dtype), B: T.Tensor(b_shape, in_dtype), C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared(a_tile, in_dtype)
-            B_shared = T.alloc_shared(b_tile, in_dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
-            C_shared = T.alloc_shared((block_M, block_N), out_dtype)
-            T.use_swizzle(panel_size=panel, order=order, enable=rasterization.enabled)
-            T.clear(C_local)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                if trans_A:
-                    T.copy(A[k * block_K, by * block_M], A_shared)
-                else:
-                    T.copy(A[by * block_M, k * block_K], A_shared)
-                if trans_B:
-                    T.copy(B[bx * block_N, k * block_K], B_shared)
-                else:
-                    T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_A=trans_A, transpose_B=trans_B)
-            T.copy(C_local, C_shared)
-            T.copy(C_shared, C[by * block_M, bx * block_N])
+            product_tile(A, B, C_local, bx, by)
+            store_tile(C_local, C, bx, by)
 
     return main if with_bias else main_no_bias
 
