@@ -94,15 +94,6 @@ def _current_device_properties(sm_version: int):
     return torch.cuda.get_device_properties(torch.cuda.current_device())
 
 
-def memory_bandwidth_from_properties(props, default: float) -> float:
-    """GB/s from the memory clock (kHz) and bus width (bits) torch reports on recent versions
-    (double data rate), else `default`."""
-    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
-    if clock_khz and bus_bits:
-        return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9
-    return default
-
-
 class CUDA(TileDevice):
     def __init__(self, target: Target | str = "cuda"):
         super().__init__()
@@ -112,25 +103,11 @@ class CUDA(TileDevice):
         self.sm_version = check_sm_version(str(self.target.arch))
         spec: DeviceSpec = cuda_spec(self.sm_version)
         props = _current_device_properties(self.sm_version)
-        self.from_device = props is not None
         self.platform = "CUDA"
         self.compute_capability = str(self.sm_version)
-        self.name = props.name if props is not None else spec.name
-        self.compute_max_core = props.multi_processor_count if props is not None else spec.num_sms
-        self.warp_size = getattr(props, "warp_size", spec.warp_size)
-        self.smem_cap = getattr(props, "shared_memory_per_block_optin", spec.smem_per_block)
+        self.describe(props, spec, getattr(props, "shared_memory_per_block_optin", spec.smem_per_block), [750, 12080])
         self.smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", spec.smem_per_sm)
         self.reg_cap = getattr(props, "regs_per_multiprocessor", spec.regs_per_sm)
-        self.max_threads_per_sm = getattr(props, "max_threads_per_multi_processor", spec.max_threads_per_sm)
-        self.l2_cache_size_bytes = getattr(props, "L2_cache_size", spec.l2_cache_bytes)
-        # peak scales with the SM count (a PCIe H100 has 114 of the SXM part's 132)
-        self.peak_tflops = spec.peak_tflops * self.compute_max_core / spec.num_sms
-        self.memory_bandwidth_GBps = (memory_bandwidth_from_properties(props, spec.memory_bandwidth_GBps)
-                                      if props is not None else spec.memory_bandwidth_GBps)
-        self.max_smem_usage = self.smem_cap
-        self.sm_partition = 4
-        self.transaction_size = [32, 128]
-        self.bandwidth = [750, 12080]  # TileLang's relative numbers, kept for code that reads them
         self.available_tensor_instructions = None
 
     def get_avaliable_tensorintrin_shapes(self):
