@@ -198,3 +198,70 @@ def test_macro_ref_of_a_value_is_an_error():
 
     with pytest.raises(tritile.CompileError, match="T.Ref parameter 'x' takes a buffer element"):
         T.prim_func(main)
+
+
+def _ptr_kernel(backend=None):
+    @tritile.jit(backend=backend)
+    def scale(A: T.ptr, k, is_2d=False):  # `T.ptr` parameters, typed by T.match_buffer in the body
+        k: T.float32
+        if is_2d:
+            M, N = T.const("M, N")
+            A = T.match_buffer(A, [M, N], T.float32)
+            B = T.empty((M, N), T.float32)
+            with T.Kernel(T.ceildiv(M, 16), threads=128) as bx:
+                for i, j in T.Parallel(16, N):
+                    B[bx * 16 + i, j] = A[bx * 16 + i, j] * k
+        else:
+            L = T.dynamic("L")
+            A = T.match_buffer(A, [L], T.float32)
+            B = T.empty((L,), T.float32)
+            with T.Kernel(T.ceildiv(L, 32), threads=128) as bx:
+                for i in T.Parallel(32):
+                    B[bx * 32 + i] = A[bx * 32 + i] * k
+        return B
+
+    return scale
+
+
+def test_ptr_parameters_typed_by_match_buffer():
+    scale = _ptr_kernel()
+    assert isinstance(scale, EagerJIT)
+    a2, a1 = torch.randn(48, 8), torch.randn(70)
+    torch.testing.assert_close(scale(a2, 1.5, is_2d=True), a2 * 1.5)
+    torch.testing.assert_close(scale(a1, -2.0), a1 * -2.0)
+    torch.testing.assert_close(scale(a1[:50], 3.0), a1[:50] * 3.0)
+
+    @tritile.jit
+    def strided(A: T.ptr):
+        M, N, sM = T.dynamic("M, N, sM")
+        A = T.match_buffer(A, [M, N], T.float32, strides=[sM, 1])
+        B = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(M, 16), threads=128) as bx:
+            for i, j in T.Parallel(16, 4):
+                B[bx * 16 + i, j] = A[bx * 16 + i, j] + 1
+        return B
+
+    x = torch.randn(40, 10)
+    torch.testing.assert_close(strided(x[:, 3:7]), x[:, 3:7] + 1)
+    for backend in ("gluon", "triton"):
+        kernel = _ptr_kernel(backend).compile(M=64, N=8, is_2d=True, target="cuda:90")
+        assert ".target sm_90" in kernel.get_source("ptx")
+
+
+def test_match_buffer_errors():
+    @tritile.jit
+    def not_a_ptr(A, n: int = 4):
+        B = T.match_buffer(n, [4], T.float32)  # noqa: F841
+        with T.Kernel(1) as _:
+            pass
+
+    with pytest.raises(tritile.CompileError, match="T.match_buffer takes a parameter of the kernel annotated"):
+        not_a_ptr(torch.randn(4))
+
+    @tritile.jit
+    def untyped(A: T.ptr):
+        with T.Kernel(1) as _:
+            A[0] = 1.0
+
+    with pytest.raises(tritile.CompileError, match=r"the T.ptr parameter A \(give it a type first: A = T.match_buffer"):
+        untyped(torch.randn(4))

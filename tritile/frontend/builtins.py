@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Optional
 
+import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import exprs
@@ -148,6 +149,43 @@ def empty(p, a, loc):
     shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else _int(s, "T.empty shape", loc)
                   for s in shape)
     return p.declare_output(shape, _dtype(dtype, loc), loc)
+
+
+def match_buffer(p, a, loc):
+    """`A = T.match_buffer(A, shape, dtype, strides=None)` of a parameter annotated `A: T.ptr`: its
+    tensor type, as the body annotation `A: T.Tensor[shape, dtype]` (or `T.StridedTensor`) gives it."""
+    p.require_outside_kernel("T.match_buffer", loc)
+    param = a["param"]
+    if not isinstance(param, PointerParam):
+        raise CompileError("T.match_buffer takes a parameter of the kernel annotated `T.ptr` (`A: T.ptr`, then "
+                           f"`A = T.match_buffer(A, shape, dtype)`), got {param!r}", loc)
+    defaults = {"data": None, "elem_offset": None, "scope": "global", "align": -1, "offset_factor": 0,
+                "buffer_type": "default", "axis_separators": None}
+    for name, default in defaults.items():
+        if a[name] != default:
+            raise CompileError(f"T.match_buffer({name}=...) is not supported", loc)
+    if a["shape"] is None:
+        raise CompileError("T.match_buffer needs the tensor's shape", loc)
+    shape = a["shape"]
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    try:
+        spec = (T.Tensor(shape, a["dtype"]) if a["strides"] is None
+                else T.StridedTensor(shape, a["strides"], a["dtype"]))
+    except (TypeError, ValueError) as exc:
+        raise CompileError(f"T.match_buffer: {exc}", loc) from None
+    p._declare_param(param.name, spec, loc)
+    return p.lookup(param.name, loc)
+
+
+class PointerParam:
+    """A kernel parameter annotated `T.ptr`, until `T.match_buffer` gives it its tensor type."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"the T.ptr parameter {self.name} (give it a type first: {self.name} = T.match_buffer({self.name}, " \
+               f"shape, dtype))"
 
 
 def alloc_global(p, a, loc):
@@ -1027,7 +1065,7 @@ HANDLERS = {
     "Kernel": kernel, "const": const, "empty": empty,
     "alloc_shared": _alloc("shared"), "alloc_fragment": _alloc("fragment"), "alloc_local": _alloc("local"),
     "alloc_var": alloc_var,
-    "make_tensor": make_tensor,
+    "make_tensor": make_tensor, "match_buffer": match_buffer,
     "alloc_global": alloc_global,
     "alloc_reducer": alloc_reducer, "reducer_init": reducer_init, "reducer_update": reducer_update,
     "finalize_reducer": finalize_reducer,

@@ -208,6 +208,10 @@ class Parser:
                 if isinstance(spec, DType) and name not in self.consts:
                     self._declare_scalar_param(name, spec, loc)
                     continue
+                if spec is T.ptr:  # `A: T.ptr`: a tensor parameter that T.match_buffer types in the body
+                    self.params.append([name, None])
+                    self._bind(name, tile_ops.PointerParam(name))
+                    continue
             if name in self.consts:
                 self._bind(name, self.consts[name])
             elif signature.parameters[name].default is not inspect.Parameter.empty:
@@ -425,7 +429,8 @@ class Parser:
             elif isinstance(obj, (list, dict)) and not self.in_kernel:
                 obj[self._index_value(target.slice)] = value
             else:
-                raise CompileError(f"cannot assign to an element of {type(obj).__name__}", loc)
+                what = repr(obj) if isinstance(obj, tile_ops.PointerParam) else type(obj).__name__
+                raise CompileError(f"cannot assign to an element of {what}", loc)
         else:
             raise CompileError(f"unsupported assignment target {type(target).__name__}", loc)
 

@@ -292,10 +292,18 @@ def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
 
 
 def ptr(dtype=None, storage_scope="global"):
-    """TileLang's pointer type, here only as the element type of a table of device addresses:
+    """TileLang's pointer type, here as the element type of a table of device addresses:
     `T.Tensor([n], T.ptr)` is a tensor of int64 (`tensor.data_ptr()` values) whose elements
-    `T.make_tensor` turns into tensors."""
+    `T.make_tensor` turns into tensors; and as an eager kernel's parameter annotation, `A: T.ptr`,
+    a tensor parameter whose type `A = T.match_buffer(A, shape, dtype)` gives in the body."""
     raise TypeError("T.ptr is only supported as a T.Tensor element type (a table of int64 addresses)")
+
+
+@_tile_op
+def match_buffer(param, shape=None, dtype="float32", data=None, strides=None, elem_offset=None, scope="global",
+                 align=-1, offset_factor=0, buffer_type="default", axis_separators=None):
+    """Eager style: `A = T.match_buffer(A, [M, N], T.float32)` gives the parameter `A: T.ptr` its
+    tensor type (shape, dtype, `strides=`) in the body - what `A: T.Tensor[[M, N], T.float32]` does."""
 
 
 @_tile_op

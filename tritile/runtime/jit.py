@@ -364,8 +364,10 @@ def _annotated_params(tree: ast.FunctionDef, *kinds) -> list:
 
 
 def _is_tensor_annotation(node) -> bool:
-    """`T.Tensor(...)`, `T.Tensor[...]`, `T.Buffer...`, `T.StridedTensor(...)` (signature annotations like
-    `x: bool` are constants)."""
+    """`T.Tensor(...)`, `T.Tensor[...]`, `T.Buffer...`, `T.StridedTensor(...)`, `T.ptr` (typed by
+    `T.match_buffer` in the body; signature annotations like `x: bool` are constants)."""
+    if isinstance(node, ast.Attribute) and node.attr == "ptr":
+        return True
     if isinstance(node, (ast.Call, ast.Subscript)):
         head = node.func if isinstance(node, ast.Call) else node.value
         name = head.attr if isinstance(head, ast.Attribute) else getattr(head, "id", "")
@@ -391,7 +393,7 @@ def _walk_body(body):
 
 # calls that only an eager body makes (TileLang's builder-only T functions): the kernel may then be
 # in a macro the body calls (`gemm_impl(A, B, C, ...)` of eagerjit.ipynb)
-_EAGER_CALLS = ("const", "empty")
+_EAGER_CALLS = ("const", "empty", "match_buffer")
 
 
 def _is_eager(fn) -> bool:
