@@ -265,3 +265,62 @@ def test_match_buffer_errors():
 
     with pytest.raises(tritile.CompileError, match=r"the T.ptr parameter A \(give it a type first: A = T.match_buffer"):
         untyped(torch.randn(4))
+
+
+def test_par_compile_and_parse_cache_key():
+    """`f.par_compile(configs)`: a kernel per config, from `T.Tensor` placeholders (their shapes give
+    the T.const dims) or real tensors; `f.parse_cache_key(...)`."""
+
+    @tritile.jit
+    def gemm(A, B, block_M: int = 32, block_N: int = 32, block_K: int = 16):
+        M, N, K = T.const("M, N, K")
+        A: T.Tensor[[M, K], T.float16]
+        B: T.Tensor[[K, N], T.float16]
+        C = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(M, block_M), T.ceildiv(N, block_N), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), T.float16)
+            B_shared = T.alloc_shared((block_K, block_N), T.float16)
+            C_local = T.alloc_fragment((block_M, block_N), T.float32)
+            T.clear(C_local)
+            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[bx * block_M, k * block_K], A_shared)
+                T.copy(B[k * block_K, by * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[bx * block_M, by * block_N])
+        return C
+
+    configs = [{"A": T.Tensor((64, 48), T.float16), "B": T.Tensor((48, 32), T.float16), "block_M": bm,
+                "block_K": bk} for bm in (16, 32) for bk in (16, 48)]
+    a, b = torch.randn(64, 48, dtype=torch.float16), torch.randn(48, 32, dtype=torch.float16)
+    kernels = gemm.par_compile(configs + [(a, b, 64, 32, 16)])
+    assert len(kernels) == 5 and len({id(k) for k in kernels}) == 5
+    ref = a.float() @ b.float()
+    for kernel in kernels:
+        torch.testing.assert_close(kernel(a, b), ref, rtol=1e-2, atol=1e-2)
+    assert gemm.par_compile(configs[:1])[0] is kernels[0]  # cached
+    with pytest.raises(tritile.CompileError):
+        gemm.par_compile([{"A": T.Tensor((64, 48), T.float16), "B": T.Tensor((48, 32), T.float16), "block_M": 0}])
+    with pytest.warns(UserWarning, match="par_compile: config"):
+        assert gemm.par_compile([{"A": T.Tensor((64, 48), T.float16), "B": T.Tensor((48, 32), T.float16),
+                                  "block_M": 0}], ignore_error=True) == [None]
+    with pytest.raises(ValueError, match="Invalid config type"):
+        gemm.par_compile([3])
+    key = gemm.parse_cache_key(a, b, block_M=16)
+    assert key == gemm.parse_cache_key(a.clone(), b, block_M=16) != gemm.parse_cache_key(a, b, block_M=32)
+    assert gemm.parse_cache_key(a, b) != gemm.parse_cache_key(a[:32], b)
+
+    @tritile.jit(out_idx=[1])
+    def lazy_copy(M, block=16):
+        @T.prim_func
+        def main(A: T.Tensor((M,), T.float32), B: T.Tensor((M,), T.float32)):
+            with T.Kernel(T.ceildiv(M, block)) as bx:
+                for i in T.Parallel(block):
+                    B[bx * block + i] = A[bx * block + i]
+
+        return main
+
+    k1, k2 = lazy_copy.par_compile([(32,), {"M": 32, "block": 8}])
+    x = torch.randn(32)
+    torch.testing.assert_close(k1(x), x)
+    torch.testing.assert_close(k2(x), x)
+    assert lazy_copy.parse_cache_key(32) == lazy_copy.parse_cache_key(32) != lazy_copy.parse_cache_key(32.0)

@@ -150,6 +150,32 @@ class JITFunction:
         """TileLang's `f.get_kernel_source(...)`: the generated source of `f.compile(...)`'s kernel."""
         return self.compile(*args, **kwargs).get_kernel_source()
 
+    def par_compile(self, configs, num_workers: int = None, ignore_error: bool = False) -> list:
+        """TileLang's `f.par_compile(configs)`: the kernel of each config - a dict of keyword arguments
+        or a tuple of positional ones, as `f.compile` takes them (an eager kernel's tensors may be
+        `T.Tensor(shape, dtype)` placeholders, which supply the `T.const` dims) - in order.  With
+        `ignore_error`, a config that fails is warned about and gives None.  tritile compiles them
+        one after another (`num_workers` is accepted and unused)."""
+        kernels = []
+        for config in configs:
+            if not isinstance(config, (dict, tuple)):
+                raise ValueError(f"Invalid config type: {type(config)}, expected tuple or dict.")
+            args, kwargs = (config, {}) if isinstance(config, tuple) else ((), dict(config))
+            try:
+                kernels.append(self._compile_config(args, kwargs))
+            except Exception as exc:  # noqa: BLE001 - TileLang's ignore_error
+                if not ignore_error:
+                    raise
+                import warnings
+
+                warnings.warn(f"{self.__name__}.par_compile: config {config!r} failed: {type(exc).__name__}: {exc}",
+                              stacklevel=2)
+                kernels.append(None)
+        return kernels
+
+    def _compile_config(self, args, kwargs) -> JITKernel:
+        return self.compile(*args, **kwargs)
+
     def cache_info(self) -> CacheInfo:
         """Specialisation cache statistics: `hits`, `misses` (= kernels compiled), `currsize`."""
         return CacheInfo(self._hits, self._misses, sum(map(len, self._kernels.values())))
@@ -178,6 +204,10 @@ class LazyJIT(JITFunction):
         return compile(func, out_idx=self.options["out_idx"], **self._compile_options())
 
     compile = __call__
+
+    def parse_cache_key(self, *args, **kwargs):
+        """TileLang's `f.parse_cache_key(...)`: the key a call with these arguments is cached under."""
+        return _constants_key(args, kwargs)
 
     def get_tir(self, *args, **kwargs) -> ir.PrimFunc:
         """TileLang's `f.get_tir(*consts)`: the function's `@T.prim_func` for these constants, as the
@@ -236,21 +266,49 @@ class EagerJIT(JITFunction):
         not compiled) for the constants given (`f.get_tir(block_M=128, ...)`, `T.const` dims by name:
         `f.get_tir(N=64, ...)`); tensors given for tensor parameters only supply the `T.const` dims
         read from their shapes."""
+        return parse_kernel(self.fn, self._consts_of(args, kwargs, "get_tir"))
+
+    def _consts_of(self, args, kwargs, what: str) -> dict:
+        """The constants of a kernel given by (some of) its arguments: those other than tensors and
+        runtime scalars, `T.const` dims by name, and the `T.const` dims read from the shapes of the
+        tensors given (torch tensors or `T.Tensor` placeholders)."""
         dims = {name: kwargs.pop(name) for name in list(kwargs) if name not in self.signature.parameters}
         try:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self.fn.__name__}.get_tir(): {exc}") from None
+            raise TypeError(f"{self.fn.__name__}.{what}(): {exc}") from None
         consts = {name: value for name, value in bound.arguments.items() if name not in self.runtime_params}
         consts.update(dims)
         tensors = {name: value for name, value in bound.arguments.items()
-                   if name in self.runtime_params and isinstance(value, torch.Tensor)}
+                   if name in self.runtime_params and isinstance(value, (torch.Tensor, T.Tensor))}
         if tensors:
             for name, (position, dim) in probe_const_dims(self.fn, consts).items():
                 tensor = tensors.get(self.runtime_params[position])
                 if name not in consts and tensor is not None:
-                    consts[name] = int(tensor.shape[dim])
-        return parse_kernel(self.fn, consts)
+                    size = tensor.shape[dim]
+                    if not isinstance(size, int):
+                        raise ValueError(f"{self.fn.__name__}.{what}(): T.const {name!r} is read from dimension "
+                                         f"{dim} of {self.runtime_params[position]}, which the placeholder "
+                                         f"{tensor!r} does not give as an int")
+                    consts[name] = int(size)
+        return consts
+
+    def _compile_config(self, args, kwargs) -> JITKernel:
+        """`par_compile`'s kernel of a config: from constants when its tensors are `T.Tensor`
+        placeholders (or left out), else the kernel the call with these arguments runs."""
+        if any(isinstance(v, torch.Tensor) for v in list(args) + list(kwargs.values())):
+            return self.kernel_for(*args, **kwargs)
+        options = {name: kwargs.pop(name) for name in COMPILE_OPTIONS if name in kwargs}
+        consts = self._consts_of(args, kwargs, "par_compile")
+        key = ("compile", _freeze(consts), _freeze(options))
+        return self._cached(key, lambda: self._build(consts, options))
+
+    def parse_cache_key(self, *args, **kwargs):
+        """TileLang's `f.parse_cache_key(...)`: the key a call with these arguments is remembered under
+        (each argument's kind: a tensor's type, dtype, shape and device kind, a constant's value)."""
+        return (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
+                tuple((k, _argument_kind(v, k in self.scalar_params)) for k, v in kwargs.items()),
+                switches.current_overrides())
 
     def __call__(self, *args, **kwargs):
         key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
