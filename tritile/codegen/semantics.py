@@ -494,6 +494,8 @@ def lower_call(em, e: ir.Call) -> Val:
     texts = [a.text for a in args]
     if e.fn == "philox":  # uint32 from int64 operands (frontend/random.py)
         return Val(f"_philox_word({', '.join(texts)})", dims)
+    if e.fn == "reinterpret":
+        return Val(f"{texts[0]}.to({dtype_text(e.dtype, lang)}, bitcast=True)", dims)
     if e.fn in ("isnan", "isinf", "isfinite"):  # bool results: nothing to convert back
         x = texts[0] if e.args[0].dtype.bits >= 32 else f"{texts[0]}.to({lang}.float32)"
         test = {"isnan": f"({x} != {x})", "isinf": f"({lang}.abs({x}) == float(\"inf\"))",

@@ -22,6 +22,7 @@ from tritile.frontend import reducers
 from tritile.frontend import thread_ranges
 from tritile.frontend import views
 from tritile.ir import nodes as ir
+from tritile.interpreter.values import reinterpret_bits
 from tritile.ir.dtypes import bool_, element_dtype, int64, is_tfloat32
 from tritile.ir.transform import substitute_vars
 from tritile.ir.verifier import gemm_mnk
@@ -1031,6 +1032,21 @@ def cast(p, a, loc):
     return exprs.cast(p.scalar(a["value"], loc), _dtype(a["dtype"], loc), loc)
 
 
+def reinterpret(p, a, loc):
+    """TileLang's `T.reinterpret(value, dtype)`: the bits of `value` read as `dtype`, a type of the
+    same width (a Python int is an int32, a float a float32, as TVM's constants)."""
+    value, dtype = p.scalar(a["value"], loc), _dtype(a["dtype"], loc)
+    if exprs.is_python_scalar(value):
+        value = exprs.make_const(value, exprs.python_dtype(value))
+    if not isinstance(value, ir.Expr) or value.dtype.bits != dtype.bits or dtype.kind == "bool" or value.dtype.kind == "bool":
+        raise CompileError(f"T.reinterpret: {getattr(value, 'dtype', value)} and {dtype} are not of the same width", loc)
+    if value.dtype == dtype:
+        return value
+    if isinstance(value, ir.Const):  # folded: backends cannot bitcast a literal
+        return exprs.make_const(reinterpret_bits(value.value, value.dtype, dtype), dtype)
+    return ir.Call("reinterpret", (value,), dtype)
+
+
 def infinity(p, a, loc):
     dtype = _dtype(a["dtype"], loc)
     if not dtype.is_float:  # TileLang (TVM) cannot decide one either
@@ -1093,7 +1109,7 @@ HANDLERS = {
     "max": _binary("max"), "min": _binary("min"), "pow": _intrinsic("pow"),
     "get_thread_binding": thread_ranges.get_thread_binding, "tvm_warp_shuffle": thread_ranges.tvm_warp_shuffle,
     "rng_init": random.rng_init, "rng_rand": random.rng_rand,
-    "if_then_else": if_then_else, "cast": cast, "Cast": cast, "infinity": infinity,
+    "if_then_else": if_then_else, "cast": cast, "Cast": cast, "reinterpret": reinterpret, "infinity": infinity,
     "clamp": clamp, "Select": select, **{fn: _float_predicate(fn) for fn in ("isnan", "isinf", "isfinite")},
     "shift_left": _binary_xy("<<"), "shift_right": _binary_xy(">>"), "bitwise_and": _binary_xy("&"),
     "bitwise_or": _binary_xy("|"), "bitwise_xor": _binary_xy("^"),

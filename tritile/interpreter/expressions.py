@@ -274,6 +274,8 @@ class Evaluator:
             if len(args) != 2:
                 raise self.error(f"T.{e.fn} takes 2 arguments, got {len(args)}")
             return self._apply(e.fn, args[0], args[1], e)
+        if e.fn == "reinterpret":
+            return V.reinterpret_bits(args[0], e.args[0].dtype, e.dtype)
         if e.fn == "philox":  # uint32 values in int64, as the interpreter keeps uint32
             word = philox.curand_word(*args)
             return word if any(V.is_tensor(a) for a in args) else int(word)

@@ -161,6 +161,17 @@ def convert_tensor(value: torch.Tensor, dtype: DType) -> torch.Tensor:
     return round_tensor(value, dtype)
 
 
+def reinterpret_bits(value, src: DType, dst: DType):
+    """`value` of `src` (in its compute dtype; a tensor or a Python scalar) with its bits read as
+    `dst`, a type of the same width (`T.reinterpret`)."""
+    tensor = as_tensor(value).to(compute_dtype(src))
+    if src.kind == "uint" and 8 < src.bits < 64:  # kept as int64 in [0, 2**bits): stored signed
+        tensor = torch.where(tensor >= 1 << (src.bits - 1), tensor - (1 << src.bits), tensor)
+    stored = tensor.to(_SIGNED_VIEW[src.bits] if src.kind == "uint" and src.bits > 8 else src.torch)
+    out = from_storage(stored.view(_SIGNED_VIEW[dst.bits] if dst.kind == "uint" and dst.bits > 8 else dst.torch), dst)
+    return out if is_tensor(value) else out.item()
+
+
 def as_tensor(value, dtype: torch.dtype = None) -> torch.Tensor:
     """A tensor for a value that may be a Python scalar (0-d tensor then)."""
     if isinstance(value, torch.Tensor):

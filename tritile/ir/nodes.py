@@ -178,8 +178,9 @@ class UnaryOp(Expr):
 INTRINSICS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "max", "min", "if_then_else",
               "floor", "ceil", "tanh", "sin", "cos", "sigmoid", "infinity", "pow", "fma",
               "isnan", "isinf", "isfinite",  # these three: float -> bool predicates
-              "philox")  # (seed, subsequence, position), int64 -> uint32: draw `position` of cuRAND's
+              "philox",  # (seed, subsequence, position), int64 -> uint32: draw `position` of cuRAND's
                          # curand_init(seed, subsequence, 0) Philox4_32_10 stream (frontend/random.py)
+              "reinterpret")  # (value,): its bits read as the call's dtype, of the same width
 
 
 @dataclass

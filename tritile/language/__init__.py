@@ -668,6 +668,18 @@ def _cast(value, dtype):
     return _builtins.float(value) if dt.is_float else (value != 0) if dt.kind == "bool" else int(value)
 
 
+def _reinterpret(value, dtype):
+    """The bits of a Python number read as `dtype` (an int is an int32, a float a float32, as
+    TVM's constants)."""
+    from tritile.interpreter.values import reinterpret_bits
+
+    src = as_dtype("float32" if isinstance(value, _builtins.float) else "int32")
+    dst = as_dtype(dtype)
+    if dst.bits != 32:
+        raise TypeError(f"T.reinterpret: {src} and {dst} are not of the same width")
+    return reinterpret_bits(value, src, dst)
+
+
 def _infinity(dtype):
     if not as_dtype(dtype).is_float:
         raise TypeError(f"T.infinity takes a float dtype, not {as_dtype(dtype)}")
@@ -698,6 +710,7 @@ if_then_else = _foldable("if_then_else", _if_then_else)
 cast = _foldable("cast", _cast)
 Cast = _foldable("Cast", lambda dtype, value: _cast(value, dtype))  # TileLang's T.Cast(dtype, value)
 infinity = _foldable("infinity", _infinity)
+reinterpret = _foldable("reinterpret", lambda value, dtype: _reinterpret(value, dtype))
 
 # TileLang's tvm.tir spellings of expressions above (tilelang/language/customize.py, tir/ir.py)
 align_up = _foldable("align_up", lambda x, y: _ceildiv(x, y) * y)
