@@ -475,12 +475,18 @@ def _is_eager(fn) -> bool:
                 call = item.context_expr
                 if isinstance(call, ast.Call) and _call_name(call.func) == "Kernel":
                     return True
-        elif isinstance(node, ast.Call) and _call_name(node.func) in _EAGER_CALLS:
+        elif isinstance(node, ast.Call) and _call_name(node.func) in _EAGER_CALLS and not _array_library_call(node.func):
             return True
         elif (isinstance(node, ast.AnnAssign) and node.value is None and isinstance(node.target, ast.Name)
               and node.target.id in params and _is_tensor_annotation(node.annotation)):
             return True
     return False
+
+
+def _array_library_call(func) -> bool:
+    """`torch.empty(...)` / `np.empty(...)`: a host array, not TileLang's `T.empty`."""
+    return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and func.value.id in ("torch", "np", "numpy"))
 
 
 def _call_name(func) -> str:
