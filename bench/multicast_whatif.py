@@ -21,6 +21,7 @@ What it measures: whether fewer L2 -> SM bytes (B's half) close the 8192³ gap, 
 power-bound (bench/NOTES.md, session 23: cuBLASLt runs 2-CTA clusters with multicast there).
 
 usage: PYTHONPATH=$PWD python bench/multicast_whatif.py OUT_JSON [SIZE ...]   (a CUDA GPU; default 8192 4096)
+       PYTHONPATH=$PWD python bench/multicast_whatif.py --programs N OUT_JSON [SIZE ...]   (N persistent programs)
        PYTHONPATH=$PWD python bench/multicast_whatif.py --dry                 (CPU: the patch applies and assembles)
 """
 import ctypes
@@ -38,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "examples")]
 from gemm_fp8 import gemm_fp8, quantize, tile_config  # noqa: E402
 from tritile.codegen.gluon import compiler as gluon_compiler  # noqa: E402
+from tritile.lowering import persistent_tiles  # noqa: E402
 
 B_DESC_PARAM = 14  # main(A, B, Scales, C, C_desc, A_desc, B_desc): a descriptor takes 5 parameters
 B_TILE_ROWS, B_ROW_BYTES = 256, 128  # tile_config's block_N x block_K of e4m3
@@ -182,8 +184,8 @@ def main(out_path: str, sizes: list) -> None:
         b8, sb = quantize(torch.randn(N, K, device="cuda"))
         scales = torch.stack([sa.float().reshape(()), sb.float().reshape(())])
         plain_gk, patched_gk = gluon_kernels(gemm_fp8(M, N, K, **tile_config("cuda")))
-        programs = torch.cuda.get_device_properties(0).multi_processor_count
-        row = {"size": size, "max_active_clusters": max_active_clusters(patched_gk, programs)}
+        programs = persistent_tiles.num_sms(None)
+        row = {"size": size, "programs": programs, "max_active_clusters": max_active_clusters(patched_gk, programs)}
         print(row, flush=True)
         plain, multicast = runner(plain_gk, False), runner(patched_gk, True)
         c0 = torch.empty(M, N, dtype=torch.float16, device="cuda")
@@ -221,4 +223,9 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--dry"]:
         dry_run()
     else:
-        main(sys.argv[1], [int(s) for s in sys.argv[2:]] or [8192, 4096])
+        args = sys.argv[1:]
+        if args[0] == "--programs":  # fewer persistent programs than SMs: clusters that all fit at once
+            programs = int(args[1])
+            persistent_tiles.num_sms = lambda target: programs
+            args = args[2:]
+        main(args[0], [int(s) for s in args[1:]] or [8192, 4096])
