@@ -148,3 +148,37 @@ def test_bounds_varying_across_lanes_are_a_compile_error():
         with pytest.raises(CompileError, match="bounds depend on the parallel indices") as info:
             tritile.compile(main, target="cuda:90", backend=backend).get_kernel_source()
         assert "for k in T.serial(i)" in str(info.value)
+
+
+def test_parallel_reads_are_snapshots_of_on_chip_buffers():
+    """A value read from a shared buffer inside T.Parallel is the element at the read, not a view
+    that follows later stores: `val = s[i]` before `s[i] = s[j]` (a bitonic sort's swap,
+    examples/dsa_sparse_finetune/indexer_topk_reducesum.py), and `s[i + 1] = s[i]` (every lane
+    reads, then writes; the interpreter's dense-box load was a view of the storage)."""
+    N = 8
+
+    @T.prim_func
+    def main(X: T.Tensor((N,), T.float32), Y: T.Tensor((N,), T.float32), Z: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=32) as bx:
+            s = T.alloc_shared([N], T.float32)
+            t = T.alloc_shared([N], T.float32)
+            T.copy(X, s)
+            T.copy(X, t)
+            for i in T.Parallel(N):
+                j = i ^ 1
+                if i < j and s[i] > s[j]:
+                    val = s[i]
+                    s[i] = s[j]
+                    s[j] = val
+            for i in T.Parallel(N - 1):
+                t[i + 1] = t[i] * 2.0
+            T.copy(s, Y)
+            T.copy(t, Z)
+
+    torch.manual_seed(3)
+    X = torch.randn(N)
+    Y, Z = torch.zeros(N), torch.zeros(N)
+    tritile.compile(main)(X, Y, Z)
+    pairs = X.view(-1, 2)
+    torch.testing.assert_close(Y, torch.stack([pairs.min(1).values, pairs.max(1).values], 1).flatten())
+    torch.testing.assert_close(Z, torch.cat([X[:1], X[:-1] * 2]))

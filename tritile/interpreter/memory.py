@@ -145,8 +145,10 @@ class Memory:
         box = None if self.tracker.busy(buffer) else _dense_box(indices, tensor.shape)
         if box is not None:
             slices, lane_dims, lane_shape = box
-            tile = tensor[slices].permute(_argsort(lane_dims)).reshape(lane_shape)
-            return V.from_storage(tile, buffer.dtype)
+            tile = V.from_storage(tensor[slices].permute(_argsort(lane_dims)).reshape(lane_shape), buffer.dtype)
+            # a view of the storage would follow later stores (a Let's `val = s[i]` before `s[i] = s[j]`,
+            # bitonic sort's swap) and overlap a store's destination (`s[i + 1] = s[i]`): a snapshot
+            return tile.clone() if tile.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr() else tile
         indices, valid = self._lanes(buffer, indices, tensor.shape, mask, stmt)
         clamped = [i.clamp(0, size - 1) for i, size in zip(indices, tensor.shape)]
         if self.tracker.busy(buffer):
