@@ -959,6 +959,19 @@ def vectorized(p, a, loc):
     return LoopSpec("serial", start, stop, step)
 
 
+def lower_parallel(p, a, loc):
+    """TVM's `T.parallel(start, stop=None)` (TileLang's tir script): a parallel `For`, which TileLang
+    lowers as a one-dimensional `T.Parallel` over ``[start, stop)`` (nested ones form one nest); here a
+    `T.Parallel(stop)` whose lanes below a nonzero `start` are masked off (the parser's guard)."""
+    start, stop, _ = _range(p, a["start"], a["stop"], None, loc)
+    stop = exprs.cast(stop, "int32", loc) if isinstance(stop, ir.Expr) else _int(stop, "T.parallel stop", loc)
+    if not isinstance(start, ir.Expr):
+        start = _int(start, "T.parallel start", loc)
+        if start < 0:
+            raise CompileError(f"T.parallel: a negative start ({start}) is not supported", loc)
+    return LoopSpec("parallel", start=start, extents=(stop,))
+
+
 def parallel(p, a, loc):
     extents = a["extents"]
     if len(extents) == 1 and isinstance(extents[0], (tuple, list)):
@@ -1102,7 +1115,7 @@ HANDLERS = {
     "func_attr": func_attr, "print": print_, "let": let,
     "assume": assume, "device_assert": device_assert, "sync_threads": sync_threads, "annotate_pass_configs": annotate_pass_configs,
     "annotate_compile_flags": annotate_compile_flags,
-    "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel,
+    "Pipelined": pipelined, "serial": serial, "unroll": unroll, "Parallel": parallel, "parallel": lower_parallel,
     "vectorized": vectorized, "alloc_buffer": alloc_buffer,
     "ceildiv": ceildiv, "align_up": align_up, "any_of": _logical_of("any_of", "or"),
     "all_of": _logical_of("all_of", "and"), "floordiv": _binary("//"), "floormod": _binary("%"), "truncdiv": _binary("/"),

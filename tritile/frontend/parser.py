@@ -220,6 +220,9 @@ class Parser:
                 self.params.append([name, None])
 
     def _declare_param(self, name, spec: "T.Tensor", loc):
+        if spec.scope != "global":
+            raise CompileError(f"tensor {name}: {type(spec).__name__} (scope {spec.scope!r}) annotates @T.macro "
+                               f"parameters; a kernel's tensor parameter is a T.Tensor", loc)
         shape = tuple(exprs.cast(s, "int32", loc) if isinstance(s, ir.Expr) else s for s in spec.shape)
         for s in shape:
             if not isinstance(s, ir.Expr) and (not isinstance(s, int) or isinstance(s, bool) or s < 0):
@@ -628,7 +631,7 @@ class Parser:
             if len(names) != len(spec.extents):
                 raise CompileError(f"T.Parallel has {len(spec.extents)} extents but the loop binds {len(names)} "
                                    f"names", loc)
-            self._parallel(names, spec.extents, node.body, loc)
+            self._parallel(names, spec.extents, node.body, loc, start=spec.start)
             return
         if len(names) != 1:
             raise CompileError("this loop binds exactly one loop variable", loc)
@@ -639,7 +642,7 @@ class Parser:
         self.emit(ir.For(var, start, stop, body, kind=spec.kind, step=step, num_stages=spec.num_stages,
                          order=spec.order, stage=spec.stage, loc=loc))
 
-    def _parallel(self, names, extents, body, loc):
+    def _parallel(self, names, extents, body, loc, start=0):
         """`for names in T.Parallel(*extents)`.  A tile has static extents, so an extent known
         only at run time runs on a static one with the lanes past it masked off: on its upper
         bound when it has one (``T.min(valid_len, 512)``: 512), else in chunks of the kernel's
@@ -665,6 +668,8 @@ class Parser:
             static.append(size)
             indices.append(index)
             guards.append(exprs.binary("<", index, extent, loc))
+        if not (isinstance(start, int) and start <= 0):  # T.parallel(start, stop): lanes from start on
+            guards.append(exprs.binary(">=", indices[0], exprs.cast(start, "int32", loc), loc))
         draws = random.ParallelDraws(lane_vars, tuple(extents))
         self.parallel_depth += 1
         self.rng_parallel.append(draws)

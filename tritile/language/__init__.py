@@ -99,11 +99,14 @@ class Tensor:
     """A global tensor type: `T.Tensor((M, K), T.float16)` or `T.Tensor[(M, K), "float16"]`; called in
     a kernel with `data=B.data`, a view of B's storage (tritile/frontend/views.py)."""
 
+    default_scope = "global"
+
     def __init__(self, shape, dtype="float32", data=None, scope=None):
         if isinstance(shape, (int, _ir.Expr)):
             shape = (shape,)
         self.shape = tuple(shape)
         self.dtype = _dtypes.int64 if dtype is ptr else _dtypes.element_dtype(dtype)
+        self.scope = self.default_scope
 
     def __class_getitem__(cls, keys):
         # TileLang's rule: keys holding a tuple, list or str (a dtype is a str) are the
@@ -132,6 +135,33 @@ class StridedTensor(Tensor):
 
     def __repr__(self) -> str:
         return f"T.StridedTensor({list(self.shape)}, {self.strides!r}, {self.dtype})"
+
+
+class _ScopedBuffer(Tensor):
+    """TileLang's `T.SharedBuffer` / `T.FragmentBuffer` / `T.LocalBuffer` (tilelang/language/proxy.py):
+    a buffer type of that scope, which annotates `@T.macro` parameters (the macro takes the caller's
+    buffer as it is; TileLang ignores the annotation there too).  A kernel parameter so annotated
+    is a CompileError (a kernel's tensors are global)."""
+
+    def __init__(self, shape, dtype="float32", data=None, strides=None, elem_offset=None, scope=None, align=None,
+                 offset_factor=None, buffer_type="", axis_separators=None):
+        super().__init__(shape, dtype)
+        self.scope = scope or self.default_scope
+
+    def __repr__(self) -> str:
+        return f"T.{type(self).__name__}({list(self.shape)}, {self.dtype})"
+
+
+class SharedBuffer(_ScopedBuffer):
+    default_scope = "shared.dyn"
+
+
+class FragmentBuffer(_ScopedBuffer):
+    default_scope = "local.fragment"
+
+
+class LocalBuffer(_ScopedBuffer):
+    default_scope = "local"
 
 
 class GemmWarpPolicy:
@@ -436,6 +466,12 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
 @_tile_op
 def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
     pass
+
+
+@_tile_op
+def parallel(start, stop=None, *, annotations=None):
+    """TVM's parallel `For` over ``[start, stop)`` (``range(start)`` without `stop`): TileLang lowers it
+    as the one-dimensional `T.Parallel`; nested in one another (or in `T.Parallel`) they form one nest."""
 
 
 @_tile_op
