@@ -135,6 +135,95 @@ def test_swizzled_layout_of_a_fragment_is_an_error():
                 T.annotate_layout({f: tritile.layout.make_swizzled_layout(f)})
 
 
+def _tilelang_bank_swizzle(i, j, stride, continuous, element_size, bits):
+    """TileLang's Make{Quarter,Half,Full}BankSwizzleLayout2D (src/layout/gemm_layouts.cc at
+    a35008a) transcribed for one element: xor2x2(a, b) = (a + b) % 2, xor4x4 / xor8x8 by bits."""
+    def xor2x2(a, b):
+        return (a + b) % 2
+
+    def xor4x4(a, b):
+        return 2 * xor2x2(a // 2, b // 2) + xor2x2(a % 2, b % 2)
+
+    def xor8x8(a, b):
+        return 2 * xor4x4(a // 2, b // 2) + xor2x2(a % 2, b % 2)
+
+    vector_size = 128 // element_size
+    ts, s = i // 8, i % 8
+    n = 1 << bits
+    tc, c, vec = (j // vector_size) // n, (j // vector_size) % n, j % vector_size
+    c_swizzle = {1: lambda: xor2x2(c, s // 4), 2: lambda: xor4x4(c, s // 2), 3: lambda: xor8x8(c, s)}[bits]()
+    return [tc, ts, vec + (c_swizzle + s * n) * vector_size]
+
+
+BANK_SWIZZLES = [("make_quarter_bank_swizzled_layout", 1), ("make_half_bank_swizzled_layout", 2),
+                 ("make_full_bank_swizzled_layout", 3)]
+
+
+@pytest.mark.parametrize("name, bits", BANK_SWIZZLES)
+@pytest.mark.parametrize("stride, element_size, vectors", [(8, 16, 1), (32, 16, 2), (4, 16, 1), (16, 8, 1),
+                                                           (8, 32, 3)])
+def test_bank_swizzled_layout_of_integers_is_tilelang_map(name, bits, stride, element_size, vectors):
+    """`make_*_bank_swizzled_layout(rows, cols, element_size)` (examples/plot_layout/layout_swizzle.py):
+    a T.Layout whose map is TileLang's on every (row, col), a bijection onto its output, the same
+    evaluated vectorised on index tensors."""
+    import tritile.layout
+
+    continuous = (128 // element_size) * (1 << bits) * vectors
+    layout = getattr(tritile.layout, name)(stride, continuous, element_size)
+    assert isinstance(layout, T.Layout) and layout.get_input_shape() == (stride, continuous)
+    seen = set()
+    for i in range(stride):
+        for j in range(continuous):
+            out = layout.map_forward_index([i, j])
+            assert out == _tilelang_bank_swizzle(i, j, stride, continuous, element_size, bits), (i, j)
+            seen.add(tuple(out))
+    assert len(seen) == stride * continuous
+    grid = layout._grid()
+    tensors = [torch.as_tensor(x).expand(stride, continuous) for x in layout.map_forward_index(grid)]
+    expected = [[_tilelang_bank_swizzle(i, j, stride, continuous, element_size, bits) for j in range(continuous)]
+                for i in range(stride)]
+    assert torch.equal(torch.stack(tensors, -1), torch.tensor(expected))
+    if stride == 8 and vectors == 1:  # one tile: its offsets permute a row's 16-byte vectors only
+        assert layout.get_output_shape() == (1, 1, stride * continuous)
+
+
+def test_bank_swizzled_layout_checks_tilelang_shapes():
+    import tritile.layout
+
+    with pytest.raises(ValueError, match="multiple of 64"):
+        tritile.layout.make_full_bank_swizzled_layout(8, 32, 16)
+    with pytest.raises(ValueError, match="rows"):
+        tritile.layout.make_half_bank_swizzled_layout(12, 32, 16)
+    with pytest.raises(TypeError):
+        tritile.layout.make_quarter_bank_swizzled_layout(8, 16)
+
+
+@pytest.mark.parametrize("name, bits", BANK_SWIZZLES)
+def test_bank_swizzled_layout_of_integers_annotates_a_shared_buffer(name, bits, device):
+    """The integer form's T.Layout annotating a shared buffer of its shape: values unchanged."""
+    import tritile.layout
+
+    make = getattr(tritile.layout, name)
+
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), T.float16), B: T.Tensor((64, 64), T.float16)):
+        with T.Kernel(2, threads=128) as bx:
+            A_shared = T.alloc_shared((32, 64), T.float16)
+            T.annotate_layout({A_shared: make(32, 64, 16)})
+            T.copy(A[bx * 32, 0], A_shared)
+            for i, j in T.Parallel(32, 64):
+                A_shared[i, j] = A_shared[i, j] * 2.0 + bx
+            T.copy(A_shared, B[bx * 32, 0])
+
+    a = torch.randn(64, 64, dtype=torch.float16, device=device)
+    b = tritile.compile(main, out_idx=[1])(a)
+    offset = torch.arange(2, device=device).repeat_interleave(32)[:, None]
+    torch.testing.assert_close(b, (a.float() * 2 + offset).half(), rtol=0, atol=0)
+    if device == "cpu" and bits == 3:
+        for backend in ("gluon", "triton"):
+            assert ".target sm_90" in tritile.compile(main, target="cuda:90", backend=backend).get_source("ptx")
+
+
 def test_tilelang_math():
     import tritile.math
 
