@@ -294,9 +294,26 @@ def finalize_reducer(p, a, loc):
         p.emit(ir.Copy(ir.Region.full(buf), dst, loc=loc))
 
 
+class LaneVar:
+    """`v = T.alloc_var(dtype[, init])` inside T.Parallel: each lane's own scalar, not a buffer.
+    The parser binds the name to a per-lane SSA value of `dtype` (`parser._LaneBinding`): each
+    assignment rebinds it, an assignment under a lane `if` merges with T.if_then_else after it."""
+
+    __slots__ = ("dtype", "init")
+
+    def __init__(self, dtype, init):
+        self.dtype, self.init = dtype, init
+
+    def __repr__(self):
+        return f"T.alloc_var({self.dtype}) inside T.Parallel"
+
+
 def alloc_var(p, a, loc):
     p.require_kernel("T.alloc_var", loc)
     dtype = _dtype(a["dtype"], loc)
+    if p.parallel_depth:
+        init = a["init"]
+        return LaneVar(dtype, None if init is None else exprs.cast(p.scalar(init, loc), dtype, loc))
     buf = p.new_buffer((1,), dtype, "var", loc)
     init = a["init"]
     p.emit(ir.Alloc(buf, None if init is None else exprs.cast(p.scalar(init, loc), dtype, loc), loc=loc))

@@ -81,6 +81,29 @@ class _RefBinding(_Binding):
     __slots__ = ()
 
 
+class _LaneBinding(_Binding):
+    """A `T.alloc_var` declared inside T.Parallel: each lane's own scalar of `dtype`, a per-lane SSA
+    value (None until the lane assigns it); assignments cast to `dtype`."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, value, dtype):
+        super().__init__(value)
+        self.dtype = dtype
+
+
+class _Frame(dict):
+    """A scope's names; `lane` says what it is inside T.Parallel: "body" (the loop's body, an inlined
+    macro's), "if" (a branch of a runtime `if` in the lane), "loop" (a loop in the lane), None
+    outside T.Parallel.  A scalar bound in a lane frame is per-lane (see `Parser._lane_local`)."""
+
+    __slots__ = ("lane",)
+
+    def __init__(self, items=(), lane=None):
+        super().__init__(items)
+        self.lane = lane
+
+
 class Parser:
     def __init__(self, consts: dict = None, probe: bool = False):
         self.consts = dict(consts or {})
@@ -313,7 +336,12 @@ class Parser:
     def lookup(self, name, loc):
         frame = self._find(name)
         if frame is not None:
-            return frame[name].value
+            binding = frame[name]
+            if isinstance(binding, _LaneBinding) and binding.value is None:
+                raise CompileError(f"{name!r} is read before it is assigned: a T.alloc_var inside T.Parallel is "
+                                   f"each lane's own scalar, and this lane has not given it a value yet (assign it: "
+                                   f"`{name} = value`; T.fill / T.clear of it are not supported)", loc)
+            return binding.value
         value = self.source.lookup(name)
         if value is MISSING:
             raise CompileError(f"unknown name {name!r}", loc)
@@ -328,9 +356,18 @@ class Parser:
             self.emit(ir.Store(current.buffer, acc.element_indices(current),
                                exprs.cast(self.scalar(value, loc), current.buffer.dtype, loc), loc=loc))
             return
+        if isinstance(value, tile_ops.LaneVar):  # `v = T.alloc_var(dtype)` inside T.Parallel: a new name
+            init = value.init
+            if isinstance(init, ir.Expr) and not isinstance(init, (ir.Var, ir.Const)):
+                init = self._let(name, init, loc)
+            self.frames[-1][name] = _LaneBinding(init, value.dtype)
+            return
         if isinstance(current, ir.Buffer) and current.scope == "var" and not isinstance(value, ir.Buffer):
             self.emit(ir.Store(current, (ir.Const(0),), exprs.cast(self.scalar(value, loc), current.dtype, loc),
                                loc=loc))
+            return
+        if frame is not None and self._lane_local(frame, name):
+            self._assign_lane(name, frame, value, loc, dtype)
             return
         if frame is not None and frame is not self.frames[-1]:
             raise CompileError(f"{name!r} is bound outside this loop/if to {type(current).__name__}; it cannot be "
@@ -350,6 +387,81 @@ class Parser:
             value = var
         self._bind(name, value)
 
+    def _let(self, name, value: ir.Expr, loc) -> ir.Var:
+        var = ir.Var(name, value.dtype)
+        self.emit(ir.Let(var, value, loc=loc))
+        self.let_values[id(var)] = value
+        return var
+
+    @staticmethod
+    def _lane_local(frame, name) -> bool:
+        """Whether `name` (bound in `frame`) is a per-lane scalar: a scalar (or a T.alloc_var not yet
+        assigned) bound inside T.Parallel.  Each lane has its own; assigning it rebinds the name
+        (SSA), under a lane `if` merged after the branches (`_merge_lane_branches`)."""
+        if getattr(frame, "lane", None) is None:
+            return False
+        binding = frame[name]
+        if isinstance(binding, _RefBinding):
+            return False
+        return isinstance(binding, _LaneBinding) or isinstance(binding.value, (ir.Expr,) + exprs.PYTHON_SCALARS)
+
+    def _assign_lane(self, name, frame, value, loc, dtype):
+        """`name = value` of a per-lane scalar bound in `frame`: a new SSA value of the name in the
+        current frame (a lane `if` branch's frame shadows the name until the branches merge)."""
+        binding = frame[name]
+        k = next(k for k in range(len(self.frames) - 1, -1, -1) if self.frames[k] is frame)
+        if any(getattr(f, "lane", None) != "if" for f in self.frames[k + 1:]):
+            raise CompileError(f"{name!r} is a per-lane scalar of the enclosing T.Parallel, reassigned inside a "
+                               f"loop in the lane: a loop-carried per-lane value is not supported; keep it in a "
+                               f"fragment element instead (acc[i] = acc[i] + ...)", loc)
+        if isinstance(value, acc.BufferAccess) and value.is_point or isinstance(value, ir.Buffer) \
+                and value.scope == "var":
+            value = self.scalar(value, loc)
+        if not isinstance(value, (ir.Expr,) + exprs.PYTHON_SCALARS):
+            raise CompileError(f"{name!r} is a per-lane scalar inside T.Parallel; it cannot be rebound to "
+                               f"{_type_name(value)}", loc)
+        if dtype is not None:
+            value = exprs.cast(value, dtype, loc)
+        if isinstance(binding, _LaneBinding):
+            value = exprs.cast(value, binding.dtype, loc)
+        if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)):
+            value = self._let(name, value, loc)
+        self.frames[-1][name] = _LaneBinding(value, binding.dtype) if isinstance(binding, _LaneBinding) \
+            else _Binding(value)
+
+    def _merge_lane_branches(self, frames) -> list:
+        """The per-lane scalars a runtime `if` inside T.Parallel assigns (its branches' final
+        `frames`, then and else): (name, binding class, dtype, then value, else value) of each, a
+        branch that did not assign it giving the value before the `if`; a name first bound in both
+        branches too.  `stmt_If` binds each to `T.if_then_else(cond, then value, else value)`."""
+        merges = []
+        names = list(dict.fromkeys(n for f in frames for n in f))
+        for name in names:
+            outer = self._find(name)
+            if outer is not None and self._lane_local(outer, name):
+                before = outer[name]
+                kind = type(before) if isinstance(before, _LaneBinding) else _Binding
+                dtype = before.dtype if isinstance(before, _LaneBinding) else None
+                values = [f[name].value if name in f else before.value for f in frames]
+                if len(frames) == 1:
+                    values.append(before.value)
+            elif outer is None and len(frames) == 2 and all(name in f for f in frames):
+                bindings = [f[name] for f in frames]
+                if not all(isinstance(b, _LaneBinding) or (type(b) is _Binding and isinstance(
+                        b.value, (ir.Expr,) + exprs.PYTHON_SCALARS)) for b in bindings):
+                    continue
+                dtypes = {b.dtype for b in bindings if isinstance(b, _LaneBinding)}
+                kind, dtype = (_LaneBinding, dtypes.pop()) if len(dtypes) == 1 and all(
+                    isinstance(b, _LaneBinding) for b in bindings) else (_Binding, None)
+                values = [b.value for b in bindings]
+            else:
+                continue
+            then_value, else_value = values
+            if then_value is else_value:
+                continue
+            merges.append((name, kind, dtype, then_value, else_value))
+        return merges
+
     def _is_named(self, buf: ir.Buffer) -> bool:
         """Whether a name is bound to `buf` (`y = x` of a var `x` is a snapshot of its value)."""
         return any(binding.value is buf for frame in self.frames for binding in frame.values())
@@ -358,7 +470,7 @@ class Parser:
         """Turn scalars that `body` reassigns into var buffers (see the module docstring)."""
         for name in _assigned_names(body):
             frame = self._find(name)
-            if frame is None:
+            if frame is None or self._lane_local(frame, name):  # per-lane scalars stay SSA values
                 continue
             value = frame[name].value
             if not isinstance(value, (ir.Expr,) + exprs.PYTHON_SCALARS):
@@ -368,15 +480,22 @@ class Parser:
             self.emit(ir.Alloc(buf, init, loc=loc))
             frame[name] = _Binding(buf)
 
-    def _scoped_block(self, body, bindings: dict = None) -> ir.Seq:
-        """`body` parsed into its own Seq, in a new scope that starts with `bindings` (name -> value)."""
-        self.frames.append({name: _Binding(value) for name, value in (bindings or {}).items()})
+    def _scoped_block(self, body, bindings: dict = None, lane: str = None, frame_out: list = None) -> ir.Seq:
+        """`body` parsed into its own Seq, in a new scope that starts with `bindings` (name -> value).
+        Inside T.Parallel the scope is a lane frame (`_Frame`): `lane` ("body" / "if"), else "loop";
+        `frame_out` receives the scope's final names."""
+        if lane is None and self.parallel_depth:
+            lane = "loop"
+        frame = _Frame(((name, _Binding(value)) for name, value in (bindings or {}).items()), lane)
+        self.frames.append(frame)
         self.blocks.append([])
         try:
             self.statements(body)
         finally:
             self.frames.pop()
             stmts = self.blocks.pop()
+        if frame_out is not None:
+            frame_out.append(frame)
         return ir.Seq(stmts)
 
     # ---------------------------------------------------------------- statements
@@ -578,6 +697,26 @@ class Parser:
             return
         self.require_kernel("a runtime `if`", loc)
         self._promote_assigned(node.body + node.orelse, loc)
+        if self.parallel_depth:  # branches of a lane: per-lane scalars they assign merge after them
+            frames = []
+            then_body = self._scoped_block(node.body, lane="if", frame_out=frames)
+            else_body = self._scoped_block(node.orelse, lane="if", frame_out=frames) if node.orelse else None
+            merges = self._merge_lane_branches(frames)
+            cond = exprs.truth(cond)
+            if merges and not isinstance(cond, (ir.Var, ir.Const)):  # the branches may write what it reads
+                cond = self._let("cond", cond, loc)
+            self.emit(ir.If(cond, then_body, else_body, loc=loc))
+            for name, kind, dtype, then_value, else_value in merges:
+                if then_value is None or else_value is None:  # unassigned on one path: undefined there
+                    value = else_value if then_value is None else then_value
+                else:
+                    value = exprs.select(cond, then_value, else_value, loc)
+                    if dtype is not None:
+                        value = exprs.cast(value, dtype, loc)
+                if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)):
+                    value = self._let(name, value, loc)
+                self.frames[-1][name] = kind(value, dtype) if kind is _LaneBinding else kind(value)
+            return
         then_body = self._scoped_block(node.body)
         else_body = self._scoped_block(node.orelse) if node.orelse else None
         self.emit(ir.If(exprs.truth(cond), then_body, else_body, loc=loc))
@@ -674,7 +813,7 @@ class Parser:
         self.parallel_depth += 1
         self.rng_parallel.append(draws)
         try:
-            stmts = self._scoped_block(body, dict(zip(names, indices)))
+            stmts = self._scoped_block(body, dict(zip(names, indices)), lane="body")
         finally:
             self.parallel_depth -= 1
             self.rng_parallel.pop()
@@ -1072,8 +1211,8 @@ class Parser:
             raise CompileError(f"macro {macro.fn.__name__}: {exc}", loc) from None
         bound.apply_defaults()
         refs = self._ref_params(macro, src, loc)
-        frame = {k: self._ref_binding(macro, k, v, loc) if k in refs else _Binding(v)
-                 for k, v in bound.arguments.items()}
+        frame = _Frame(((k, self._ref_binding(macro, k, v, loc) if k in refs else _Binding(v))
+                        for k, v in bound.arguments.items()), "body" if self.parallel_depth else None)
         saved_frames = self.frames
         self.frames = [frame]
         self.sources.append(src)

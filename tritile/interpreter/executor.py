@@ -206,16 +206,32 @@ class BlockRunner(Evaluator):
     def _if(self, s: ir.If):
         cond = self.eval(s.cond)
         if not V.is_tensor(cond) or (cond.dim() == 0 and self.mask is None):
-            branch = s.then_body if self.truth(cond) else s.else_body
+            taken = self.truth(cond)
+            branch = s.then_body if taken else s.else_body
             if branch is not None:
                 self.exec(branch)
+            self._skipped(s.else_body if taken else s.then_body)
             return
         outer = self.mask
         cond = cond.to(torch.bool)
-        self._masked(s.then_body, cond, outer)
-        if s.else_body is not None:
-            self._masked(s.else_body, ~cond, outer)
+        if not self._masked(s.then_body, cond, outer):
+            self._skipped(s.then_body)
+        if s.else_body is not None and not self._masked(s.else_body, ~cond, outer):
+            self._skipped(s.else_body)
         self.mask = outer
+
+    def _skipped(self, body):
+        """A branch inside T.Parallel that ran for no lane: its `Let`s hold 0.  The frontend merges
+        a per-lane variable assigned in a branch after it (``T.if_then_else(cond, then, else)``):
+        such a value is read, but never selected (the GPU computes a branch's values for every
+        lane, masked)."""
+        if not self.lane_ndim or body is None:
+            return
+        for stmt in body.stmts:
+            if isinstance(stmt, ir.Let):
+                self.env.setdefault(stmt.var, 0)
+            elif isinstance(stmt, ir.Seq):
+                self._skipped(stmt)
 
     def _while(self, s: ir.While):
         outer = self.mask
