@@ -38,7 +38,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import persistent, random, reducers, thread_ranges, views, warp_groups
+from tritile.frontend import grid_sync, persistent, random, reducers, thread_ranges, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -46,7 +46,8 @@ from tritile.ir.bounds import upper_bound
 from tritile.ir.dtypes import DType, as_dtype
 from tritile.ir.transform import Transformer
 
-_HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS}  # T.<name> -> its handler
+_HANDLERS = {**tile_ops.HANDLERS, **warp_groups.HANDLERS, **persistent.HANDLERS,
+             **grid_sync.HANDLERS}  # T.<name> -> its handler
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
@@ -666,8 +667,9 @@ class Parser:
         finally:
             body = self.blocks.pop()
             self.in_kernel = False
-        self.kernels.append(ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body), swizzle=self.swizzle,
-                                      loc=loc))
+        # T.sync_grid() splits the block into consecutive kernels (frontend/grid_sync.py)
+        self.kernels.extend(grid_sync.split(ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body),
+                                                      swizzle=self.swizzle, loc=loc)))
 
     def _warp_groups(self, spec, node, loc):
         """`with T.ws(*groups):` - the body as an `ir.WarpGroups` block."""

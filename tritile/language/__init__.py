@@ -606,6 +606,13 @@ def sync_threads(barrier_id=None, arrive_count=None):
 
 
 @_tile_op
+def sync_grid():
+    """Every block of the grid waits here for all the others (TileLang's cooperative grid barrier):
+    tritile splits the kernel here into kernels launched one after another
+    (tritile/frontend/grid_sync.py)."""
+
+
+@_tile_op
 def device_assert(condition, msg="", no_stack_info=False):
     """Fail where `condition` is false: the interpreter raises `tritile.errors.DeviceAssertError`
     with `msg`; on the GPU, Triton's device_assert (compiled only with TRITON_DEBUG=1)."""
