@@ -202,16 +202,15 @@ class AutoTunedKernel:
         (examples/deepseek_mhc/example_mhc_bwd.py): tuned on the captured tensors, passed as its
         leading parameters; the `T.const` dims named among `kwargs` must match their shapes."""
         dims = {name: kwargs.pop(name) for name in list(kwargs) if name not in self.signature.parameters}
-        kernel = self.compile(*captured, **kwargs)
-        if dims:
+        if dims:  # checked before any config is tuned
             bound = self.signature.bind_partial(*captured, **kwargs)
             consts = {name: value for name, value in bound.arguments.items() if not isinstance(value, torch.Tensor)}
-            tuned = self.tune(*captured, **kwargs).config
-            for name, (position, dim) in probe_const_dims(self.jit.fn, {**consts, **tuned}).items():
+            first = self._configs_for(captured, kwargs)[0]
+            for name, (position, dim) in probe_const_dims(self.jit.fn, {**consts, **first}).items():
                 if name in dims and int(captured[position].shape[dim]) != dims[name]:
                     raise ValueError(f"{self.__name__}.compile(): {name}={dims[name]} but the captured autotune "
                                      f"input {position} has {name} = {int(captured[position].shape[dim])}")
-        return kernel
+        return self.compile(*captured, **kwargs)
 
     def clear_cache(self) -> None:
         """Forget the in-memory results (the disk cache is kept)."""

@@ -299,9 +299,7 @@ class EagerJIT(JITFunction):
         if any(isinstance(v, torch.Tensor) for v in list(args) + list(kwargs.values())):
             return self.kernel_for(*args, **kwargs)
         options = {name: kwargs.pop(name) for name in COMPILE_OPTIONS if name in kwargs}
-        consts = self._consts_of(args, kwargs, "par_compile")
-        key = ("compile", _freeze(consts), _freeze(options))
-        return self._cached(key, lambda: self._build(consts, options))
+        return self.compile(**self._consts_of(args, kwargs, "par_compile"), **options)
 
     def parse_cache_key(self, *args, **kwargs):
         """TileLang's `f.parse_cache_key(...)`: the key a call with these arguments is remembered under
@@ -311,9 +309,7 @@ class EagerJIT(JITFunction):
                 switches.current_overrides())
 
     def __call__(self, *args, **kwargs):
-        key = (tuple([_argument_kind(a, i in self._scalar_positions) for i, a in enumerate(args)]),
-               tuple((k, _argument_kind(v, k in self.scalar_params)) for k, v in kwargs.items()),
-               switches.current_overrides())
+        key = self.parse_cache_key(*args, **kwargs)
         try:
             kernel, sources, guards = self._calls[key]
             if guards and not globals_unchanged(guards):
