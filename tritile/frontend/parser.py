@@ -382,10 +382,7 @@ class Parser:
         if dtype is not None:
             value = exprs.cast(self.scalar(value, loc), dtype, loc)
         if isinstance(value, ir.Expr) and not isinstance(value, (ir.Var, ir.Const)) and self.in_kernel:
-            var = ir.Var(name, value.dtype)
-            self.emit(ir.Let(var, value, loc=loc))
-            self.let_values[id(var)] = value
-            value = var
+            value = self._let(name, value, loc)
         self._bind(name, value)
 
     def _let(self, name, value: ir.Expr, loc) -> ir.Var:
@@ -1263,10 +1260,7 @@ class Parser:
         items = []
         for item in value.items:
             if isinstance(item, ir.Expr) and not isinstance(item, (ir.Const, ir.Var)) and self.in_kernel:
-                var = ir.Var(f"{name}_index", item.dtype)
-                self.emit(ir.Let(var, item, loc=loc))
-                self.let_values[id(var)] = item
-                item = var
+                item = self._let(f"{name}_index", item, loc)
             items.append(item)
         return _RefBinding(acc.BufferAccess(value.buffer, tuple(items), value.loc))
 
