@@ -35,7 +35,7 @@ def counter_casts(n, loop):
 
 
 def reference(x):
-    k = torch.arange(STEPS, dtype=torch.float32)
+    k = torch.arange(STEPS, dtype=torch.float32, device=x.device)
     return torch.stack([k.sum() * x, (3 * k + 1).sum() * x, k.sum().expand_as(x), x])
 
 
