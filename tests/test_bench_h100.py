@@ -222,12 +222,3 @@ def test_unknown_section_is_refused_with_the_list(capsys):
         bench_h100.main(["--sections", "gemm,attn"])
     assert "unknown section(s) attn" in capsys.readouterr().err
 
-
-def test_multicast_whatif_patches_and_assembles_the_fp8_kernel(monkeypatch, capsys):
-    """bench/multicast_whatif.py (pending its GPU run): the FP8 kernel's PTX takes the multicast
-    patch and ptxas assembles it, at both sizes, without touching the unpatched kernel."""
-    monkeypatch.syspath_prepend(BENCH)
-    import multicast_whatif
-
-    multicast_whatif.dry_run()
-    assert capsys.readouterr().out.count("patched PTX assembled") == 2
