@@ -173,12 +173,13 @@ def _draw_before_init():
             A[0] = T.rng_rand()
 
 
-def _thread_binding_of_128_threads():
+def _thread_binding_of_128_threads():  # per-thread code (frontend/per_thread.py) draws no numbers either
     @T.prim_func
     def main(A: T.Tensor((64,), T.uint32)):
         with T.Kernel(1, threads=128) as bx:
             tx = T.get_thread_binding()
-            A[tx] = 0
+            T.rng_init(1, tx, 0)
+            A[tx] = T.rng_rand()
 
 
 def _init_with_128_threads():
@@ -194,7 +195,7 @@ def _init_with_128_threads():
     (_nested_parallel, "nested", "A[k * 4 + m] = T.rng_rand()"),
     (_init_under_if, "inside an `if`", "T.rng_init(2, 0, 0)"),
     (_draw_before_init, "before T.rng_init", "A[0] = T.rng_rand()"),
-    (_thread_binding_of_128_threads, "only be compared with compile-time integers", "A[tx] = 0"),
+    (_thread_binding_of_128_threads, "threads=128", "T.rng_init(1, tx, 0)"),
     (_init_with_128_threads, "threads=128", "T.rng_init(1, 0, 0)"),
 ])
 def test_refusals_quote_the_line(kernel, message, line):

@@ -39,7 +39,7 @@ def _element_operator(name: str):
 
 
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
-              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__"):
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "astype"):
     setattr(BufferAccess, _name, _element_operator(_name))
 
 

@@ -49,6 +49,7 @@ class KernelSpec:
     grid: tuple
     threads: int
     names: tuple = field(default=("bx", "by", "bz"))
+    dims: tuple = ()  # `threads` as given: (X,) or (X, Y[, Z]) (frontend/per_thread.py)
 
 
 def _dtype(value, loc):
@@ -109,12 +110,12 @@ def kernel(p, a, loc):
             raise CompileError(f"T.Kernel: grid extent {axis} is {value}, so the kernel would run no block; "
                                f"every extent must be positive", loc)
     threads = a["threads"]
-    if isinstance(threads, (tuple, list)):
-        count = 1
-        for t in threads:
-            count *= _int(t, "T.Kernel threads", loc)
-        threads = count
-    return KernelSpec(grid, _threads(_int(threads, "T.Kernel threads", loc), loc))
+    dims = tuple(_int(t, "T.Kernel threads", loc) for t in threads) if isinstance(threads, (tuple, list)) \
+        else (_int(threads, "T.Kernel threads", loc),)
+    count = 1
+    for t in dims:
+        count *= t
+    return KernelSpec(grid, _threads(count, loc), dims=dims)
 
 
 _MAX_THREADS = 1024  # CUDA's limit per block

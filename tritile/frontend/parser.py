@@ -38,7 +38,7 @@ import tritile.language as T
 from tritile.errors import CompileError
 from tritile.frontend import access as acc
 from tritile.frontend import builtins as tile_ops
-from tritile.frontend import grid_sync, persistent, random, reducers, thread_ranges, views, warp_groups
+from tritile.frontend import grid_sync, per_thread, persistent, random, reducers, thread_ranges, views, warp_groups
 from tritile.frontend import exprs
 from tritile.frontend.source import MISSING, FunctionSource, GlobalReads
 from tritile.ir import nodes as ir
@@ -127,6 +127,7 @@ class Parser:
         self.parallel_depth = 0  # T.Parallel loops around the statement being parsed
         self.kernel_threads = None  # threads of the `with T.Kernel` being parsed
         self.thread_set = None  # the threads of the `if tx < ...` branch being parsed (thread_ranges.py)
+        self.per_thread = None  # the kernel's per_thread.PerThread when its body is per-thread code
         self.kernel_block_vars = ()  # its block indices
         self.kernel_block_depth = 0  # len(self.blocks) in its body's own level
         self.serial_loop_depth = 0  # runtime serial / unrolled / pipelined loops and `while`s around the statement
@@ -654,6 +655,7 @@ class Parser:
                     self._bind(n, v)
         self.in_kernel = True
         self.kernel_threads = spec.threads
+        self.per_thread = per_thread.detect(node.body, spec.dims or (spec.threads,), loc)
         self.kernel_block_vars = block_vars
         self.rng = None
         self.swizzle = None
@@ -661,9 +663,12 @@ class Parser:
         self.kernel_block_depth = len(self.blocks)
         try:
             self.statements(node.body)
+            if self.per_thread is not None:  # per-thread code as tile statements (frontend/per_thread.py)
+                self.blocks[-1] = per_thread.lower(self.per_thread, self.blocks[-1], self.unique_name)
         finally:
             body = self.blocks.pop()
             self.in_kernel = False
+            self.per_thread = None
         # T.sync_grid() splits the block into consecutive kernels (frontend/grid_sync.py)
         self.kernels.extend(grid_sync.split(ir.Kernel(spec.grid, block_vars, spec.threads, ir.Seq(body),
                                                       swizzle=self.swizzle, loc=loc)))

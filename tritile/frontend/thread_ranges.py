@@ -2,7 +2,10 @@
 read only in `if` conditions (`if tx < 128:` / `elif 128 <= tx < 256:` / `else:`,
 examples/deepseek_mhc/example_mhc_pre.py, deepseek_mla/example_mla_decode_ws.py).
 
-tritile has no per-thread code: its statements act on whole tiles.  A branch taken by a
+This is the parse of a kernel body that reads the thread index only in such conditions; one that
+uses it as a value (an index, arithmetic stored somewhere) is per-thread code, rewritten into
+tile statements by frontend/per_thread.py (`per_thread.detect` decides).  Here tritile's
+statements act on whole tiles.  A branch taken by a
 compile-time set of threads runs as a tile program of its own: a branch of whole warp groups (128
 threads each) is an `ir.WarpGroups` section, as `with T.ws(...)` (its barrier protocol is checked
 and serialized by lowering/warp_group_serialization.py); a branch of other threads (the first 32
@@ -22,9 +25,11 @@ from tritile.errors import CompileError
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
-_MISUSE = ("T.get_thread_binding(): tritile has no per-thread code (its statements act on whole tiles); "
-           "the thread index may only be compared with compile-time integers in an `if` condition "
-           "(`if tx < 128:`)")
+_MISUSE = ("T.get_thread_binding(): this kernel body reads the thread index only in `if` conditions, so tritile "
+           "parses them as branches of compile-time thread ranges (`if tx < 128:`, whole warp groups as T.ws "
+           "sections), and this use is not a comparison with a compile-time integer; a kernel body that uses the "
+           "index as a value (an index, arithmetic stored somewhere) is parsed as per-thread code instead "
+           "(frontend/per_thread.py): name it there (`tx = T.get_thread_binding()`), not only in a macro")
 
 
 def _int(value) -> bool:
@@ -195,6 +200,10 @@ def get_thread_binding(p, a, loc):
     p.require_kernel("T.get_thread_binding", loc)
     dim = a.get("dim", 0)
     dim = dim.value if isinstance(dim, ir.Const) else dim
+    if getattr(p, "per_thread", None) is not None:  # per-thread code (frontend/per_thread.py)
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= 2:
+            raise CompileError(f"T.get_thread_binding(dim): dim must be 0, 1 or 2, got {dim!r}", loc)
+        return p.per_thread.var(dim, p.name_hint)
     if p.kernel_threads != 1 and dim == 0 and isinstance(p.kernel_threads, int):
         return ThreadExpr.index(p.kernel_threads)
     require_one_thread(p, "T.get_thread_binding()", loc)
@@ -207,6 +216,10 @@ def tvm_warp_shuffle(p, a, loc):
     warp's only lane, so the result is its own `value` (CUDA leaves a read of an absent lane
     undefined; tritile gives the own value there too)."""
     p.require_kernel("T.tvm_warp_shuffle", loc)
+    if getattr(p, "per_thread", None) is not None:
+        raise CompileError("T.tvm_warp_shuffle in per-thread code is not supported: tritile runs per-thread "
+                           "statements as tiles (frontend/per_thread.py) and has no mapping of one thread reading "
+                           "another's register", loc)
     require_one_thread(p, "T.tvm_warp_shuffle", loc)
     for name in ("mask", "lane", "width", "warp_size"):
         p.scalar(a[name], loc)  # evaluated for their errors; one lane makes them irrelevant

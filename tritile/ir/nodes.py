@@ -120,6 +120,12 @@ class Expr:
 
         return unary("-", self)
 
+    def astype(self, dtype):
+        """TVM's `PrimExpr.astype(dtype)` (`A[i].astype(accum_dtype)`): the value cast to `dtype`."""
+        from tritile.frontend.exprs import cast
+
+        return cast(self, dtype)
+
 
 _var_ids = itertools.count()
 
