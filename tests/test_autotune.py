@@ -321,12 +321,20 @@ def test_eager_compile_tunes_from_constants_only(assert_close, disk_cache):
 
 def test_eager_compile_from_constants_refuses_undetermined_shapes():
     """A shape the constants do not determine - a `T.const` left out, a `T.dynamic` dim - is a
-    ValueError naming the parameter; tuned parameters are given all or none."""
+    ValueError naming the parameter."""
     eager = make_eager_gemm()
     with pytest.raises(ValueError, match=r"shape of parameter 'A'.*T.const 'K'.*pass K="):
         eager.compile(M=64, N=64)
     with pytest.raises(ValueError, match=r"parameter 'A' has the runtime dimension m.*pass the tensors"):
         eager.compile(dynamic_dims=True)
-    partial = make_eager_gemm(configs=[{"block_M": 32, "block_N": 32}, {"block_M": 64, "block_N": 64}])
-    with pytest.raises(TypeError, match=r"every tuned parameter or none \(block_N missing\)"):
-        partial.compile(M=64, N=64, K=64, block_M=32)
+
+
+def test_eager_compile_from_constants_with_some_tuned_parameters_skips_tuning(assert_close):
+    """TileLang's rule (examples/gemv's `gemv_alloc_reducer.compile(M=.., N=.., block_M=128,
+    block_N=128)` with num_stages / threads tuned too): any tuned parameter given, no tuning - the
+    kernel of the given values and the other parameters' defaults."""
+    partial = make_eager_gemm(configs=[{"block_M": 32, "block_N": 32}, {"block_M": 64, "block_N": 16}])
+    kernel = partial.compile(M=64, N=48, K=64, block_M=32)
+    assert partial.last_result is None
+    a, b = make_operands(64, 48, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))

@@ -25,8 +25,8 @@ Contract:
   caller's tensors and returns its outputs.  `supply_prog` is not used.
 * `f.compile(*args, **kwargs)` returns the best config's `JITKernel` without running it (both
   styles).  Eager style from constants only (TileLang's `f.compile(M=M, N=N, K=K)`, no tensor
-  among the arguments, the `T.const` dims by name): every tuned parameter given, the plain jit's
-  kernel; none, each config is compiled from the constants and run as a lazy-style one, on
+  among the arguments, the `T.const` dims by name): any tuned parameter given, the plain jit's
+  kernel (the others at their defaults: TileLang skips tuning then too); none, each config is compiled from the constants and run as a lazy-style one, on
   `supply_prog(params)` or `supply_type` tensors of the kernel's parameter shapes and dtypes (or,
   inside `set_autotune_inputs`, on the captured tensors as its leading parameters).  A `T.const`
   left out, or a `T.dynamic` dim (the constants do not give the shape), is a ValueError naming
@@ -164,22 +164,18 @@ class AutoTunedKernel:
 
     def _compile_from_constants(self, args: tuple, kwargs: dict) -> JITKernel:
         """TileLang's `f.compile(M=M, N=N, K=K, ...)` on an eager-style kernel: constants only
-        (`T.const` dims by name).  Every tuned parameter given: the plain jit's kernel; none:
+        (`T.const` dims by name).  Any tuned parameter given: the plain jit's kernel; none:
         tuned on the tensors of an enclosing `set_autotune_inputs`, else each config compiled from
         the constants and run on inputs made from the kernel's parameters (`_ConstantsTrial`)."""
         configs = self._configs_for(args, kwargs)
         dims = {name: value for name, value in kwargs.items() if name not in self.signature.parameters}
         bound = self._bind(args, {name: value for name, value in kwargs.items() if name not in dims})
         tunable = self._tunable_names(configs)
-        missing = sorted(tunable - set(bound.arguments))
-        if not missing:
+        if tunable & set(bound.arguments):  # TileLang's rule: any tuned parameter given, no tuning
             return self.jit.compile(**bound.arguments, **dims)
         captured = get_autotune_inputs()
         if captured is not None and not args:
             return self._compile_on_captured(captured, kwargs)
-        if len(missing) < len(tunable):
-            raise TypeError(f"{self.__name__}.compile(): pass every tuned parameter or none ({', '.join(missing)} "
-                            f"missing)")
         runtime = [name for name in self.jit.runtime_params if name in bound.arguments]
         if runtime:
             raise TypeError(f"{self.__name__}.compile(): {', '.join(runtime)} take tensors; tuning from constants "
