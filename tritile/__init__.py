@@ -1,6 +1,9 @@
 """tritile: TileLang's tile programming model on Triton's toolchain."""
 from tritile.errors import CompileError, HazardError  # noqa: F401
 from tritile.env import env  # noqa: F401  (TileLang's: the `Environment` object over its submodule)
+from tritile import tvm_import
+
+tvm_import.install()
 
 __version__ = "0.1.0"
 
@@ -24,6 +27,10 @@ def __getattr__(name):
         from tritile.runtime import cache
 
         return getattr(cache, name)
+    if name == "DataType":  # TileLang's `from tilelang import DataType` (TVM's)
+        from tritile.tvm import DataType
+
+        return DataType
     if name == "PassConfigKey":
         from tritile.transform import PassConfigKey
 
@@ -37,7 +44,7 @@ def __getattr__(name):
 
 # submodules TileLang's programs reach as attributes of the package
 _SUBMODULES = ("autotuner", "carver", "contrib", "cuda", "engine", "language", "layout", "math", "profiler", "testing",
-               "tools", "transform", "utils")
+               "tools", "transform", "tvm", "utils")
 
 
 def cdiv(a: int, b: int) -> int:

@@ -4,14 +4,11 @@
 tritile has no TVM.  This module gives those programs what they use of it, on tritile's own
 types: `DataType(dtype)` (a dtype with `.bits` / `.lanes`), and `tirx` (tirx.py) - typed
 constants, `reinterpret`, `Select`, `Cast`, `Min`, `PrimExpr` - for the bit-twiddling helpers of
-TileLang's examples/dequantize_gemm.  Importing it also registers it as the top-level `tvm`
-(and `tvm.tirx`) where no real TVM is installed, as TileLang's import of its bundled TVM does; an
-installed TVM is left alone.  Any other TVM name is an AttributeError naming what tritile lacks.
+TileLang's examples/dequantize_gemm.  Where no real TVM is installed, `import tvm` loads this
+module (tritile/tvm_import.py, installed by `import tritile`), as TileLang's import of its
+bundled TVM does; an installed TVM is left alone.  Any other TVM name is an AttributeError naming what tritile lacks.
 """
 from __future__ import annotations
-
-import importlib.util
-import sys
 
 from tritile.ir.dtypes import DType, as_dtype
 from tritile.tvm import tirx
@@ -26,7 +23,3 @@ def __getattr__(name):
     raise AttributeError(f"tritile.tvm (TileLang's `tvm`) has no {name!r}: tritile has no TVM; of it, only "
                          f"DataType and tirx ({', '.join(tirx.__all__)}) are provided")
 
-
-if importlib.util.find_spec("tvm") is None:
-    sys.modules.setdefault("tvm", sys.modules[__name__])
-    sys.modules.setdefault("tvm.tirx", tirx)
