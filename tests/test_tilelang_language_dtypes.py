@@ -34,6 +34,23 @@ def test_dtype_names_of_tilelang():
     assert T.float16 != T.bfloat16 and T.float16 != "float32"
 
 
+
+def test_tvm_c_style_and_sub_byte_dtype_names():
+    """TVM's `T.int` / `T.uint` / `T.half` / ... (TileLang's dtypes.py), and the sub-byte names its
+    programs put in annotations and tables (`Literal[T.float16, T.int8, T.int4]`), which no buffer
+    stores yet."""
+    assert (T.int, T.uint, T.short, T.long, T.ulong, T.half, T.double) == (
+        T.int32, T.uint32, T.int16, T.int64, T.uint64, T.float16, T.float64)
+    assert T.dtype("uint") is T.uint32 and T.dtype("short") is T.int16
+    assert T.int4.bits == 4 and T.uint4 == "uint4" and T.dtype("int4") is T.int4
+    assert T.max(2, 3) == 3  # folding checks isinstance(v, int): the builtin is not shadowed in T
+    with pytest.raises(tritile.CompileError, match="int4 \\(two values a byte\\) is not supported"):
+        @T.prim_func
+        def packed(A: T.Tensor((16,), T.int8)):
+            with T.Kernel(1, threads=32) as bx:
+                v = T.alloc_fragment((16,), T.int4)
+
+
 def test_fp8_choice():
     assert determine_fp8_type() == "float8_e4m3fn" and determine_fp8_type("e5m2") == "float8_e5m2"
     assert determine_torch_fp8_type() is torch.float8_e4m3fn

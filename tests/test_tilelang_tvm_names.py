@@ -28,13 +28,19 @@ def fp4_to_bf16(nbit, packed, pos, scale):
     return tirx.reinterpret(T.bfloat16, bits.astype(T.uint16))
 
 
+def widened(packed):
+    """TileLang's helpers check the element type of the access they are given."""
+    assert packed.dtype == T.uint8
+    return packed.astype(T.uint16)
+
+
 def dequantize_program(n=128):
     @T.prim_func
     def main(Q: T.Tensor((n // 2,), T.uint8), S: T.Tensor((n,), T.uint8), O: T.Tensor((n,), T.bfloat16),
              Z: T.Tensor((n,), T.float32)):
         with T.Kernel(1, threads=128):
             for i in T.Parallel(n):
-                O[i] = fp4_to_bf16(4, Q[i // 2].astype(T.uint16), i % 2, tirx.Cast(T.uint16, S[i]))
+                O[i] = fp4_to_bf16(4, widened(Q[i // 2]), i % 2, tirx.Cast(T.uint16, S[i]))
                 Z[i] = tirx.Select(O[i] == 0, tirx.const(1, T.float32), tirx.Cast(T.float32, O[i]))
 
     return main

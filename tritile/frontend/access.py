@@ -26,6 +26,11 @@ class BufferAccess:
     def is_point(self) -> bool:
         return len(self.items) == self.buffer.ndim and not any(isinstance(i, slice) for i in self.items)
 
+    @property
+    def dtype(self):
+        """The element type (TileLang's helpers check `val.dtype == T.uint8` on an element access)."""
+        return self.buffer.dtype
+
 
 def _element_operator(name: str):
     """Python's operator `name` on an element access: that of its `Load` (Python code run while

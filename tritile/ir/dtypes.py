@@ -115,15 +115,20 @@ VECTORS = [DType(f"{d.name}x{n}", d.bits, d.kind, lanes=n)
                      uint64, float8_e4m3, float8_e5m2)
            for n in (2, 4, 8, 16, 32, 64)]
 
-# TileLang's FP4 (two values a byte): known by name; no buffer stores it yet
+# TileLang's sub-byte types (two values a byte): known by name (TileLang's programs name them in
+# annotations and dtype tables); no buffer stores them yet
 float4_e2m1fn = DType("float4_e2m1fn", 4, "float")
+int4 = DType("int4", 4, "int")
+uint4 = DType("uint4", 4, "uint")
+SUB_BYTE = (float4_e2m1fn, int4, uint4)
 
-_BY_NAME = {d.name: d for d in ALL + VECTORS + [float4_e2m1fn]}
+_BY_NAME = {d.name: d for d in ALL + VECTORS + list(SUB_BYTE)}
 _BY_NAME.update({str(d): d for d in ALL})
 # TileLang / TVM spellings
 _BY_NAME.update({
     "float": float32, "half": float16, "double": float64, "fp16": float16, "bf16": bfloat16,
-    "fp32": float32, "fp64": float64, "int": int32, "float8_e4m3fn": float8_e4m3,
+    "fp32": float32, "fp64": float64, "int": int32, "uint": uint32, "short": int16, "long": int64,
+    "ulong": uint64, "float8_e4m3fn": float8_e4m3,
     "float8_e5m2fn": float8_e5m2, "e4m3_float8": float8_e4m3, "e5m2_float8": float8_e5m2,
 })
 
@@ -169,7 +174,7 @@ def element_dtype(value) -> DType:
     dtype = as_dtype(value)
     if dtype.lanes != 1:
         raise TypeError(f"vector dtype {dtype} is not supported as a buffer element type yet")
-    if dtype is float4_e2m1fn:
+    if dtype in SUB_BYTE:
         raise TypeError(f"{dtype} (two values a byte) is not supported as a buffer element type yet")
     return float32 if dtype is tfloat32 else dtype
 

@@ -25,7 +25,7 @@ from tritile.ir import nodes as _ir
 from tritile.ir import dtypes as _dtypes
 from tritile.ir.dtypes import (  # noqa: F401  (re-exported dtypes)
     DType, as_dtype, bfloat16, bool_, float4_e2m1fn, float8_e4m3, float8_e5m2, float8_e8m0fnu, float16, float32,
-    float64, int8, int16, int32, int64, tfloat32, uint8, uint16, uint32, uint64,
+    float64, int4, int8, int16, int32, int64, tfloat32, uint4, uint8, uint16, uint32, uint64,
 )
 
 from tritile.language.layout import Fragment, Layout  # noqa: F401,E402  (T.Layout, T.Fragment)
@@ -36,6 +36,18 @@ float8_e4m3fn = float8_e4m3
 float8_e5m2fn = float8_e5m2
 dtype = as_dtype
 dtypes = _dtypes.ALL  # TileLang's list of the scalar dtypes
+# TVM's C-style names (`T.int`, `T.uint`, ...), served by `__getattr__` below, not bound as this
+# module's globals: `int` there would shadow the builtin in this module's own code
+_C_STYLE_DTYPES = {"int": int32, "uint": uint32, "short": int16, "long": int64, "ulong": uint64, "half": float16,
+                   "double": float64}
+
+
+def __getattr__(name):
+    if name in _C_STYLE_DTYPES:
+        return _C_STYLE_DTYPES[name]
+    raise AttributeError(f"module 'tritile.language' has no attribute {name!r}")
+
+
 globals().update({d.name: d for d in _dtypes.VECTORS})  # T.float32x2, T.float16x8, ...
 
 # The frontend's table: stub function -> how it is lowered.  Filled by `_tile_op`.

@@ -4,8 +4,8 @@ on tritile's expressions: what these build inside a kernel is what the T names b
 * `const(value, dtype)`: a constant of that dtype (`tirx.const(3, T.uint16)` is a uint16, so bit
   operations with it stay 16 bits wide, as in TVM);
 * `reinterpret(dtype, value)`: TVM's argument order of `T.reinterpret(value, dtype)`;
-* `Select(condition, true_value, false_value)`: `T.if_then_else`; `Cast(dtype, value)`:
-  `T.Cast`; `Min(a, b)`: `T.min`;
+* `Select(condition, true_value, false_value)`: `T.Select`; `Cast(dtype, value)`: `T.Cast`;
+  `Min(a, b)`: `T.min`;
 * `PrimExpr`: the class of tritile's scalar expressions (for annotations and isinstance).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tritile.ir.dtypes import as_dtype
 __all__ = ["const", "reinterpret", "Select", "Cast", "Min", "PrimExpr"]
 
 PrimExpr = ir.Expr
-Select = T.if_then_else
+Select = T.Select
 Cast = T.Cast
 Min = T.min
 reinterpret = _foldable("reinterpret", lambda dtype, value: T.reinterpret.__wrapped__(value, dtype))
