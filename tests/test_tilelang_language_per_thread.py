@@ -208,9 +208,49 @@ def test_condition_read_by_branch_and_pinned_dim(backend, pick):
     torch.testing.assert_close(w, want_w)
 
 
+def mask_outside_ranges(rows, cols, threads=64, block=256):
+    """TVM's launch-thread form `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: each row's
+    entries outside [lo, hi) set to -inf, a block of columns a step of a pipelined loop, each thread
+    every `threads`-th column of it."""
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, cols), T.float32), Lo: T.Tensor((rows,), T.int32), Hi: T.Tensor((rows,), T.int32)):
+        with T.Kernel(rows, threads=threads) as bx:
+            tx = T.thread_binding(0, threads, thread="threadIdx.x")
+            lo = Lo[bx]
+            hi = Hi[bx]
+            for n in T.Pipelined(T.ceildiv(cols, block)):
+                for k in T.serial(block // threads):
+                    col = n * block + k * threads + tx
+                    if col < lo or col >= hi:
+                        X[bx, col] = -T.infinity(T.float32)
+
+    return main
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_thread_binding_launch_form(backend):
+    x = torch.randn(6, 512)
+    lo, hi = torch.randint(0, 256, (6,), dtype=torch.int32), torch.randint(256, 513, (6,), dtype=torch.int32)
+    cols = torch.arange(512)
+    want = torch.where((cols >= lo[:, None].long()) & (cols < hi[:, None].long()), x, torch.tensor(float("-inf")))
+    tritile.compile(mask_outside_ranges(6, 512), backend=backend)(x, lo, hi)
+    torch.testing.assert_close(x, want)
+
+
+def test_thread_binding_must_span_its_dimension():
+    with pytest.raises(CompileError, match=r"T.thread_binding\(0, 32, thread='threadIdx.x'\) in a kernel of "
+                                           r"threads=64: it must span the dimension \(0 to 64\)"):
+        @T.prim_func
+        def main(X: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=64) as bx:
+                tx = T.thread_binding(0, 32, thread="threadIdx.x")
+                X[tx] = 1.0
+
+
 def test_per_thread_kernels_compile_for_hopper():
     for func in (naive_gemv(256, 192, 128, 64), splitk_gemv(48, 320, 16, 8, 4), local_array(),
-                 branch_writes_condition()):
+                 branch_writes_condition(), mask_outside_ranges(6, 512)):
         ptx = tritile.compile(func, target="cuda:90", backend="triton").get_source("ptx")
         assert ".target sm_90" in ptx
         # auto: Gluon where it takes the program's element accesses, else the triton backend

@@ -75,7 +75,7 @@ from tritile.frontend import exprs, reducers
 from tritile.ir import nodes as ir
 from tritile.ir.transform import Transformer, substitute_vars, walk
 
-_BINDING = "get_thread_binding"
+_BINDINGS = ("get_thread_binding", "thread_binding")
 _NAMES = ("tx", "ty", "tz")
 
 
@@ -126,10 +126,12 @@ def detect(body: list, dims: tuple, loc):
 
 
 def _is_binding_call(node) -> bool:
+    """`T.get_thread_binding(...)`, or TVM's launch-thread form `T.thread_binding(0, n, thread=...)`."""
     if not isinstance(node, ast.Call):
         return False
     f = node.func
-    return (isinstance(f, ast.Attribute) and f.attr == _BINDING) or (isinstance(f, ast.Name) and f.id == _BINDING)
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    return name in _BINDINGS
 
 
 class _Scan:
@@ -139,6 +141,9 @@ class _Scan:
         self.value_use = False
 
     def _dim_zero(self, call) -> bool:
+        if (call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id) == "thread_binding":
+            thread = [k.value for k in call.keywords if k.arg == "thread"] + list(call.args[2:3])
+            return not thread or (isinstance(thread[0], ast.Constant) and thread[0].value == "threadIdx.x")
         args = list(call.args) + [k.value for k in call.keywords if k.arg == "dim"]
         return not args or (isinstance(args[0], ast.Constant) and args[0].value == 0)
 

@@ -210,6 +210,22 @@ def get_thread_binding(p, a, loc):
     return ir.Const(0)
 
 
+def thread_binding(p, a, loc):
+    """TVM's launch-thread form `tx = T.thread_binding(0, n, thread="threadIdx.x")`: the thread index
+    of that dimension, as `T.get_thread_binding(dim)`; it must span the kernel's whole dimension."""
+    dims = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+    thread, begin, end = a["thread"], a["begin"], a["end"]
+    begin, end = (v.value if isinstance(v, ir.Const) else v for v in (begin, end))
+    if thread not in dims:
+        raise CompileError(f"T.thread_binding(thread={thread!r}): tritile binds only threadIdx.x / y / z", loc)
+    threads = p.kernel_threads if isinstance(p.kernel_threads, (tuple, list)) else (p.kernel_threads,)
+    extent = threads[dims[thread]] if dims[thread] < len(threads) else 1
+    if begin != 0 or end != extent:
+        raise CompileError(f"T.thread_binding({begin}, {end}, thread={thread!r}) in a kernel of threads="
+                           f"{p.kernel_threads}: it must span the dimension (0 to {extent})", loc)
+    return get_thread_binding(p, {"dim": dims[thread]}, loc)
+
+
 def tvm_warp_shuffle(p, a, loc):
     """TVM's `T.tvm_warp_shuffle(mask, value, lane, width, warp_size)` (`__shfl_sync`): `value` as held
     by lane `lane % width` of the caller's group.  In a kernel of one thread that thread is its

@@ -492,6 +492,12 @@ def serial(start, stop=None, step=None, annotations=None):
 
 
 @_tile_op
+def thread_binding(begin, end, thread="threadIdx.x", annotations=None):
+    """TVM's launch-thread form `tx = T.thread_binding(0, n, thread="threadIdx.x")`: the kernel's
+    thread index of that dimension, as `T.get_thread_binding(dim)` (tritile/frontend/per_thread.py)."""
+
+
+@_tile_op
 def get_thread_binding(dim=0):
     """TileLang's thread index of the kernel (dim 0, 1 or 2): 0 in a kernel of ``threads=1``;
     elsewhere a CompileError (tritile has no per-thread code; tritile/frontend/random.py)."""
