@@ -338,3 +338,71 @@ def test_eager_compile_from_constants_with_some_tuned_parameters_skips_tuning(as
     assert partial.last_result is None
     a, b = make_operands(64, 48, 64)
     assert_close(kernel(a, b), gemm_reference(a, b))
+
+
+def test_manual_check_prog_replaces_the_tolerance_check(assert_close):
+    """TileLang's `manual_check_prog(outputs, ref_outputs)`: it decides, by raising AssertionError."""
+    seen = []
+
+    def strict_on_small_tiles(outputs, references):
+        seen.append((len(outputs), len(references)))
+        assert_close(outputs[0], references[0])
+        assert len(seen) > 1, "the first config is refused"  # a check ref_prog's tolerances cannot express
+
+    matmul = make_lazy_gemm(ref_prog=gemm_reference, manual_check_prog=strict_on_small_tiles)
+    with pytest.warns(UserWarning, match="manual_check_prog failed: the first config is refused"):
+        kernel = matmul(64, 64, 64)
+    assert seen == [(1, 1), (1, 1)] and kernel.config == GEMM_CONFIGS[1]
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
+
+
+def test_early_stop_times_a_hopeless_config_briefly(monkeypatch):
+    """`early_stop=True`: a config whose brief timing is over `early_stop_factor` x the best so far
+    is not timed in full; the brief time is its record."""
+    from tritile.runtime import autotune as autotune_module
+
+    calls = []
+
+    def fake_bench(fn, device, warmup, rep):
+        calls.append(rep)
+        return 1.0 if rep == TUNING["rep"] else 5.0  # the first config's full timing, then a slow brief one
+
+    monkeypatch.setattr(autotune_module, "_bench", fake_bench)
+    matmul = make_lazy_gemm(early_stop=True, early_stop_factor=1.5)
+    kernel = matmul(64, 64, 64)
+    assert calls == [TUNING["rep"], TUNING["rep"] / 10]  # the second config: the brief timing only
+    assert kernel.config == GEMM_CONFIGS[0]
+    assert [latency for _, latency, _ in matmul.last_result.records] == [1.0, 5.0]
+    with pytest.raises(ValueError, match="early_stop_factor must be >= 1.0"):
+        make_lazy_gemm(early_stop=True, early_stop_factor=0.5)
+
+
+def test_pass_configs_in_a_config_are_compile_options(assert_close, monkeypatch):
+    """TileLang's reserved config key `pass_configs`: per config compile options, merged over the
+    jit's own, not a kernel parameter."""
+    compiled = []
+    configs = [dict(config, pass_configs={"tl.disable_warp_specialized": ws}) for config, ws in
+               zip(GEMM_CONFIGS, (True, False))]
+
+    @tritile.autotune(configs=configs, ref_prog=gemm_reference, **TUNING)
+    @tritile.jit(out_idx=[-1], pass_configs={"tl.disable_tma_lower": True})
+    def matmul(M, N, K, block_M=64, block_N=64, block_K=32, num_stages=2):
+        return gemm(M, N, K, block_M, block_N, block_K, num_stages=num_stages)
+
+    from tritile.runtime import jit as jit_module
+    original = jit_module.JITKernel.__init__
+
+    def recording(self, func, *args, pass_configs=None, **kwargs):
+        compiled.append(dict(pass_configs or {}))
+        original(self, func, *args, pass_configs=pass_configs, **kwargs)
+
+    monkeypatch.setattr(jit_module.JITKernel, "__init__", recording)
+    kernel = matmul(64, 64, 64)
+    assert {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True} in compiled
+    assert {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": False} in compiled
+    assert kernel.config in configs
+    a, b = make_operands(64, 64, 64)
+    assert_close(kernel(a, b), gemm_reference(a, b))
+    with pytest.raises(TypeError, match="'pass_configs' must be a dict"):
+        tritile.autotune(configs=[{"block_M": 32, "pass_configs": 1}])(matmul.jit)(64, 64, 64)

@@ -38,16 +38,19 @@ class AutoTuner:
         return self
 
     def set_profile_args(self, supply_type=None, ref_prog=None, supply_prog=None, rtol=1e-2, atol=1e-2,
-                         skip_check=False, cache_input_tensors=False, backend="event") -> "AutoTuner":
+                         skip_check=False, cache_input_tensors=False, backend="event",
+                         manual_check_prog=None) -> "AutoTuner":
         self.profile_args = dict(ref_prog=ref_prog, supply_prog=supply_prog, rtol=rtol, atol=atol,
-                                 skip_check=skip_check, cache_input_tensors=cache_input_tensors)
+                                 skip_check=skip_check, cache_input_tensors=cache_input_tensors,
+                                 manual_check_prog=manual_check_prog)
         if supply_type is not None:  # the profiler's TensorSupplyType; default Auto
             self.profile_args["supply_type"] = supply_type
         return self
 
     def run(self, warmup: float = 25, rep: float = 100, timeout: float = 100, use_pipeline: bool = False,
             enable_grouped_compile: bool = False, group_compile_size: int = 2, benchmark_devices=None,
-            benchmark_multi_gpu: bool = False) -> AutotuneResult:
-        tuned = autotune(configs=self.configs, warmup=warmup, rep=rep, timeout=timeout,
-                         **self.profile_args)(jit(**self.compile_args)(self.fn))
+            benchmark_multi_gpu: bool = False, early_stop: bool = False,
+            early_stop_factor: float = 2.0) -> AutotuneResult:
+        tuned = autotune(configs=self.configs, warmup=warmup, rep=rep, timeout=timeout, early_stop=early_stop,
+                         early_stop_factor=early_stop_factor, **self.profile_args)(jit(**self.compile_args)(self.fn))
         return tuned.tune()

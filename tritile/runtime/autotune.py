@@ -41,6 +41,13 @@ Contract:
   `timeout` (seconds) is checked between those phases - Python cannot pre-empt a running
   compile - and a config over it is skipped.  The fastest config wins; if none survives,
   RuntimeError lists why each failed.
+* `manual_check_prog(outputs, ref_outputs)` (with `ref_prog`, not `skip_check`) replaces the
+  rtol/atol comparison: it gets both lists of outputs and fails a config by raising
+  AssertionError.  `early_stop=True`: once a config has been timed, each later one is first
+  timed briefly (a tenth of `rep`), and one slower than `early_stop_factor` (>= 1) times the best
+  so far is not timed in full (it cannot win); its record keeps the brief time.
+* A config may hold `"pass_configs": {...}` (TileLang's reserved key): not a kernel parameter,
+  the compile options of that config's kernel, merged over the jit's own `pass_configs`.
 * `cache_input_tensors=True` generates the tuning inputs (and reference outputs) once and
   reuses them for every config; otherwise each config gets fresh ones.
 * Results are cached in memory per decorated function and on disk as JSON under
@@ -111,7 +118,8 @@ class AutoTunedKernel:
     """The object `@tritile.autotune` returns; see the module docstring."""
 
     def __init__(self, jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol, skip_check,
-                 cache_input_tensors, supply_type=TensorSupplyType.Auto):
+                 cache_input_tensors, supply_type=TensorSupplyType.Auto, manual_check_prog=None, early_stop=False,
+                 early_stop_factor=2.0):
         if not isinstance(jit_fn, (LazyJIT, EagerJIT)):
             raise TypeError(f"@tritile.autotune must be stacked above @tritile.jit, got {type(jit_fn).__name__}")
         self.jit = jit_fn
@@ -121,6 +129,10 @@ class AutoTunedKernel:
         self.ref_prog, self.supply_prog, self.supply_type = ref_prog, supply_prog, supply_type
         self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
         self.cache_input_tensors = cache_input_tensors
+        self.manual_check_prog = manual_check_prog
+        if early_stop and early_stop_factor < 1.0:
+            raise ValueError(f"autotune: early_stop_factor must be >= 1.0, got {early_stop_factor}")
+        self.early_stop_factor = early_stop_factor if early_stop else None
         self.last_result: Optional[AutotuneResult] = None
         self._results = {}  # cache key -> AutotuneResult
         self.__name__ = jit_fn.__name__
@@ -140,7 +152,7 @@ class AutoTunedKernel:
         result = self._result_for(bound, configs)
         if isinstance(self.jit, LazyJIT):
             return result.kernel
-        return self.jit(*args, **kwargs, **result.config)
+        return self.jit(*args, **kwargs, **self._call_config(result.config))
 
     def tune(self, *args, **kwargs) -> AutotuneResult:
         """Tune (or fetch from the caches) without running the best kernel."""
@@ -160,7 +172,7 @@ class AutoTunedKernel:
         if not any(isinstance(v, torch.Tensor) for v in (*args, *kwargs.values())):
             return self._compile_from_constants(args, kwargs)
         result = self.tune(*args, **kwargs)
-        return self.jit.kernel_for(*args, **kwargs, **result.config)
+        return self.jit.kernel_for(*args, **kwargs, **self._call_config(result.config))
 
     def _compile_from_constants(self, args: tuple, kwargs: dict) -> JITKernel:
         """TileLang's `f.compile(M=M, N=N, K=K, ...)` on an eager-style kernel: constants only
@@ -182,14 +194,14 @@ class AutoTunedKernel:
                             f"only passes none")
         self._check_complete(bound, configs, exempt=self.jit.runtime_params)
         consts = {name: value for name, value in {**bound.arguments, **dims}.items() if name not in COMPILE_OPTIONS}
-        undetermined = probe_const_dims(self.jit.fn, {**consts, **configs[0]})
+        undetermined = probe_const_dims(self.jit.fn, {**consts, **_kernel_parameters(configs[0])})
         if undetermined:
             name, (position, dim) = next(iter(undetermined.items()))
             raise ValueError(f"{self.__name__}.compile(): the constants do not give the shape of parameter "
                              f"'{self.jit.runtime_params[position]}': its dimension {dim} is T.const {name!r}; pass "
                              f"{name}=..., or the tensors")
         result = self._result_for(bound, configs, dims)
-        kernel = self.jit.compile(**bound.arguments, **dims, **result.config)
+        kernel = self.jit.compile(**bound.arguments, **dims, **self._call_config(result.config))
         kernel.config, kernel.latency = result.config, result.latency
         return kernel
 
@@ -246,7 +258,9 @@ class AutoTunedKernel:
         for config in configs:
             if not isinstance(config, dict):
                 raise TypeError(f"autotune config {config!r} of {self.__name__} must be a dict")
-            for key in config:
+            if not isinstance(config.get(PASS_CONFIGS_KEY, {}), dict):
+                raise TypeError(f"autotune config {config!r} of {self.__name__}: {PASS_CONFIGS_KEY!r} must be a dict")
+            for key in _kernel_parameters(config):
                 param = params.get(key)
                 if param is None or param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
                     raise TypeError(f"autotune config key {key!r} is not a keyword parameter of {self.__name__}"
@@ -257,7 +271,14 @@ class AutoTunedKernel:
 
     @staticmethod
     def _tunable_names(configs) -> set:
-        return {key for config in configs for key in config}
+        return {key for config in configs for key in _kernel_parameters(config)}
+
+    def _call_config(self, config: dict) -> dict:
+        """A config as a call's keywords: its `pass_configs` merged over the jit's own."""
+        if PASS_CONFIGS_KEY not in config:
+            return config
+        merged = {**(self.jit.options.get("pass_configs") or {}), **config[PASS_CONFIGS_KEY]}
+        return {**config, PASS_CONFIGS_KEY: merged}
 
     # ---------------------------------------------------------------- caches
     def _result_for(self, bound: inspect.BoundArguments, configs, dims: Optional[dict] = None) -> AutotuneResult:
@@ -336,7 +357,7 @@ class AutoTunedKernel:
         return torch.device("cuda" if on_gpu else "cpu")
 
     def _lazy_kernel(self, bound, config: dict) -> JITKernel:
-        return self.jit(*bound.args, **bound.kwargs, **config)
+        return self.jit(*bound.args, **bound.kwargs, **self._call_config(config))
 
     def _tune(self, bound, configs, device: torch.device, dims: Optional[dict] = None) -> AutotuneResult:
         if dims is not None:
@@ -348,7 +369,8 @@ class AutoTunedKernel:
         try:
             for config in configs:
                 try:
-                    latency = trial.run(config)
+                    baseline = None if best is None or self.early_stop_factor is None else best[1] * self.early_stop_factor
+                    latency = trial.run(config, baseline)
                 except _ConfigFailed as exc:
                     warnings.warn(f"autotune {self.__name__}: skipping config {config}: {exc}",
                                   stacklevel=_user_stacklevel())
@@ -378,7 +400,9 @@ class _Trial:
         self.tuner, self.bound, self.device = tuner, bound, device
         self._cached = None  # (inputs, reference outputs), reused with cache_input_tensors
 
-    def run(self, config: dict) -> float:
+    def run(self, config: dict, baseline: Optional[float] = None) -> float:
+        """The config's latency (ms); `baseline`: early stop - a brief timing above it is returned
+        as it is."""
         tuner = self.tuner
         start = time.perf_counter()
         try:
@@ -388,8 +412,19 @@ class _Trial:
         self._check_time(start, "compile")
         inputs, expected = self._inputs(prepared)
         if expected is not None:
-            _compare(_as_list(self.launch(prepared, inputs)), expected, tuner.rtol, tuner.atol)
+            actual = _as_list(self.launch(prepared, inputs))
+            if tuner.manual_check_prog is not None:
+                try:
+                    tuner.manual_check_prog(actual, expected)
+                except AssertionError as exc:
+                    raise _ConfigFailed(f"manual_check_prog failed: {str(exc).strip()[:200]}") from None
+            else:
+                _compare(actual, expected, tuner.rtol, tuner.atol)
             self._check_time(start, "the correctness check")
+        if baseline is not None:
+            estimate = _bench(lambda: self.launch(prepared, inputs), self.device, min(tuner.warmup, 1.0), tuner.rep / 10)
+            if estimate > baseline:
+                return estimate
         latency = _bench(lambda: self.launch(prepared, inputs), self.device, tuner.warmup, tuner.rep)
         self._check_time(start, "benchmarking")
         return latency
@@ -486,7 +521,7 @@ class _ConstantsTrial(_LazyTrial):
         self.dims = dims
 
     def prepare(self, config) -> JITKernel:
-        return self.tuner.jit.compile(**self.bound.arguments, **self.dims, **config)
+        return self.tuner.jit.compile(**self.bound.arguments, **self.dims, **self.tuner._call_config(config))
 
     kernel_for = prepare
 
@@ -511,7 +546,7 @@ class _EagerTrial(_Trial):
         return True  # every config runs on the same call's tensors
 
     def launch(self, config: dict, inputs: dict):
-        return self.tuner.jit(**inputs, **config)
+        return self.tuner.jit(**inputs, **self.tuner._call_config(config))
 
     @staticmethod
     def kernel_for(_config):
@@ -536,6 +571,13 @@ def _as_list(outputs) -> list:
     if outputs is None:
         return []
     return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
+PASS_CONFIGS_KEY = "pass_configs"  # TileLang's reserved config key: compile options, not a parameter
+
+
+def _kernel_parameters(config: dict) -> dict:
+    return {key: value for key, value in config.items() if key != PASS_CONFIGS_KEY}
 
 
 def _compare(actual: list, expected: list, rtol: float, atol: float) -> None:
@@ -652,7 +694,8 @@ class _Progress:
 
 def autotune(configs=None, warmup: float = 25, rep: float = 100, timeout: float = 100, ref_prog=None,
              supply_prog=None, rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
-             cache_input_tensors: bool = False, supply_type: TensorSupplyType = TensorSupplyType.Auto):
+             cache_input_tensors: bool = False, supply_type: TensorSupplyType = TensorSupplyType.Auto,
+             manual_check_prog=None, early_stop: bool = False, early_stop_factor: float = 2.0):
     """`@tritile.autotune(configs=...)` above `@tritile.jit` (TileLang's keywords); see the module
     docstring for the semantics.  `warmup`/`rep` are in ms (do_bench's), `timeout` in seconds."""
     if configs is None:
@@ -660,6 +703,7 @@ def autotune(configs=None, warmup: float = 25, rep: float = 100, timeout: float 
 
     def decorate(jit_fn) -> AutoTunedKernel:
         return AutoTunedKernel(jit_fn, configs, warmup, rep, timeout, ref_prog, supply_prog, rtol, atol,
-                               skip_check, cache_input_tensors, supply_type)
+                               skip_check, cache_input_tensors, supply_type, manual_check_prog, early_stop,
+                               early_stop_factor)
 
     return decorate

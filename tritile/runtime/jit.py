@@ -190,9 +190,14 @@ class LazyJIT(JITFunction):
     """`f(*consts)` -> the function's `@T.prim_func`, compiled and cached."""
 
     def __call__(self, *args, **kwargs) -> JITKernel:
-        return self._cached(_constants_key(args, kwargs), lambda: self._build(*args, **kwargs))
+        """A compile option among the keywords (`pass_configs=`, as an autotune config gives it) that
+        is not a parameter of the function overrides the decorator's for this kernel."""
+        parameters = inspect.signature(self.fn).parameters
+        options = {name: kwargs.pop(name) for name in COMPILE_OPTIONS if name in kwargs and name not in parameters}
+        key = _constants_key(args, kwargs) if not options else (_constants_key(args, kwargs), _freeze(options))
+        return self._cached(key, lambda: self._build(*args, options=options, **kwargs))
 
-    def _build(self, *args, **kwargs) -> JITKernel:
+    def _build(self, *args, options=None, **kwargs) -> JITKernel:
         reads = GlobalReads()
         reads.record_code(self.fn)  # what the Python function itself reads, before it runs
         func = self.fn(*args, **kwargs)
@@ -201,7 +206,7 @@ class LazyJIT(JITFunction):
                             f"{type(func).__name__}")
         reads.add(func.attrs.get("globals_read", ()))
         func = dataclasses.replace(func, attrs={**func.attrs, "globals_read": reads.guards()})
-        return compile(func, out_idx=self.options["out_idx"], **self._compile_options())
+        return compile(func, out_idx=self.options["out_idx"], **self._compile_options(**(options or {})))
 
     compile = __call__
 
