@@ -300,7 +300,8 @@ def test_eager_compile_tunes_from_constants_only(assert_close, disk_cache):
     assert [config for config, _, _ in result.records] == configs
     assert all(latency > 0 and why is None for _, latency, why in result.records)
     assert kernel.config == result.config in configs and kernel.latency == result.latency
-    assert len(seen) == len(configs)  # fresh inputs per config (cache_input_tensors=False)
+    # fresh inputs per config (cache_input_tensors=False); the last ones also time ref_prog (ref_latency)
+    assert len({id(a) for a, _ in seen}) == len(configs) and result.ref_latency > 0
     for a, b in seen:
         assert a.shape == (64, 48) and b.shape == (48, 32) and a.dtype == b.dtype == torch.float16
         assert a.abs().max() > 0 and b.abs().max() > 0 and a.unique().numel() > 10
@@ -353,6 +354,7 @@ def test_manual_check_prog_replaces_the_tolerance_check(assert_close):
     with pytest.warns(UserWarning, match="manual_check_prog failed: the first config is refused"):
         kernel = matmul(64, 64, 64)
     assert seen == [(1, 1), (1, 1)] and kernel.config == GEMM_CONFIGS[1]
+    assert matmul.last_result.ref_latency > 0  # ref_prog timed on the tuning inputs
     a, b = make_operands(64, 64, 64)
     assert_close(kernel(a, b), gemm_reference(a, b))
 

@@ -101,13 +101,15 @@ class AutotuneResult:
     `config`: the chosen tunable arguments; `latency`: its time in ms; `kernel`: the best
     `JITKernel` (lazy style; None for eager); `source`: "tuned", "memory" or "disk";
     `records`: (config, latency ms or None, why it was skipped or None) per config tried
-    (empty when the result came from a cache)."""
+    (empty when the result came from a cache); `ref_latency`: `ref_prog`'s latency (ms) on the
+    tuning inputs, timed as the configs are, where it ran (None otherwise)."""
 
     config: dict
     latency: float
     kernel: Optional[JITKernel] = None
     source: str = "tuned"
     records: list = dataclasses.field(default_factory=list)
+    ref_latency: Optional[float] = None
 
 
 class _ConfigFailed(Exception):
@@ -386,7 +388,8 @@ class AutoTunedKernel:
             reasons = "\n".join(f"  {config}: {why}" for config, _, why in records)
             raise RuntimeError(f"autotune {self.__name__}: no config could be used:\n{reasons}")
         config, latency = best
-        return AutotuneResult(config, latency, trial.kernel_for(config), source="tuned", records=records)
+        return AutotuneResult(config, latency, trial.kernel_for(config), source="tuned", records=records,
+                              ref_latency=trial.ref_latency())
 
 
 class _Trial:
@@ -428,6 +431,13 @@ class _Trial:
         latency = _bench(lambda: self.launch(prepared, inputs), self.device, tuner.warmup, tuner.rep)
         self._check_time(start, "benchmarking")
         return latency
+
+    def ref_latency(self) -> Optional[float]:
+        """`ref_prog`'s latency on the last inputs it checked a config against, or None."""
+        if self._cached is None or self._cached[1] is None:
+            return None
+        tuner, args = self.tuner, self.ref_args(self._cached[0])
+        return _bench(lambda: tuner.ref_prog(*args), self.device, tuner.warmup, tuner.rep)
 
     def _check_time(self, start: float, phase: str) -> None:
         elapsed = time.perf_counter() - start
