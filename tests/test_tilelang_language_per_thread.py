@@ -248,9 +248,86 @@ def test_thread_binding_must_span_its_dimension():
                 X[tx] = 1.0
 
 
+def suffix_sums_of_the_first_threads(threads=128, radix=64):
+    """A Hillis-Steele suffix sum run by the first `radix` threads only, ordered by a named barrier
+    of exactly those threads (deepseek_v32/topk_selector.py's histogram cumsum)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((radix,), T.int32), Y: T.Tensor((radix,), T.int32)):
+        with T.Kernel(1, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            hist = T.alloc_shared((threads,), T.int32)
+            val = T.alloc_var(T.int32)
+            if tx < radix:
+                hist[tx] = X[tx]
+            else:
+                hist[tx] = 0
+            T.sync_threads()
+            if tx < radix:
+                for i in T.serial(6):
+                    offset = 1 << i
+                    T.sync_threads(3, radix)
+                    if tx < radix - offset:
+                        val = hist[tx] + hist[tx + offset]
+                    T.sync_threads(3, radix)
+                    if tx < radix - offset:
+                        hist[tx] = val
+                T.sync_threads(3, radix)
+                Y[tx] = hist[tx]
+
+    return main
+
+
+def doubled_by_the_first_threads(threads=128, radix=64):
+    """A named barrier of the `radix` threads that store and then read their shared elements."""
+
+    @T.prim_func
+    def main(X: T.Tensor((radix,), T.int32), Y: T.Tensor((radix,), T.int32)):
+        with T.Kernel(1, threads=threads) as bx:
+            tx = T.get_thread_binding()
+            stage = T.alloc_shared((threads,), T.int32)
+            if tx < radix:
+                stage[tx] = X[tx] * 2
+                T.sync_threads(1, radix)
+                Y[tx] = stage[tx] + 1
+
+    return main
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_named_barrier_of_the_threads_that_reach_it(backend):
+    x = torch.randint(-50, 50, (64,), dtype=torch.int32)
+    y = torch.zeros(64, dtype=torch.int32)
+    tritile.compile(doubled_by_the_first_threads(), backend=backend)(x, y)
+    assert torch.equal(y, x * 2 + 1)
+
+
+def test_named_barriers_of_a_shared_memory_scan():
+    """The scan reads its neighbours' shared elements (`hist[tx + offset]`): tritile's interpreter
+    runs it; the GPU backends have no shared-memory gather in T.Parallel and say so."""
+    x = torch.randint(-50, 50, (64,), dtype=torch.int32)
+    y = torch.zeros(64, dtype=torch.int32)
+    tritile.compile(suffix_sums_of_the_first_threads())(x, y)
+    assert torch.equal(y, x.flip(0).cumsum(0).flip(0).int())
+    with pytest.raises(CompileError, match="no register gather"):
+        tritile.compile(suffix_sums_of_the_first_threads(), target="cuda:90", backend="triton").get_source("ptx")
+
+
+def test_named_barrier_must_count_the_threads_that_reach_it():
+    with pytest.raises(CompileError, match=r"T.sync_threads\(barrier_id, 64\): the threads that reach it must be "
+                                           r"exactly 64.*here: 32\)"):
+        @T.prim_func
+        def main(X: T.Tensor((128,), T.float32)):
+            with T.Kernel(1, threads=128) as bx:
+                tx = T.get_thread_binding()
+                if tx < 32:
+                    T.sync_threads(1, 64)
+                    X[tx] = 1.0
+
+
 def test_per_thread_kernels_compile_for_hopper():
     for func in (naive_gemv(256, 192, 128, 64), splitk_gemv(48, 320, 16, 8, 4), local_array(),
-                 branch_writes_condition(), mask_outside_ranges(6, 512)):
+                 branch_writes_condition(), mask_outside_ranges(6, 512), doubled_by_the_first_threads()):
         ptx = tritile.compile(func, target="cuda:90", backend="triton").get_source("ptx")
         assert ".target sm_90" in ptx
         # auto: Gluon where it takes the program's element accesses, else the triton backend

@@ -866,8 +866,12 @@ def sync_threads(p, a, loc):
     if p.parallel_depth:
         raise CompileError("T.sync_threads inside T.Parallel: every thread must reach the barrier", loc)
     if a["barrier_id"] is not None or a["arrive_count"] is not None:
+        count = a["arrive_count"].value if isinstance(a["arrive_count"], ir.Const) else a["arrive_count"]
+        if getattr(p, "per_thread", None) is not None and isinstance(count, int):
+            p.emit(ir.ThreadBarrier(loc=loc, participants=count))  # per_thread.py checks who arrives
+            return
         raise CompileError("T.sync_threads(barrier_id=, arrive_count=) (a named barrier for part of the program's "
-                           "threads) is not supported by tritile: only the whole program's barrier", loc)
+                           "threads) is supported only in per-thread code, with a compile-time arrive_count", loc)
     p.emit(ir.ThreadBarrier(loc=loc))
 
 

@@ -21,7 +21,7 @@ from tritile.ir.printer import expr_str
 
 PYTHON_SCALARS = (bool, int, float)
 
-_PY_BINARY = {
+PY_BINARY = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
     "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "<": operator.lt,
     "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -104,7 +104,7 @@ def binary(op: str, lhs, rhs, loc=None):
     """``lhs op rhs`` with folding and promotion (`op` is a key of `ir.BINARY_OPS`)."""
     if is_python_scalar(lhs) and is_python_scalar(rhs):
         try:
-            return _PY_BINARY[op](lhs, rhs)
+            return PY_BINARY[op](lhs, rhs)
         except ArithmeticError as exc:
             raise CompileError(f"constant expression {lhs!r} {op} {rhs!r}: {exc}", loc) from None
     for side in (lhs, rhs):

@@ -49,7 +49,11 @@ thread_ranges.py's warp-group branches.  In per-thread mode `T.get_thread_bindin
   ``thread_index == uniform`` pin that thread dimension instead of masking it (``if tk == 0:``
   runs the lanes of the other dims only).  An `if` on a uniform condition stays outside.
 * `T.sync_threads()` orders nothing new under lockstep and is dropped; under a varying `if` it
-  is a CompileError (CUDA requires every thread to reach it).
+  is a CompileError (CUDA requires every thread to reach it).  A named barrier
+  `T.sync_threads(barrier_id, arrive_count)` is dropped too where exactly `arrive_count` threads
+  reach it, counted over the thread index where the conditions around it depend on it alone
+  (`if tx < RADIX:` around `T.sync_threads(3, RADIX)`, deepseek_v32/topk_selector.py); else a
+  CompileError.
 * a scalar `T.atomic_add` / `atomic_max` / `atomic_min` is one atomic per thread (also where
   address and value are uniform, as in CUDA).  Into global memory it stays an atomic per lane
   (a T.Parallel atomic, which both backends have); into an on-chip buffer (which no backend has
@@ -68,7 +72,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import math
+from typing import Optional
 
 from tritile.errors import CompileError
 from tritile.frontend import exprs, reducers
@@ -197,6 +203,21 @@ class _Ctx:
     @property
     def pinned(self) -> dict:
         return dict(self.pins)
+
+
+def _constant_value(e, env: dict):
+    """`e` evaluated with the thread Vars of `env` bound, or None where it reads anything else."""
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env.get(e)
+    if isinstance(e, ir.BinOp) and e.op in exprs.PY_BINARY:
+        lhs, rhs = _constant_value(e.lhs, env), _constant_value(e.rhs, env)
+        return None if lhs is None or rhs is None else exprs.PY_BINARY[e.op](lhs, rhs)
+    if isinstance(e, ir.UnaryOp) and e.op in ("not", "-"):
+        value = _constant_value(e.operand, env)
+        return None if value is None else (not value if e.op == "not" else -value)
+    return None
 
 
 def _conjuncts(e):
@@ -600,10 +621,31 @@ class _Lowering:
         return [ir.While(cond, self._seq(s.body, ctx), loc=loc)]
 
     def _ThreadBarrier(self, s, ctx, loc):
-        if ctx.mask:
+        threads = math.prod(self.pt.extents)
+        arriving = self._threads_under(ctx) if ctx.mask or ctx.pins else threads
+        if s.participants is None and arriving != threads:
             raise CompileError("T.sync_threads() under a condition that varies by thread: every thread of the block "
                                "must reach the barrier", loc)
-        return []  # lockstep: the statements before it already ran for every thread
+        if s.participants is not None and arriving != s.participants:
+            raise CompileError(f"T.sync_threads(barrier_id, {s.participants}): the threads that reach it must be "
+                               f"exactly {s.participants}, and tritile counts them only where the conditions around "
+                               f"it depend on the thread index alone (here: "
+                               f"{'not known' if arriving is None else arriving})", loc)
+        return []  # lockstep: the statements before it already ran for every thread that reaches it
+
+    def _threads_under(self, ctx) -> Optional[int]:
+        """How many threads satisfy the conditions `ctx` runs under, where they are compile-time
+        functions of the thread index alone (else None)."""
+        dims = [d for d, e in enumerate(self.pt.extents) if e > 1]
+        count = 0
+        for ids in itertools.product(*(range(self.pt.extents[d]) for d in dims)):
+            env = {self.pt.vars[d]: i for d, i in zip(dims, ids) if self.pt.vars[d] is not None}
+            pinned = [_constant_value(value, env) == env.get(self.pt.vars[d], 0) for d, value in ctx.pins]
+            values = [_constant_value(c, env) for c in ctx.mask] + pinned
+            if any(v is None for v in values):
+                return None
+            count += all(values)
+        return count
 
     def _lane_statement(self, s, ctx, loc):
         if not ctx.mask and not self.varying(s):

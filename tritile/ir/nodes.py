@@ -533,9 +533,12 @@ class ThreadBarrier(Stmt):
     their memory operations before it (shared and global) are visible to each other after it
     (CUDA's `__syncthreads`).  Programs order one thread's global writes before a gpu-scope
     atomic that another program acquires (split-K's last-arrival fixup) with it.  The
-    interpreter runs a program's threads in lockstep, so there it orders nothing new."""
+    interpreter runs a program's threads in lockstep, so there it orders nothing new.
+    `participants`: a named barrier of that many threads (`T.sync_threads(barrier_id,
+    arrive_count)`), only in per-thread code, which frontend/per_thread.py removes."""
 
     loc: Optional[SourceLoc] = None
+    participants: Optional[int] = None
 
 
 @dataclass
