@@ -22,6 +22,7 @@ from __future__ import annotations
 import operator
 
 from tritile.errors import CompileError
+from tritile.frontend import per_thread
 from tritile.ir import nodes as ir
 from tritile.ir.transform import walk
 
@@ -218,7 +219,7 @@ def thread_binding(p, a, loc):
     begin, end = (v.value if isinstance(v, ir.Const) else v for v in (begin, end))
     if thread not in dims:
         raise CompileError(f"T.thread_binding(thread={thread!r}): tritile binds only threadIdx.x / y / z", loc)
-    threads = p.kernel_threads if isinstance(p.kernel_threads, (tuple, list)) else (p.kernel_threads,)
+    threads = per_thread.thread_dims(p.kernel_threads)
     extent = threads[dims[thread]] if dims[thread] < len(threads) else 1
     if begin != 0 or end != extent:
         raise CompileError(f"T.thread_binding({begin}, {end}, thread={thread!r}) in a kernel of threads="

@@ -192,8 +192,10 @@ class LazyJIT(JITFunction):
     def __call__(self, *args, **kwargs) -> JITKernel:
         """A compile option among the keywords (`pass_configs=`, as an autotune config gives it) that
         is not a parameter of the function overrides the decorator's for this kernel."""
-        parameters = inspect.signature(self.fn).parameters
-        options = {name: kwargs.pop(name) for name in COMPILE_OPTIONS if name in kwargs and name not in parameters}
+        options = {}
+        if kwargs and not set(COMPILE_OPTIONS).isdisjoint(kwargs):  # rare: keep the cache-hit path free of it
+            parameters = inspect.signature(self.fn).parameters
+            options = {name: kwargs.pop(name) for name in COMPILE_OPTIONS if name in kwargs and name not in parameters}
         key = _constants_key(args, kwargs) if not options else (_constants_key(args, kwargs), _freeze(options))
         return self._cached(key, lambda: self._build(*args, options=options, **kwargs))
 
